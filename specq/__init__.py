@@ -1,0 +1,3 @@
+"""specq: resumable batch text generation with speculative decoding."""
+
+__version__ = "0.1.0"

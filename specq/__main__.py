@@ -1,0 +1,3 @@
+from specq.cli import main
+
+main()

@@ -1,0 +1,146 @@
+"""The command line: parse, call, print. Data goes to stdout, progress and
+diagnostics to stderr; user faults end in one line and exit status 1 (2 for usage)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from specq.errors import SpecqError
+from specq.jobs.inputs import GenerationDefaults, PromptSpec, check_option, read_jsonl, to_request
+from specq.specdec.acceptance import ACCEPT_RULES
+from specq.specdec.engine import Engine
+from specq.specdec.proposers import PROPOSERS
+from specq.specdec.state import DecodeState
+
+
+def _option_check(name: str):
+    """A click callback applying the same range checks as input lines."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value):
+        if value is None:
+            return value
+        def fail(msg: str) -> click.BadParameter:
+            return click.BadParameter(msg.replace("field ", "").replace(f"'{name}' ", ""))
+        return check_option(name, value, fail)
+
+    return callback
+
+
+@click.group()
+@click.version_option(package_name="specq")
+def main() -> None:
+    """specq: resumable batch text generation with speculative decoding."""
+
+
+@main.command()
+@click.option("--prompt", "prompt_text", help="One prompt (sent as a user chat message).")
+@click.option("--input", "input_path", type=click.Path(dir_okay=False), help="JSONL file of requests.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Target GGUF (default: SmolLM2-135M-Instruct).")
+@click.option("--proposer", type=click.Choice(PROPOSERS), default="ngram", show_default=True)
+@click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False), help="GGUF draft model for --proposer draft.")
+@click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False), help="Heads file for --proposer medusa.")
+@click.option("--k", "k", type=click.IntRange(min=1, max=64), default=5, show_default=True, help="Most draft tokens per round.")
+@click.option("--accept", type=click.Choice(("auto",) + ACCEPT_RULES), default="auto", show_default=True,
+              help="auto: greedy at temperature 0, sample otherwise. typical is faster but not distribution-preserving.")
+@click.option("--max-tokens", type=int, default=256, show_default=True, callback=_option_check("max_tokens"))
+@click.option("--temperature", type=float, default=0.0, show_default=True, callback=_option_check("temperature"))
+@click.option("--top-p", type=float, default=1.0, show_default=True, callback=_option_check("top_p"))
+@click.option("--top-k", type=int, default=0, show_default=True, callback=_option_check("top_k"))
+@click.option("--seed", type=int, default=0, show_default=True, callback=_option_check("seed"))
+@click.option("--stop", "stop", multiple=True, help="Stop string (repeatable).")
+@click.option("--raw-prompt", is_flag=True, help="Feed prompts verbatim, without the chat template.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per request on stdout.")
+@click.option("--stream", is_flag=True, help="Print text as it is committed.")
+def generate(prompt_text, input_path, model_path, proposer, draft_model_path, medusa_heads_path, k,
+             accept, max_tokens, temperature, top_p, top_k, seed, stop, raw_prompt, as_json, stream) -> None:
+    """Generate completions locally, with no queue.
+
+    \b
+    specq generate --prompt "Write a haiku about queues."
+    specq generate --input examples/prompts.jsonl --json > out.jsonl
+    """
+    if (prompt_text is None) == (input_path is None):
+        raise click.UsageError("give exactly one of --prompt and --input")
+    if as_json and stream:
+        raise click.UsageError("--stream prints text; it cannot be combined with --json")
+    defaults = GenerationDefaults(
+        max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+        stop=tuple(stop), accept=accept, k=k, raw_prompt=raw_prompt,
+    )
+    try:
+        if input_path is not None:
+            specs = read_jsonl(input_path)
+        else:
+            if not prompt_text:
+                raise click.UsageError("--prompt is empty")
+            specs = [PromptSpec(custom_id="prompt", line=1, prompt=prompt_text)]
+        engine = _load(model_path, proposer, draft_model_path, medusa_heads_path)
+        # Every request is checked against the model before any is decoded.
+        states = [engine.start(to_request(spec, engine.tokenizer, defaults)) for spec in specs]
+        for spec, state in zip(specs, states):
+            _decode_one(engine, spec, state, as_json=as_json, stream=stream)
+    except SpecqError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+def _load(model_path, proposer, draft_model_path, medusa_heads_path) -> Engine:
+    from specq.specdec.loader import load_engine
+
+    started = time.perf_counter()
+    engine = load_engine(
+        model_path=model_path, proposer=proposer, draft_model_path=draft_model_path,
+        medusa_heads_path=medusa_heads_path,
+    )
+    click.echo(
+        f"loaded {engine.model.path} ({engine.model.config.n_layers} layers, proposer {proposer}) "
+        f"in {time.perf_counter() - started:.1f}s",
+        err=True,
+    )
+    return engine
+
+
+def _decode_one(engine: Engine, spec: PromptSpec, state: DecodeState, *, as_json: bool, stream: bool) -> None:
+    shown = 0
+    for state in engine.generate(state):
+        if stream:
+            text = engine.stream_text(state)
+            click.echo(text[shown:], nl=False)
+            sys.stdout.flush()
+            shown = len(text)
+    m = state.metrics
+    if as_json:
+        click.echo(json.dumps(result_record(engine, spec, state), ensure_ascii=False))
+    elif stream:
+        click.echo("")
+    else:
+        click.echo(engine.text(state))
+    rate = len(state.output_ids) / m.decode_seconds if m.decode_seconds else 0.0
+    click.echo(
+        f"{spec.custom_id}: {len(state.output_ids)} tokens ({state.finish_reason}), {rate:.1f} tokens/s, "
+        f"tau {m.tau:.2f}, accepted {m.accepted}/{m.drafted} drafts",
+        err=True,
+    )
+
+
+def result_record(engine: Engine, spec: PromptSpec, state: DecodeState) -> dict:
+    prompt_tokens, completion_tokens = len(state.request.prompt_ids), len(state.output_ids)
+    return {
+        "custom_id": spec.custom_id,
+        "text": engine.text(state),
+        "token_ids": list(state.output_ids),
+        "prompt_token_ids": list(state.request.prompt_ids),
+        "finish_reason": state.finish_reason,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+        "metrics": state.metrics.to_dict(),
+    }

@@ -1,0 +1,172 @@
+"""Prompt files: JSONL lines with `prompt` or `messages`, validated as a whole before
+any work starts, with errors that name the line and the field."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from specq.errors import InputError, SpecqError
+from specq.specdec.sampling import SamplingParams
+from specq.specdec.state import GenerationRequest
+
+OVERRIDE_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
+KNOWN_FIELDS = frozenset({"custom_id", "prompt", "messages", *OVERRIDE_FIELDS})
+ROLES = ("system", "user", "assistant")
+MAX_STOP_STRINGS = 8
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """One request as the user wrote it: exactly one of `prompt` and `messages`, plus
+    per-request overrides of the batch's generation options."""
+
+    custom_id: str
+    line: int
+    prompt: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_line(obj: Any, line: int, where: str) -> PromptSpec:
+    def fail(msg: str) -> InputError:
+        return InputError(f"{where}line {line}: {msg}")
+
+    if not isinstance(obj, dict):
+        raise fail(f"expected a JSON object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - KNOWN_FIELDS)
+    if unknown:
+        raise fail(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(KNOWN_FIELDS))})")
+    has_prompt, has_messages = "prompt" in obj, "messages" in obj
+    if has_prompt == has_messages:
+        raise fail("needs exactly one of 'prompt' and 'messages'")
+    prompt = messages = None
+    if has_prompt:
+        prompt = obj["prompt"]
+        if not isinstance(prompt, str) or not prompt:
+            raise fail("field 'prompt' must be a non-empty string")
+    else:
+        messages = check_messages(obj["messages"], fail)
+    custom_id = obj.get("custom_id", f"request-{line}")
+    if not isinstance(custom_id, str) or not custom_id:
+        raise fail("field 'custom_id' must be a non-empty string")
+    overrides = {name: check_option(name, obj[name], fail) for name in OVERRIDE_FIELDS if name in obj}
+    return PromptSpec(custom_id=custom_id, line=line, prompt=prompt, messages=messages, overrides=overrides)
+
+
+def check_messages(messages: Any, fail) -> tuple[dict[str, str], ...]:
+    if not isinstance(messages, list) or not messages:
+        raise fail("field 'messages' must be a non-empty list")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise fail(f"messages[{i}] must be an object with 'role' and 'content'")
+        if m.get("role") not in ROLES:
+            raise fail(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {m.get('role')!r}")
+        if not isinstance(m.get("content"), str):
+            raise fail(f"messages[{i}].content must be a string")
+        extra = sorted(set(m) - {"role", "content"})
+        if extra:
+            raise fail(f"messages[{i}] has unknown field {extra[0]!r}")
+    return tuple({"role": m["role"], "content": m["content"]} for m in messages)
+
+
+def check_option(name: str, value: Any, fail) -> Any:
+    """Validate one generation option's type and range (shared by lines and flags)."""
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    is_num = (is_int or isinstance(value, float)) and not (isinstance(value, float) and not math.isfinite(value))
+    if name == "max_tokens" and not (is_int and value >= 1):
+        raise fail(f"field 'max_tokens' must be an integer >= 1, got {value!r}")
+    if name == "temperature" and not (is_num and value >= 0):
+        raise fail(f"field 'temperature' must be a finite number >= 0, got {value!r}")
+    if name == "top_p" and not (is_num and 0 < value <= 1):
+        raise fail(f"field 'top_p' must be a number in (0, 1], got {value!r}")
+    if name == "top_k" and not (is_int and value >= 0):
+        raise fail(f"field 'top_k' must be an integer >= 0, got {value!r}")
+    if name == "seed" and not (is_int and 0 <= value < 2**63):
+        raise fail(f"field 'seed' must be an integer in [0, 2^63), got {value!r}")
+    if name == "stop":
+        stops = [value] if isinstance(value, str) else value
+        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+            raise fail("field 'stop' must be a non-empty string or a list of them")
+        if len(stops) > MAX_STOP_STRINGS:
+            raise fail(f"field 'stop' has {len(stops)} strings; at most {MAX_STOP_STRINGS}")
+        return tuple(stops)
+    return value
+
+
+def parse_jsonl(lines: Iterable[str], where: str = "") -> list[PromptSpec]:
+    """Every line parsed and checked; the first fault raises InputError naming it.
+    Blank lines are skipped; custom_id must be unique."""
+    specs: list[PromptSpec] = []
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        spec = parse_line(obj, number, where)
+        if spec.custom_id in seen:
+            raise InputError(
+                f"{where}line {number}: custom_id {spec.custom_id!r} repeats line {seen[spec.custom_id]}"
+            )
+        seen[spec.custom_id] = number
+        specs.append(spec)
+    if not specs:
+        raise InputError(f"{where.rstrip(': ') or 'input'}: no requests (the file is empty)")
+    return specs
+
+
+def read_jsonl(path: str) -> list[PromptSpec]:
+    if not os.path.isfile(path):
+        raise InputError(f"input file not found: {path}")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return parse_jsonl(fh, where=f"{path}: ")
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a UTF-8 text file") from None
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    """Batch-wide options; a line's own fields override them."""
+
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    accept: str = "auto"
+    k: int = 5
+    raw_prompt: bool = False  # feed `prompt` as-is instead of as a user chat message
+
+
+def to_request(spec: PromptSpec, tokenizer, defaults: GenerationDefaults) -> GenerationRequest:
+    """Tokenize one request: `messages` through the model's chat template; `prompt`
+    as a single user message (or verbatim with raw_prompt)."""
+    opts = {name: spec.overrides.get(name, getattr(defaults, name)) for name in OVERRIDE_FIELDS}
+    if spec.messages is not None:
+        prompt_ids = tokenizer.encode_chat(list(spec.messages))
+    elif defaults.raw_prompt:
+        prompt_ids = tokenizer.encode(spec.prompt)
+    else:
+        prompt_ids = tokenizer.encode_chat([{"role": "user", "content": spec.prompt}])
+    try:
+        return GenerationRequest(
+            prompt_ids=tuple(prompt_ids),
+            max_tokens=opts["max_tokens"],
+            sampling=SamplingParams(
+                temperature=float(opts["temperature"]), top_k=opts["top_k"], top_p=float(opts["top_p"]),
+                seed=opts["seed"],
+            ),
+            accept=defaults.accept,
+            stop=tuple(opts["stop"]),
+            k=defaults.k,
+        )
+    except SpecqError as exc:
+        raise type(exc)(f"request {spec.custom_id!r} (line {spec.line}): {exc}") from None

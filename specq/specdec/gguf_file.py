@@ -1,0 +1,108 @@
+"""Reading GGUF files: metadata as plain Python values, tensors as float32 arrays.
+
+GGUF lists dimensions innermost first (ne0, ne1, ...); gguf's reader already hands
+back data shaped in numpy order, so a weight stored as [n_in, n_out] in GGUF arrives
+here as an (n_out, n_in) array.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
+
+from specq.errors import ModelFileError
+
+# Types this loader accepts; dequantization itself is gguf's, verified by the tests
+# on toy models written in each of these types.
+SUPPORTED_TYPES = frozenset(
+    GGMLQuantizationType[name]
+    for name in (
+        "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+    )
+)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # numpy order (outermost first)
+    type_name: str
+
+
+class GGUFFile:
+    """A GGUF file opened for reading; tensors are dequantized on request."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        if not os.path.isfile(self.path):
+            raise ModelFileError(f"model file not found: {self.path}")
+        try:
+            self._reader = GGUFReader(self.path, "r")
+            self.metadata: dict[str, Any] = {
+                key: field.contents() for key, field in self._reader.fields.items()
+            }
+            self._tensors = {t.name: t for t in self._reader.tensors}
+        except (ValueError, OSError, IndexError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise ModelFileError(f"not a readable GGUF file: {self.path} ({exc})") from exc
+        self._check_extent()
+
+    def _check_extent(self) -> None:
+        # A truncated download is the common corruption: the header parses but the
+        # tensor data runs past the end of the file.
+        size = os.path.getsize(self.path)
+        for t in self._tensors.values():
+            if t.data_offset + t.n_bytes > size:
+                raise ModelFileError(
+                    f"GGUF file is truncated: tensor {t.name!r} ends past the end of {self.path}"
+                )
+
+    def sha256(self) -> str:
+        """Hex digest of the whole file: identifies the exact weights (heads files and
+        checkpoints record it so that they are never used with another model)."""
+        digest = hashlib.sha256()
+        with open(self.path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                digest.update(block)
+        return digest.hexdigest()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+    def require(self, key: str) -> Any:
+        if key not in self.metadata:
+            raise ModelFileError(f"GGUF file {self.path} lacks metadata key {key!r}")
+        return self.metadata[key]
+
+    def has_tensor(self, name: str) -> bool:
+        return name in self._tensors
+
+    def tensor_info(self, name: str) -> TensorInfo:
+        t = self._tensor(name)
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        return TensorInfo(name=name, shape=shape, type_name=t.tensor_type.name)
+
+    def tensor(self, name: str) -> np.ndarray:
+        """The tensor as a float32 array in numpy order."""
+        t = self._tensor(name)
+        if t.tensor_type not in SUPPORTED_TYPES:
+            raise ModelFileError(
+                f"unsupported tensor type {t.tensor_type.name} for {name!r} in {self.path}"
+            )
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        if t.tensor_type == GGMLQuantizationType.F32:
+            data = np.array(t.data, dtype=np.float32)
+        else:
+            data = dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32, copy=False)
+        return data.reshape(shape)
+
+    def _tensor(self, name: str) -> Any:
+        if name not in self._tensors:
+            raise ModelFileError(f"GGUF file {self.path} lacks tensor {name!r}")
+        return self._tensors[name]

@@ -1,0 +1,296 @@
+"""A LLaMA-architecture transformer in numpy, loaded from a GGUF file.
+
+The forward takes *segments*: each is one sequence's new tokens with its own KV
+cache. Rows of all segments share the dense matrix products (the batched
+verification pass); attention runs per segment against that segment's cache.
+The cache is written by position, so rolling back rejected draft tokens costs
+nothing: the next forward simply overwrites those slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from specq.errors import ModelFileError, ParameterError
+from specq.specdec.gguf_file import GGUFFile
+
+ARCHITECTURE = "llama"
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    n_layers: int
+    d_model: int
+    d_ffn: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rope_base: float
+    rms_eps: float
+    vocab_size: int
+    context_length: int
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> "LlamaConfig":
+        arch = f.get("general.architecture")
+        if arch != ARCHITECTURE:
+            raise ModelFileError(
+                f"unsupported architecture {arch!r} in {f.path} (specq runs 'llama' models)"
+            )
+        d_model = int(f.require("llama.embedding_length"))
+        n_heads = int(f.require("llama.attention.head_count"))
+        head_dim = d_model // n_heads
+        rope_dim = int(f.get("llama.rope.dimension_count", head_dim))
+        if rope_dim != head_dim:
+            raise ModelFileError(f"partial rotary embeddings (rope dim {rope_dim}) are not supported")
+        tokens = f.get("tokenizer.ggml.tokens")
+        vocab = int(f.get("llama.vocab_size", len(tokens) if tokens else 0))
+        return cls(
+            n_layers=int(f.require("llama.block_count")),
+            d_model=d_model,
+            d_ffn=int(f.require("llama.feed_forward_length")),
+            n_heads=n_heads,
+            n_kv_heads=int(f.get("llama.attention.head_count_kv", n_heads)),
+            head_dim=head_dim,
+            rope_base=float(f.get("llama.rope.freq_base", 10000.0)),
+            rms_eps=float(f.get("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+            vocab_size=vocab,
+            context_length=int(f.get("llama.context_length", 2048)),
+        )
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """One block's weights, stored (n_in, n_out) so that products are x @ w."""
+
+    attn_norm: np.ndarray  # [d]
+    w_qkv: np.ndarray  # [d, (Hq + 2 Hkv) * hd]: q, k, v projections fused into one product
+    w_out: np.ndarray  # [Hq * hd, d]
+    ffn_norm: np.ndarray  # [d]
+    w_gate_up: np.ndarray  # [d, 2 * ffn]: gate and up fused into one product
+    w_down: np.ndarray  # [ffn, d]
+
+
+@dataclass(frozen=True)
+class LlamaWeights:
+    token_embedding: np.ndarray  # [vocab, d]
+    layers: tuple[LayerWeights, ...]
+    output_norm: np.ndarray  # [d]
+    w_output: np.ndarray  # [d, vocab]; a transposed copy of the embedding when tied
+
+
+def _load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
+    def matrix(name: str, n_out: int, n_in: int) -> np.ndarray:
+        w = f.tensor(name)  # [n_out, n_in]
+        if w.shape != (n_out, n_in):
+            raise ModelFileError(f"tensor {name!r} has shape {w.shape}, expected {(n_out, n_in)}")
+        return w
+
+    def vector(name: str, n: int) -> np.ndarray:
+        v = f.tensor(name).reshape(-1)
+        if v.shape != (n,):
+            raise ModelFileError(f"tensor {name!r} has shape {v.shape}, expected {(n,)}")
+        return v
+
+    d, hd = cfg.d_model, cfg.head_dim
+    layers = []
+    for i in range(cfg.n_layers):
+        p = f"blk.{i}."
+        wq = matrix(p + "attn_q.weight", cfg.n_heads * hd, d)
+        wk = matrix(p + "attn_k.weight", cfg.n_kv_heads * hd, d)
+        wv = matrix(p + "attn_v.weight", cfg.n_kv_heads * hd, d)
+        gate = matrix(p + "ffn_gate.weight", cfg.d_ffn, d)
+        up = matrix(p + "ffn_up.weight", cfg.d_ffn, d)
+        layers.append(
+            LayerWeights(
+                attn_norm=vector(p + "attn_norm.weight", d),
+                w_qkv=np.ascontiguousarray(np.concatenate([wq, wk, wv], axis=0).T),
+                w_out=np.ascontiguousarray(matrix(p + "attn_output.weight", d, cfg.n_heads * hd).T),
+                ffn_norm=vector(p + "ffn_norm.weight", d),
+                w_gate_up=np.ascontiguousarray(np.concatenate([gate, up], axis=0).T),
+                w_down=np.ascontiguousarray(matrix(p + "ffn_down.weight", d, cfg.d_ffn).T),
+            )
+        )
+    embedding = matrix("token_embd.weight", cfg.vocab_size, d)
+    output = matrix("output.weight", cfg.vocab_size, d) if f.has_tensor("output.weight") else embedding
+    return LlamaWeights(
+        token_embedding=embedding,
+        layers=tuple(layers),
+        output_norm=vector("output_norm.weight", d),
+        w_output=np.ascontiguousarray(output.T),
+    )
+
+
+class KVCache:
+    """Keys and values of one sequence, indexed by position; grows on demand."""
+
+    def __init__(self, cfg: LlamaConfig, capacity: int = 256) -> None:
+        self._cfg = cfg
+        self.capacity = 0
+        self.keys: list[np.ndarray] = []  # per layer [Hkv, capacity, hd]
+        self.values: list[np.ndarray] = []
+        self.reserve(min(capacity, cfg.context_length))
+
+    def reserve(self, n_positions: int) -> None:
+        if n_positions > self._cfg.context_length:
+            raise ParameterError(
+                f"sequence of {n_positions} tokens exceeds the model's context of "
+                f"{self._cfg.context_length}"
+            )
+        if n_positions <= self.capacity:
+            return
+        new_cap = min(max(n_positions, 2 * self.capacity), self._cfg.context_length)
+        shape = (self._cfg.n_kv_heads, new_cap, self._cfg.head_dim)
+        old = self.capacity
+        new_keys, new_values = [], []
+        for layer in range(self._cfg.n_layers):
+            k = np.zeros(shape, dtype=np.float32)
+            v = np.zeros(shape, dtype=np.float32)
+            if old:
+                k[:, :old] = self.keys[layer]
+                v[:, :old] = self.values[layer]
+            new_keys.append(k)
+            new_values.append(v)
+        self.keys, self.values, self.capacity = new_keys, new_values, new_cap
+
+
+@dataclass
+class Segment:
+    """New tokens of one sequence: token i sits at position start + i."""
+
+    cache: KVCache
+    token_ids: Sequence[int]
+    start: int
+    all_logits: bool = True  # False: only the last row's logits (prefill)
+
+    @property
+    def n(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass
+class SegmentOutput:
+    logits: np.ndarray  # [n, vocab], or [1, vocab] when only the last row was asked for
+    hidden: np.ndarray  # [n, d]: final-normed hidden states, the input of the output head
+
+
+@dataclass
+class _Rope:
+    cos: np.ndarray  # [context, hd/2]
+    sin: np.ndarray  # [context, hd/2]
+
+    @classmethod
+    def build(cls, cfg: LlamaConfig) -> "_Rope":
+        inv_freq = cfg.rope_base ** (-np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim)
+        angles = np.outer(np.arange(cfg.context_length, dtype=np.float64), inv_freq)
+        return cls(cos=np.cos(angles).astype(np.float32), sin=np.sin(angles).astype(np.float32))
+
+    def apply(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Rotate adjacent pairs (x[2i], x[2i+1]): llama.cpp's converter permutes the
+        Q and K rows so that this, not HF's rotate-half, is right for GGUF weights."""
+        n, h, hd = x.shape
+        pairs = x.reshape(n, h, hd // 2, 2)
+        x0, x1 = pairs[..., 0], pairs[..., 1]  # [n, h, hd/2]
+        cos = self.cos[positions][:, None, :]  # [n, 1, hd/2]
+        sin = self.sin[positions][:, None, :]
+        out = np.empty_like(pairs)
+        out[..., 0] = x0 * cos - x1 * sin
+        out[..., 1] = x0 * sin + x1 * cos
+        return out.reshape(n, h, hd)
+
+
+def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    scale = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return (x * scale) * weight
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+class LlamaModel:
+    def __init__(
+        self, config: LlamaConfig, weights: LlamaWeights, *, path: str = "", fingerprint: str = ""
+    ) -> None:
+        self.config = config
+        self.weights = weights
+        self.path = path
+        self.fingerprint = fingerprint  # sha256 of the GGUF file
+        self._rope = _Rope.build(config)
+
+    @classmethod
+    def load(cls, path: str) -> "LlamaModel":
+        f = GGUFFile(path)
+        cfg = LlamaConfig.from_gguf(f)
+        return cls(cfg, _load_weights(f, cfg), path=f.path, fingerprint=f.sha256())
+
+    def new_cache(self, capacity: int = 256) -> KVCache:
+        return KVCache(self.config, capacity)
+
+    def forward(self, segments: Sequence[Segment]) -> list[SegmentOutput]:
+        """Run the new tokens of every segment through the model, writing their keys
+        and values into each segment's cache at their positions.
+
+        Returns one output per segment; logits row i is the distribution of the
+        token after token i of that segment.
+        """
+        cfg, w = self.config, self.weights
+        hd, n_q, n_kv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+        for seg in segments:
+            assert seg.n > 0, "a segment needs at least one token"
+            seg.cache.reserve(seg.start + seg.n)
+        ids = np.concatenate([np.asarray(s.token_ids, dtype=np.int64) for s in segments])
+        positions = np.concatenate([np.arange(s.start, s.start + s.n) for s in segments])
+        bounds = np.cumsum([0] + [s.n for s in segments])
+
+        x = w.token_embedding[ids]  # [rows, d]
+        for layer_idx, lw in enumerate(w.layers):
+            h = _rms_norm(x, lw.attn_norm, cfg.rms_eps)
+            qkv = h @ lw.w_qkv  # [rows, (Hq + 2 Hkv) * hd]
+            q = self._rope.apply(qkv[:, : n_q * hd].reshape(-1, n_q, hd), positions)
+            k = self._rope.apply(qkv[:, n_q * hd : (n_q + n_kv) * hd].reshape(-1, n_kv, hd), positions)
+            v = qkv[:, (n_q + n_kv) * hd :].reshape(-1, n_kv, hd)
+            attn = np.empty((len(ids), n_q * hd), dtype=np.float32)  # [rows, Hq * hd]
+            for s_idx, seg in enumerate(segments):
+                rows = slice(bounds[s_idx], bounds[s_idx + 1])
+                attn[rows] = self._attend(seg, layer_idx, q[rows], k[rows], v[rows])
+            x = x + attn @ lw.w_out
+            h = _rms_norm(x, lw.ffn_norm, cfg.rms_eps)
+            gate_up = h @ lw.w_gate_up  # [rows, 2 * ffn]
+            x = x + (_silu(gate_up[:, : cfg.d_ffn]) * gate_up[:, cfg.d_ffn :]) @ lw.w_down
+
+        hidden = _rms_norm(x, w.output_norm, cfg.rms_eps)  # [rows, d]
+        outputs = []
+        for s_idx, seg in enumerate(segments):
+            seg_hidden = hidden[bounds[s_idx] : bounds[s_idx + 1]]
+            head_in = seg_hidden if seg.all_logits else seg_hidden[-1:]
+            outputs.append(SegmentOutput(logits=head_in @ w.w_output, hidden=seg_hidden))
+        return outputs
+
+    def _attend(self, seg: Segment, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """Causal attention of the segment's rows over its cache; q [n, Hq, hd],
+        k and v [n, Hkv, hd]. Returns [n, Hq * hd]."""
+        cfg = self.config
+        n, end = seg.n, seg.start + seg.n
+        cache_k, cache_v = seg.cache.keys[layer], seg.cache.values[layer]
+        cache_k[:, seg.start : end] = k.transpose(1, 0, 2)
+        cache_v[:, seg.start : end] = v.transpose(1, 0, 2)
+        keys, values = cache_k[:, :end], cache_v[:, :end]  # [Hkv, T, hd]
+        group = cfg.n_heads // cfg.n_kv_heads
+        # Query head h reads kv head h // group: fold the group into the row axis so
+        # that one batched product per kv head serves all of its query heads.
+        qg = q.transpose(1, 0, 2).reshape(cfg.n_kv_heads, group * n, cfg.head_dim)
+        scores = qg @ keys.transpose(0, 2, 1) * (1.0 / np.sqrt(cfg.head_dim))  # [Hkv, G*n, T]
+        scores = scores.reshape(cfg.n_kv_heads, group, n, end)
+        if n > 1:
+            # Row i sits at position start + i and may see positions <= start + i.
+            future = np.arange(end)[None, :] > (seg.start + np.arange(n))[:, None]  # [n, T]
+            scores = np.where(future, -np.inf, scores)
+        scores = scores - scores.max(axis=-1, keepdims=True)
+        probs = np.exp(scores)
+        probs /= probs.sum(axis=-1, keepdims=True)
+        out = probs.reshape(cfg.n_kv_heads, group * n, end) @ values  # [Hkv, G*n, hd]
+        return out.reshape(cfg.n_heads, n, cfg.head_dim).transpose(1, 0, 2).reshape(n, -1)

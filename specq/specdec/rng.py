@@ -1,0 +1,28 @@
+"""Counter-based randomness: a draw is a pure function of (seed, position, draw).
+
+Philox (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) is
+keyed by the request's seed and indexed by a counter, so the uniform used to decide
+output token j never depends on how many rounds came before it. A decode restarted
+from any committed state therefore draws exactly the numbers an uninterrupted
+decode would have drawn, and the decode state needs no generator state of its own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Which uniform of an output position is meant. Each (position, draw) pair is used
+# at most once per request, which keeps the draws independent (the sample rule's
+# exactness relies on it).
+DRAW_ACCEPT = 0  # the acceptance test of a draft token
+DRAW_SAMPLE = 1  # sampling the emitted token (residual, bonus or plain step)
+DRAW_PROPOSE = 2  # a stochastic proposer sampling its draft token
+
+_MASK64 = (1 << 64) - 1
+
+
+def uniform(seed: int, position: int, draw: int) -> float:
+    """A uniform number in [0, 1) for output position `position` of request `seed`."""
+    assert position >= 0 and draw >= 0
+    bits = np.random.Philox(key=seed & _MASK64, counter=[position, draw, 0, 0])
+    return float(np.random.Generator(bits).random())

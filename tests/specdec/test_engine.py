@@ -1,0 +1,248 @@
+"""Engine invariants on toy models written to real GGUF files: speculative greedy
+equals plain greedy for every proposer, resume equals uninterrupted, stops and
+limits hold, and mismatched proposers are refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specq.errors import ModelFileError, ParameterError
+from specq.specdec.engine import Engine
+from specq.specdec.loader import load_engine, load_model_and_tokenizer
+from specq.specdec.proposers import DraftModelProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer
+from specq.specdec.sampling import SamplingParams
+from specq.specdec.state import DecodeState, GenerationRequest
+
+PROMPTS = [
+    "the cat sat on the mat and the cat",
+    "Hello, world! 12345",
+    "in the end it is the",
+]
+
+
+@pytest.fixture(scope="module")
+def toy(toy_model_path):
+    return load_model_and_tokenizer(toy_model_path)
+
+
+@pytest.fixture(scope="module")
+def other_toy(toy_model_file):
+    """A different model with the same vocabulary: a draft that is often wrong."""
+    return load_model_and_tokenizer(toy_model_file(seed=11))
+
+
+def random_heads(model, n_heads: int = 4, seed: int = 0, scale: float = 0.05) -> MedusaHeads:
+    rng = np.random.default_rng(seed)
+    d = model.config.d_model
+    return MedusaHeads(
+        weights=(rng.normal(size=(n_heads, d, d)) * scale).astype(np.float32),
+        biases=(rng.normal(size=(n_heads, d)) * scale).astype(np.float32),
+        target_fingerprint=model.fingerprint,
+        metadata={"made_by": "test"},
+    )
+
+
+def proposers(toy, other_toy):
+    model, _ = toy
+    return {
+        "none": NoProposer(),
+        "ngram": NgramProposer(),
+        "draft_same": DraftModelProposer(model),
+        "draft_other": DraftModelProposer(other_toy[0]),
+        "medusa": MedusaProposer(model, random_heads(model)),
+    }
+
+
+def request(tokenizer, prompt: str, **kwargs) -> GenerationRequest:
+    kwargs.setdefault("max_tokens", 40)
+    return GenerationRequest(prompt_ids=tuple(tokenizer.encode_chat([{"role": "user", "content": prompt}])), **kwargs)
+
+
+def plain_greedy(model, prompt_ids, n):
+    """Reference: prefill, then one token per forward, argmax each time."""
+    from specq.specdec.model import Segment
+
+    cache = model.new_cache()
+    logits = model.forward([Segment(cache, prompt_ids, 0)])[0].logits[-1]
+    out = []
+    for _ in range(n):
+        token = int(np.argmax(logits))
+        out.append(token)
+        logits = model.forward([Segment(cache, [token], len(prompt_ids) + len(out) - 1)])[0].logits[-1]
+    return out
+
+
+@pytest.mark.parametrize("name", ["none", "ngram", "draft_same", "draft_other", "medusa"])
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_speculative_greedy_equals_plain_greedy(toy, other_toy, name, k):
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, proposers(toy, other_toy)[name])
+    total_drafted = 0
+    for prompt in PROMPTS:
+        req = request(tokenizer, prompt, k=k)
+        state = engine.run(req)
+        expected = plain_greedy(model, list(req.prompt_ids), len(state.output_ids))
+        assert list(state.output_ids) == expected
+        m = state.metrics
+        assert m.emitted == len(state.output_ids) or state.finish_reason == "stop"
+        assert sum(m.accepted_per_position) == m.accepted <= m.drafted == sum(m.drafted_per_position)
+        total_drafted += m.drafted
+        if name == "none":
+            assert m.tau == 1.0 and m.drafted == 0
+    assert (total_drafted > 0) == (name != "none")
+
+
+def test_speculation_actually_saves_forwards(toy):
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, NgramProposer())
+    state = engine.run(request(tokenizer, PROMPTS[0], max_tokens=60))
+    assert state.metrics.accepted > 0
+    assert state.metrics.target_forwards < len(state.output_ids)
+    assert state.metrics.tau == pytest.approx(state.metrics.emitted / state.metrics.target_forwards)
+
+
+def test_a_draft_identical_to_the_target_accepts_every_drafted_token(toy):
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, DraftModelProposer(model))
+    for params in (SamplingParams(), SamplingParams(temperature=0.9, seed=3)):
+        state = engine.run(request(tokenizer, PROMPTS[1], max_tokens=48, k=4, sampling=params))
+        m = state.metrics
+        assert m.drafted > 0 and m.accepted == m.drafted, params
+
+
+@pytest.mark.parametrize("name", ["none", "ngram", "draft_other", "medusa"])
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_resume_after_every_round_equals_an_uninterrupted_run(toy, other_toy, name, temperature):
+    model, tokenizer = toy
+    proposer = proposers(toy, other_toy)[name]
+    engine = Engine(model, tokenizer, proposer)
+    req = request(tokenizer, PROMPTS[0], max_tokens=36, k=4, sampling=SamplingParams(temperature=temperature, seed=42))
+    uninterrupted = engine.run(req)
+
+    state = engine.start(req)
+    resumes = 0
+    while not state.finished:
+        # A new session from the JSON-serialized state: nothing survives but the value.
+        state = DecodeState.from_dict(json.loads(json.dumps(state.to_dict())))
+        state = engine.session(state).step()
+        resumes += 1
+    assert state.output_ids == uninterrupted.output_ids
+    assert state.finish_reason == uninterrupted.finish_reason
+    for field in ("target_forwards", "emitted", "drafted", "accepted", "accepted_per_position"):
+        assert getattr(state.metrics, field) == getattr(uninterrupted.metrics, field), field
+    assert state.metrics.resume_prefills == resumes - 1
+
+
+def test_seeded_sampling_is_reproducible_and_seed_dependent(toy):
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, NgramProposer())
+
+    def run(seed):
+        return engine.run(request(tokenizer, PROMPTS[2], sampling=SamplingParams(temperature=1.0, seed=seed))).output_ids
+
+    assert run(5) == run(5)
+    assert len({run(s) for s in range(6)}) > 1
+
+
+def test_max_tokens_is_exact(toy):
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, NgramProposer())
+    for n in (1, 2, 7):
+        state = engine.run(request(tokenizer, PROMPTS[0], max_tokens=n, k=5))
+        assert len(state.output_ids) == n and state.finish_reason == "length"
+
+
+class _EndsOn:
+    """The toy tokenizer, with a chosen token declared end-of-turn."""
+
+    def __init__(self, tokenizer, token: int) -> None:
+        self._tokenizer = tokenizer
+        self.end_of_turn_ids = frozenset({token})
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+def test_end_of_turn_token_stops_generation_mid_round(toy):
+    model, tokenizer = toy
+    req = request(tokenizer, PROMPTS[0], max_tokens=40, k=5)
+    free = Engine(model, tokenizer, NgramProposer()).run(req)
+    # The first token that differs from its predecessor, so that it is a real stop.
+    index = next(i for i in range(3, 40) if free.output_ids[i] != free.output_ids[i - 1])
+    token = free.output_ids[index]
+    first = free.output_ids.index(token)
+    engine = Engine(model, _EndsOn(tokenizer, token), NgramProposer())
+    state = engine.run(req)
+    assert state.finish_reason == "stop"
+    assert state.output_ids == free.output_ids[: first + 1]
+    assert state.metrics.emitted >= len(state.output_ids)
+
+
+def test_stop_strings_cut_the_text_and_are_never_streamed(toy):
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, NgramProposer())
+    free = engine.run(request(tokenizer, PROMPTS[0], max_tokens=40))
+    text = engine.text(free)
+    stop = text[10:13]
+    assert len(stop) == 3 and stop in text
+    state = engine.start(request(tokenizer, PROMPTS[0], max_tokens=40, stop=(stop,)))
+    streamed = ""
+    for state in engine.generate(state):
+        visible = engine.stream_text(state)
+        assert visible.startswith(streamed), "streamed text only grows"
+        assert stop not in visible
+        streamed = visible
+    assert state.finish_reason == "stop"
+    assert engine.text(state) == text[: text.find(stop)]
+    # The kept tokens are the fewest whose text contains the stop string.
+    assert stop in tokenizer.decode(state.output_ids)
+    assert stop not in tokenizer.decode(state.output_ids[:-1])
+    assert state.output_ids == free.output_ids[: len(state.output_ids)]
+
+
+def test_prompt_longer_than_the_context_is_refused(toy):
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, NgramProposer())
+    ids = tuple([5] * model.config.context_length)
+    with pytest.raises(ParameterError, match="context"):
+        engine.start(GenerationRequest(prompt_ids=ids))
+
+
+def test_generation_stops_at_the_context_end(toy_model_file):
+    model, tokenizer = load_model_and_tokenizer(toy_model_file(context_length=64))
+    engine = Engine(model, tokenizer, NgramProposer())
+    state = engine.run(GenerationRequest(prompt_ids=tuple([5] * 50), max_tokens=100, k=5))
+    assert state.finish_reason in ("length", "stop")
+    assert len(state.all_ids) <= 64
+
+
+def test_medusa_heads_file_round_trip_and_target_check(toy, other_toy, tmp_path):
+    model, tokenizer = toy
+    heads = random_heads(model, n_heads=3)
+    path = str(tmp_path / "heads.gguf")
+    heads.save(path)
+    loaded = MedusaHeads.load(path)
+    np.testing.assert_array_equal(loaded.weights, heads.weights)
+    np.testing.assert_array_equal(loaded.biases, heads.biases)
+    assert loaded.target_fingerprint == model.fingerprint and loaded.metadata == {"made_by": "test"}
+    loaded.check_target(model, path)
+    with pytest.raises(ModelFileError, match="were trained for model sha256"):
+        loaded.check_target(other_toy[0], path)
+
+
+def test_load_engine_refuses_mismatched_proposers(toy_model_path, toy_model_file, tmp_path):
+    other_vocab = toy_model_file(n_merges=40)
+    with pytest.raises(ModelFileError, match="vocabulary"):
+        load_engine(model_path=toy_model_path, proposer="draft", draft_model_path=other_vocab)
+    model, _ = load_model_and_tokenizer(other_vocab)
+    heads_path = str(tmp_path / "h.gguf")
+    random_heads(model).save(heads_path)
+    with pytest.raises(ModelFileError, match="trained for"):
+        load_engine(model_path=toy_model_path, proposer="medusa", medusa_heads_path=heads_path)
+    with pytest.raises(ModelFileError, match="not a Medusa heads file"):
+        load_engine(model_path=toy_model_path, proposer="medusa", medusa_heads_path=toy_model_path)
+    with pytest.raises(ParameterError, match="needs --draft-model"):
+        load_engine(model_path=toy_model_path, proposer="draft")
