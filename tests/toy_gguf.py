@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, TokenType
@@ -57,8 +56,6 @@ MERGES = (
 )
 DEFAULT_N_MERGES = 48
 
-# Types written with a quantizer of our own where gguf (0.17-0.19) has none.
-_K_QUANTS = ("Q4_K", "Q6_K")
 # Types written as random blocks (for "unsupported type" tests): offset of the
 # float16 super-scale in the block, kept finite and small.
 _RANDOM_BLOCK_SCALE_OFFSET = {"IQ2_XXS": 0, "IQ2_XS": 0, "IQ3_XXS": 0, "TQ2_0": 64}
@@ -172,6 +169,8 @@ def encode_tensor(array: np.ndarray, type_name: str, *, seed: int = 0) -> np.nda
             f"rows of {array.shape[-1]} values cannot be stored as {type_name} "
             f"(block size {block_size})"
         )
+    # gguf (0.17-0.19) can dequantize but not quantize the K-quants: ours follow
+    # ggml's block layouts (exact inverses of gguf's unpacking).
     if type_name == "Q4_K":
         blocks = _quantize_q4_k(array.reshape(-1, 256))
     elif type_name == "Q6_K":
@@ -331,12 +330,3 @@ def _add_tokenizer(writer: GGUFWriter, tokens: list[str], token_types: list[int]
     writer.add_add_bos_token(False)
     writer.add_add_space_prefix(False)
     writer.add_chat_template(CHATML_TEMPLATE)
-
-
-def toy_config(**kwargs: Any) -> dict[str, Any]:
-    """The hyperparameters a toy file written with `kwargs` has (for assertions)."""
-    defaults = dict(n_layers=2, d_model=64, n_heads=4, n_kv_heads=2, d_ffn=128, context_length=512)
-    cfg = {k: kwargs.get(k, v) for k, v in defaults.items()}
-    cfg["head_dim"] = cfg["d_model"] // cfg["n_heads"]
-    cfg["vocab_size"] = toy_vocab_size(kwargs.get("n_merges", DEFAULT_N_MERGES))
-    return cfg

@@ -1,0 +1,305 @@
+"""The LLaMA forward: against an independent reference written here, and invariance
+of the KV-cache paths (incremental, rollback, ragged batches, growth) against one
+full forward."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+import toy_gguf
+from specq.errors import ParameterError
+from specq.specdec.gguf_file import GGUFFile
+from specq.specdec.model import LlamaModel, Segment
+
+TOKENS = [1, 42, 267, 7, 300, 3, 150, 258, 259, 99, 2, 17, 64, 128, 200, 11, 5, 280, 33, 306, 0, 75, 76, 77]
+
+
+# --- an independent reference: slow, obvious, float64 ------------------------------
+
+def _reference_weights(path: str) -> tuple[dict, dict[str, np.ndarray]]:
+    reader = GGUFReader(path)
+    meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("tokenizer.")}
+    weights = {}
+    for t in reader.tensors:
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # GGUF ne -> numpy order
+        weights[t.name] = dequantize(np.asarray(t.data), t.tensor_type).reshape(shape).astype(np.float64)
+    return meta, weights
+
+
+def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(logits [T, vocab], final-normed hidden [T, d]) of the whole sequence from
+    position 0, without a cache, one head and one position at a time."""
+    meta, w = _reference_weights(path)
+    d = meta["llama.embedding_length"]
+    n_heads = meta["llama.attention.head_count"]
+    n_kv = meta["llama.attention.head_count_kv"]
+    hd = d // n_heads
+    base = meta["llama.rope.freq_base"]
+    eps = meta["llama.attention.layer_norm_rms_epsilon"]
+    n_tok = len(token_ids)
+
+    def rms_norm(x, weight):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+    def rope(vec, pos):
+        # GGUF (llama.cpp permuted Q/K): rotate adjacent pairs (x[2i], x[2i+1]).
+        out = vec.copy()
+        for i in range(hd // 2):
+            angle = pos * base ** (-2 * i / hd)
+            c, s = np.cos(angle), np.sin(angle)
+            out[2 * i] = vec[2 * i] * c - vec[2 * i + 1] * s
+            out[2 * i + 1] = vec[2 * i] * s + vec[2 * i + 1] * c
+        return out
+
+    def silu(x):
+        return x / (1 + np.exp(-x))
+
+    x = w["token_embd.weight"][token_ids]  # [T, d]
+    for layer in range(meta["llama.block_count"]):
+        p = f"blk.{layer}."
+        h = rms_norm(x, w[p + "attn_norm.weight"])
+        q = h @ w[p + "attn_q.weight"].T  # [T, Hq * hd]
+        k = h @ w[p + "attn_k.weight"].T  # [T, Hkv * hd]
+        v = h @ w[p + "attn_v.weight"].T
+        attn = np.zeros((n_tok, n_heads * hd))
+        for head in range(n_heads):
+            kv_head = head // (n_heads // n_kv)
+            qs = [rope(q[t, head * hd : (head + 1) * hd], t) for t in range(n_tok)]
+            ks = [rope(k[t, kv_head * hd : (kv_head + 1) * hd], t) for t in range(n_tok)]
+            vs = [v[t, kv_head * hd : (kv_head + 1) * hd] for t in range(n_tok)]
+            for t in range(n_tok):
+                scores = np.array([qs[t] @ ks[s] / np.sqrt(hd) for s in range(t + 1)])
+                probs = np.exp(scores - scores.max())
+                probs /= probs.sum()
+                attn[t, head * hd : (head + 1) * hd] = sum(probs[s] * vs[s] for s in range(t + 1))
+        x = x + attn @ w[p + "attn_output.weight"].T
+        h = rms_norm(x, w[p + "ffn_norm.weight"])
+        gate = h @ w[p + "ffn_gate.weight"].T
+        up = h @ w[p + "ffn_up.weight"].T
+        x = x + (silu(gate) * up) @ w[p + "ffn_down.weight"].T
+    hidden = rms_norm(x, w["output_norm.weight"])
+    head = w.get("output.weight", w["token_embd.weight"])  # tied when absent
+    return hidden @ head.T, hidden
+
+
+# --- helpers --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model(toy_model_path) -> LlamaModel:
+    return LlamaModel.load(toy_model_path)
+
+
+def full_logits(model: LlamaModel, tokens: list[int]) -> np.ndarray:
+    return model.forward([Segment(model.new_cache(), tokens, 0)])[0].logits
+
+
+def chunked_logits(model: LlamaModel, tokens: list[int], sizes: list[int], capacity: int = 256) -> np.ndarray:
+    """Feed `tokens` in chunks of the given sizes (the last size repeats) through one cache."""
+    cache = model.new_cache(capacity)
+    rows, pos, i = [], 0, 0
+    while pos < len(tokens):
+        n = sizes[min(i, len(sizes) - 1)]
+        rows.append(model.forward([Segment(cache, tokens[pos : pos + n], pos)])[0].logits)
+        pos, i = pos + n, i + 1
+    return np.concatenate(rows)
+
+
+def greedy(model: LlamaModel, prompt: list[int], n_new: int) -> list[int]:
+    cache = model.new_cache()
+    logits = model.forward([Segment(cache, prompt, 0, all_logits=False)])[0].logits
+    out = list(prompt)
+    for _ in range(n_new):
+        out.append(int(np.argmax(logits[-1])))
+        logits = model.forward([Segment(cache, out[-1:], len(out) - 1)])[0].logits
+    return out[len(prompt):]
+
+
+# --- (a), (g), (h): the forward against the reference ---------------------------------
+
+REFERENCE_CASES = {
+    "f32_gqa_tied": dict(),
+    "f32_mqa_untied_3_layers": dict(seed=1, n_layers=3, n_kv_heads=1, tied=False, rope_base=500.0),
+    "f32_mha": dict(seed=2, n_heads=2, n_kv_heads=2, d_model=32, d_ffn=96),
+    "f16": dict(seed=4, tensor_type="F16"),
+    "q8_0": dict(seed=5, tensor_type="Q8_0"),
+    "q4_1_with_q8_0_embedding": dict(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"),
+    "q4_k_q6_k": dict(seed=7, n_layers=1, d_model=256, d_ffn=512, tensor_type="Q4_K", embedding_type="Q6_K"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFERENCE_CASES))
+def test_forward_matches_reference(toy_model_file, case):
+    path = toy_model_file(**REFERENCE_CASES[case])
+    model = LlamaModel.load(path)
+    want_logits, want_hidden = reference_forward(path, TOKENS)
+    out = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0]
+    assert out.logits.shape == (len(TOKENS), model.config.vocab_size)
+    assert out.hidden.shape == (len(TOKENS), model.config.d_model)
+    np.testing.assert_allclose(out.logits, want_logits, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(out.hidden, want_hidden, rtol=0, atol=1e-5)
+
+
+def test_config_from_metadata(toy_model_file):
+    path = toy_model_file(**REFERENCE_CASES["f32_mqa_untied_3_layers"])
+    cfg = LlamaModel.load(path).config
+    assert (cfg.n_layers, cfg.d_model, cfg.d_ffn) == (3, 64, 128)
+    assert (cfg.n_heads, cfg.n_kv_heads, cfg.head_dim) == (4, 1, 16)
+    assert cfg.rope_base == 500.0
+    assert cfg.rms_eps == pytest.approx(1e-5)
+    assert cfg.vocab_size == toy_gguf.toy_vocab_size() == 307
+    assert cfg.context_length == 512
+
+
+def test_untied_head_uses_output_weight(toy_model_file):
+    path = toy_model_file(**REFERENCE_CASES["f32_mqa_untied_3_layers"])
+    model = LlamaModel.load(path)
+    f = GGUFFile(path)
+    out = model.forward([Segment(model.new_cache(), TOKENS[:6], 0)])[0]
+    np.testing.assert_allclose(out.logits, out.hidden @ f.tensor("output.weight").T, atol=1e-4)
+    assert np.abs(out.logits - out.hidden @ f.tensor("token_embd.weight").T).max() > 1.0
+
+
+def test_logits_are_peaked(model):
+    """The toy models' contract that argmax comparisons rely on: logits spread over
+    several units and a clear winner almost everywhere."""
+    rows = [full_logits(model, TOKENS)]
+    for seed in range(3):
+        prompt = [int(t) for t in np.random.default_rng(seed).integers(3, model.config.vocab_size, size=8)]
+        rows.append(full_logits(model, prompt + greedy(model, prompt, 24)))
+    logits = np.concatenate(rows)
+    assert logits.std(axis=1).min() >= 3.0
+    top2 = np.sort(logits, axis=1)[:, -2:]
+    gaps = top2[:, 1] - top2[:, 0]
+    assert np.median(gaps) > 0.3
+    assert np.mean(gaps > 1e-3) >= 0.99
+
+
+def test_greedy_output_repeats_enough_for_prompt_lookup(model):
+    out = greedy(model, TOKENS[:8], 48)
+    assert len(set(out)) >= 3  # not a single token forever
+    seq = TOKENS[:8] + out
+    hits = 0  # positions where the latest earlier occurrence of the preceding 2-gram predicts right
+    for i in range(10, len(seq)):
+        for j in range(i - 3, -1, -1):
+            if seq[j : j + 2] == seq[i - 2 : i]:
+                hits += seq[j + 2] == seq[i]
+                break
+    assert hits >= 10
+
+
+# --- (b) incremental decoding ------------------------------------------------------------
+
+@pytest.mark.parametrize("sizes", [[6, 1], [3], [1], [5, 2, 7, 1]], ids=["prefill_then_1", "chunks_of_3", "one_by_one", "mixed"])
+def test_incremental_equals_full_forward(model, sizes):
+    np.testing.assert_allclose(chunked_logits(model, TOKENS, sizes), full_logits(model, TOKENS), rtol=0, atol=1e-4)
+
+
+# --- (c) rollback --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n_replacement", [1, 3, 6])
+def test_rejected_drafts_leave_no_trace(model, n_replacement):
+    prefix, drafts = TOKENS[:7], [300, 301, 302, 303, 304]
+    replacement = TOKENS[7 : 7 + n_replacement]
+    p = len(prefix)
+    cache = model.new_cache()
+    model.forward([Segment(cache, prefix, 0)])
+    model.forward([Segment(cache, drafts, p)])  # positions p .. p+4, then rejected
+    got = model.forward([Segment(cache, replacement, p)])[0]
+    after = model.forward([Segment(cache, [5], p + n_replacement)])[0]
+
+    fresh = model.new_cache()
+    model.forward([Segment(fresh, prefix, 0)])
+    want = model.forward([Segment(fresh, replacement, p)])[0]
+    want_after = model.forward([Segment(fresh, [5], p + n_replacement)])[0]
+    np.testing.assert_allclose(got.logits, want.logits, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got.hidden, want.hidden, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(after.logits, want_after.logits, rtol=0, atol=1e-5)
+
+
+def test_drafts_do_change_the_logits(model):
+    # Guards the rollback test: seeing the drafts would have made a difference.
+    prefix = TOKENS[:7]
+    a = full_logits(model, prefix + [300, 301, 302, 303, 304, 5])[-1]
+    b = full_logits(model, prefix + [5])[-1]
+    assert np.abs(a - b).max() > 0.1
+
+
+# --- (d) ragged batch, (e) last-row-only logits ------------------------------------------
+
+def test_ragged_batch_equals_each_segment_alone(model):
+    specs = [  # (already cached prefix, new tokens, all_logits)
+        (TOKENS[:5], TOKENS[5:8], True),
+        ([], TOKENS[8:15], True),
+        (TOKENS[:10], TOKENS[20:21], False),
+    ]
+
+    def prepared(prefix):
+        cache = model.new_cache()
+        if prefix:
+            model.forward([Segment(cache, prefix, 0)])
+        return cache
+
+    batch_caches = [prepared(prefix) for prefix, _, _ in specs]
+    batched = model.forward(
+        [Segment(c, new, len(prefix), all_logits=all_) for c, (prefix, new, all_) in zip(batch_caches, specs)]
+    )
+    assert len(batched) == 3
+    for cache, (prefix, new, all_), out in zip(batch_caches, specs, batched):
+        alone_cache = prepared(prefix)
+        alone = model.forward([Segment(alone_cache, new, len(prefix), all_logits=all_)])[0]
+        assert out.logits.shape == alone.logits.shape
+        np.testing.assert_allclose(out.logits, alone.logits, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(out.hidden, alone.hidden, rtol=0, atol=1e-5)
+        # The batch wrote each cache as running alone would have: the next step agrees.
+        end = len(prefix) + len(new)
+        nxt = model.forward([Segment(cache, [9], end)])[0].logits
+        nxt_alone = model.forward([Segment(alone_cache, [9], end)])[0].logits
+        np.testing.assert_allclose(nxt, nxt_alone, rtol=0, atol=1e-5)
+
+
+def test_last_row_only(model):
+    all_rows = model.forward([Segment(model.new_cache(), TOKENS[:9], 0, all_logits=True)])[0]
+    last = model.forward([Segment(model.new_cache(), TOKENS[:9], 0, all_logits=False)])[0]
+    assert last.logits.shape == (1, model.config.vocab_size)
+    np.testing.assert_allclose(last.logits[0], all_rows.logits[-1], rtol=0, atol=1e-5)
+    assert last.hidden.shape == all_rows.hidden.shape  # hidden keeps every row
+    np.testing.assert_allclose(last.hidden, all_rows.hidden, rtol=0, atol=1e-5)
+
+
+# --- (f) cache growth and the context limit ----------------------------------------------
+
+@pytest.mark.parametrize("sizes", [[5, 1], [7]], ids=["decode_one_by_one", "chunks_crossing_capacity"])
+def test_cache_growth_keeps_results(model, sizes):
+    tokens = (TOKENS * 2)[:45]
+    np.testing.assert_allclose(
+        chunked_logits(model, tokens, sizes, capacity=8), full_logits(model, tokens), rtol=0, atol=1e-4
+    )
+
+
+def test_cache_grows_past_initial_capacity(model):
+    cache = model.new_cache(8)
+    assert cache.capacity == 8
+    model.forward([Segment(cache, TOKENS[:9], 0)])
+    assert cache.capacity >= 9
+
+
+def test_context_length_is_enforced(toy_model_file):
+    model = LlamaModel.load(toy_model_file(context_length=16))
+    cache = model.new_cache(1000)
+    assert cache.capacity == 16  # clamped to the context
+    model.forward([Segment(cache, TOKENS[:16], 0)])  # exactly the context: fine
+    with pytest.raises(ParameterError, match="17.*16"):
+        model.forward([Segment(cache, [5], 16)])
+    with pytest.raises(ParameterError, match="17.*16"):
+        model.forward([Segment(model.new_cache(4), TOKENS[:17], 0)])
+    # The failed calls left the cache usable.
+    model.forward([Segment(cache, [5], 15)])
+
+
+def test_context_limit_of_default_toy(model):
+    ctx = model.config.context_length
+    with pytest.raises(ParameterError):
+        model.forward([Segment(model.new_cache(), [1, 2, 3], ctx - 2)])

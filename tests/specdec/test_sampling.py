@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from specq.errors import ParameterError
+from specq.specdec.rng import DRAW_ACCEPT, DRAW_PROPOSE, DRAW_SAMPLE, uniform
+from specq.specdec.sampling import SamplingParams, probabilities, sample
+
+LOGITS = np.array([[2.0, 1.0, 0.5, -1.0, 3.0]])
+
+
+def test_greedy_is_one_hot_argmax():
+    p = probabilities(LOGITS, SamplingParams())
+    assert p.tolist() == [[0, 0, 0, 0, 1]]
+
+
+def test_temperature_softmax():
+    p = probabilities(LOGITS, SamplingParams(temperature=2.0))[0]
+    expected = np.exp(LOGITS[0] / 2) / np.exp(LOGITS[0] / 2).sum()
+    np.testing.assert_allclose(p, expected, rtol=1e-12)
+
+
+def test_top_k_keeps_the_k_most_likely():
+    p = probabilities(LOGITS, SamplingParams(temperature=1.0, top_k=2))[0]
+    assert set(np.flatnonzero(p)) == {0, 4}
+    assert p.sum() == pytest.approx(1.0)
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    full = probabilities(LOGITS, SamplingParams(temperature=1.0))[0]
+    order = np.argsort(-full)
+    p = probabilities(LOGITS, SamplingParams(temperature=1.0, top_p=0.9))[0]
+    kept = set(np.flatnonzero(p))
+    # The top two hold less than 0.9, the top three more: exactly three are kept.
+    assert full[order[:2]].sum() < 0.9 < full[order[:3]].sum()
+    assert kept == set(order[:3].tolist())
+    np.testing.assert_allclose(p[order[:3]], full[order[:3]] / full[order[:3]].sum())
+
+
+def test_sample_is_the_inverse_cdf():
+    probs = np.array([0.1, 0.0, 0.6, 0.3])
+    assert sample(probs, 0.0) == 0
+    assert sample(probs, 0.0999) == 0
+    assert sample(probs, 0.1001) == 2
+    assert sample(probs, 0.6999) == 2
+    assert sample(probs, 0.7001) == 3
+    assert sample(probs, 0.999999) == 3
+    # Never a zero-probability token, even for u at the very top.
+    assert sample(np.array([0.5, 0.5, 0.0]), 1.0 - 1e-17) == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"temperature": -0.1}, "temperature"),
+        ({"temperature": math.nan}, "temperature"),
+        ({"temperature": math.inf}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_k": -1}, "top_k"),
+        ({"seed": -1}, "seed"),
+        ({"seed": 2**64}, "seed"),
+    ],
+)
+def test_invalid_parameters_are_refused(kwargs, match):
+    with pytest.raises(ParameterError, match=match):
+        SamplingParams(**kwargs)
+
+
+def test_uniform_is_a_pure_function_of_seed_position_and_draw():
+    assert uniform(7, 10, DRAW_SAMPLE) == uniform(7, 10, DRAW_SAMPLE)
+    values = {uniform(s, p, d) for s in (0, 7) for p in (0, 1, 10) for d in (DRAW_ACCEPT, DRAW_SAMPLE, DRAW_PROPOSE)}
+    assert len(values) == 18  # every key gives its own number
+
+
+def test_uniform_is_uniform():
+    u = np.array([uniform(3, position, DRAW_SAMPLE) for position in range(4000)])
+    assert ((u >= 0) & (u < 1)).all()
+    # Kolmogorov-Smirnov distance against U(0,1); 1.95/sqrt(n) is the 0.1% critical value.
+    u.sort()
+    ks = np.max(np.abs(u - (np.arange(1, len(u) + 1) / len(u))))
+    assert ks < 1.95 / np.sqrt(len(u))
