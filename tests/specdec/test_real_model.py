@@ -1,0 +1,88 @@
+"""The real default model (SmolLM2-135M-Instruct, Q4_1): golden greedy outputs, and
+speculative decoding equal to plain decoding on it.
+
+The golden ids were recorded once from this engine after its logits were checked
+against HuggingFace transformers on the same GGUF (docs/parity.md): max |diff| below
+1e-3 and identical greedy continuations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specq.specdec.engine import Engine
+from specq.specdec.loader import load_model_and_tokenizer
+from specq.specdec.proposers import DraftModelProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer
+from specq.specdec.sampling import SamplingParams
+from specq.specdec.state import DecodeState, GenerationRequest
+
+GOLDEN = {
+    "What is the capital of France?": [504, 3575, 282, 4649, 314, 7042, 30, 2],
+    "Write a Python function that adds two numbers.": [
+        3725, 5367, 198, 1604, 803, 79, 11355, 79, 28707, 24, 2871, 33, 28, 861, 34, 727, 472, 1003, 861, 33,
+    ],
+    "List three colors.": [
+        33, 30, 3950, 42, 378, 768, 2378, 2380, 1486, 260, 216, 33, 33, 4683, 282, 260, 24594, 30, 198, 34,
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def real(real_model_path):
+    return load_model_and_tokenizer(real_model_path)
+
+
+def _request(tokenizer, prompt, **kwargs):
+    kwargs.setdefault("max_tokens", 20)
+    return GenerationRequest(prompt_ids=tuple(tokenizer.encode_chat([{"role": "user", "content": prompt}])), **kwargs)
+
+
+def test_golden_greedy_outputs(real):
+    model, tokenizer = real
+    engine = Engine(model, tokenizer, NoProposer())
+    for prompt, expected in GOLDEN.items():
+        state = engine.run(_request(tokenizer, prompt))
+        assert list(state.output_ids) == expected, prompt
+    assert engine.text(engine.run(_request(tokenizer, "What is the capital of France?"))) == (
+        "The capital of France is Paris."
+    )
+
+
+def test_speculative_greedy_equals_plain_on_the_real_model(real):
+    model, tokenizer = real
+    rng = np.random.default_rng(0)
+    d = model.config.d_model
+    heads = MedusaHeads(
+        weights=(rng.normal(size=(3, d, d)) * 0.01).astype(np.float32),
+        biases=np.zeros((3, d), np.float32),
+        target_fingerprint=model.fingerprint,
+        metadata={},
+    )
+    for proposer in (NgramProposer(), MedusaProposer(model, heads)):
+        engine = Engine(model, tokenizer, proposer)
+        for prompt, expected in list(GOLDEN.items())[1:]:
+            state = engine.run(_request(tokenizer, prompt, k=4))
+            assert list(state.output_ids) == expected, (proposer.name, prompt)
+
+
+def test_draft_model_that_is_the_target_accepts_everything_on_the_real_model(real):
+    model, tokenizer = real
+    engine = Engine(model, tokenizer, DraftModelProposer(model))
+    prompt = "List three colors."
+    state = engine.run(_request(tokenizer, prompt, max_tokens=12, k=3))
+    assert list(state.output_ids) == GOLDEN[prompt][:12]
+    assert state.metrics.drafted > 0 and state.metrics.accepted == state.metrics.drafted
+
+
+def test_sampled_resume_equals_uninterrupted_on_the_real_model(real):
+    model, tokenizer = real
+    engine = Engine(model, tokenizer, NgramProposer())
+    req = _request(tokenizer, "Tell me a short story about a cat.", max_tokens=16, k=3,
+                   sampling=SamplingParams(temperature=0.9, top_p=0.95, seed=123))
+    whole = engine.run(req)
+    state, rounds = engine.start(req), 0
+    while not state.finished:
+        state = engine.session(DecodeState.from_dict(state.to_dict())).step()
+        rounds += 1
+    assert state.output_ids == whole.output_ids and rounds > 1
