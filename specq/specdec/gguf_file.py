@@ -50,7 +50,7 @@ class GGUFFile:
             }
             self._tensors = {t.name: t for t in self._reader.tensors}
         except (ValueError, OSError, IndexError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            raise ModelFileError(f"not a readable GGUF file: {self.path} ({exc})") from exc
+            raise ModelFileError(f"not a readable GGUF file (corrupt or truncated): {self.path} ({exc})") from exc
         self._check_extent()
 
     def _check_extent(self) -> None:

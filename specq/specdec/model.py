@@ -283,7 +283,7 @@ class LlamaModel:
         # Query head h reads kv head h // group: fold the group into the row axis so
         # that one batched product per kv head serves all of its query heads.
         qg = q.transpose(1, 0, 2).reshape(cfg.n_kv_heads, group * n, cfg.head_dim)
-        scores = qg @ keys.transpose(0, 2, 1) * (1.0 / np.sqrt(cfg.head_dim))  # [Hkv, G*n, T]
+        scores = qg @ keys.transpose(0, 2, 1) * np.float32(1.0 / np.sqrt(cfg.head_dim))  # [Hkv, G*n, T]
         scores = scores.reshape(cfg.n_kv_heads, group, n, end)
         if n > 1:
             # Row i sits at position start + i and may see positions <= start + i.
