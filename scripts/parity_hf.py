@@ -129,6 +129,9 @@ def load_hf(path: str, threads: int):
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
         sys.exit(f"this script needs torch and transformers ({exc}): pip install specq[compare]")
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(threads)
     directory, name = os.path.split(path)
     tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
@@ -277,26 +280,41 @@ def compare_tokenizer(path: str, hf_tok) -> dict | None:
                 roundtrip_bad=roundtrip_bad, templates=template_rows)
 
 
-def measure_speed(hf_model, sq_model, hf_tok, n_new: int, threads: int) -> dict:
+def _busy_cpu_seconds() -> float:
+    """CPU seconds spent by every process on the machine (Linux /proc/stat), to tell
+    how much of the machine other processes took while we were timing."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except OSError:
+        return float("nan")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(fn, runs: int) -> dict:
+    """Times fn() runs times; reports best and median seconds and the share of the
+    machine's busy CPU time that was not ours (other load makes torch's 2-thread
+    pool collapse on a 2-core machine, so a timing under load is not a baseline)."""
+    times, own0, all0 = [], sum(os.times()[:2]), _busy_cpu_seconds()
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    own, total = sum(os.times()[:2]) - own0, _busy_cpu_seconds() - all0
+    times.sort()
+    return dict(best=times[0], median=times[len(times) // 2], other_load=max(0.0, total - own) / max(total, 1e-9))
+
+
+def measure_speed(hf_model, sq_model, hf_tok, n_new: int, runs: int = 5) -> dict:
     import torch
 
     ids = hf_tok(prompt_text(hf_tok, PROMPTS[0][1]), add_special_tokens=False)["input_ids"]
     hf_greedy(hf_model, ids, 8, None)  # warm-up
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        out = hf_greedy(hf_model, ids, n_new, hf_tok.eos_token_id, force_length=True)
-        best = min(best, time.perf_counter() - t0)
-    assert len(out) == n_new
+    hf = _timed(lambda: hf_greedy(hf_model, ids, n_new, hf_tok.eos_token_id, force_length=True), runs)
     specq_greedy(sq_model, ids, 4, None)  # warm-up
-    sq_best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        sq_out = specq_greedy(sq_model, ids, n_new, None)
-        sq_best = min(sq_best, time.perf_counter() - t0)
-    assert len(sq_out) == n_new
-    return dict(prompt_tokens=len(ids), new_tokens=n_new, threads=torch.get_num_threads(),
-                hf_seconds=best, hf_tok_s=n_new / best, specq_seconds=sq_best, specq_tok_s=n_new / sq_best)
+    sq = _timed(lambda: specq_greedy(sq_model, ids, n_new, None), runs)
+    return dict(prompt_tokens=len(ids), new_tokens=n_new, threads=torch.get_num_threads(), runs=runs, hf=hf, specq=sq)
 
 
 def versions() -> dict:
@@ -365,11 +383,14 @@ def main() -> int:
     tokenizer_ok = "skipped" in tok or not tok["mismatches"] and all(r["same"] for r in tok["templates"])
 
     if args.speed:
-        s = measure_speed(hf_model, sq_model, hf_tok, 64, args.threads)
+        s = measure_speed(hf_model, sq_model, hf_tok, 64)
         print(f"\nspeed, greedy, {s['new_tokens']} new tokens after a {s['prompt_tokens']}-token prompt,"
-              f" {s['threads']} threads, best of 3 (prefill included):")
-        print(f"  HF generate  {s['hf_tok_s']:6.1f} tokens/s  ({s['hf_seconds']:.2f} s)")
-        print(f"  specq loop   {s['specq_tok_s']:6.1f} tokens/s  ({s['specq_seconds']:.2f} s)")
+              f" torch threads {s['threads']}, {s['runs']} runs (prefill included):")
+        for label, t in (("HF generate", s["hf"]), ("specq loop", s["specq"])):
+            print(f"  {label:<12} best {s['new_tokens'] / t['best']:6.1f} tokens/s, median {s['new_tokens'] / t['median']:6.1f}"
+                  f"   (other processes: {t['other_load']:.0%} of busy CPU)")
+        if max(s["hf"]["other_load"], s["specq"]["other_load"]) > 0.1:
+            print("  WARNING: the machine was busy with other work; rerun on an idle machine for a baseline")
 
     ok = logits_ok and greedy_ok
     print(f"\nRESULT: {'PASS' if ok else 'FAIL'} (logits {'ok' if logits_ok else 'FAIL'},"

@@ -10,7 +10,7 @@ import time
 import click
 
 from specq.errors import SpecqError
-from specq.jobs.inputs import GenerationDefaults, PromptSpec, check_option, read_jsonl, to_request
+from specq.jobs.inputs import GenerationDefaults, OptionError, PromptSpec, check_option, read_jsonl, to_request
 from specq.specdec.acceptance import ACCEPT_RULES
 from specq.specdec.engine import Engine
 from specq.specdec.proposers import PROPOSERS
@@ -21,11 +21,12 @@ def _option_check(name: str):
     """A click callback applying the same range checks as input lines."""
 
     def callback(ctx: click.Context, param: click.Parameter, value):
-        if value is None:
+        if value is None or value == ():
             return value
-        def fail(msg: str) -> click.BadParameter:
-            return click.BadParameter(msg.replace("field ", "").replace(f"'{name}' ", ""))
-        return check_option(name, value, fail)
+        try:
+            return check_option(name, value)
+        except OptionError as exc:
+            raise click.BadParameter(str(exc)) from None
 
     return callback
 
@@ -51,7 +52,7 @@ def main() -> None:
 @click.option("--top-p", type=float, default=1.0, show_default=True, callback=_option_check("top_p"))
 @click.option("--top-k", type=int, default=0, show_default=True, callback=_option_check("top_k"))
 @click.option("--seed", type=int, default=0, show_default=True, callback=_option_check("seed"))
-@click.option("--stop", "stop", multiple=True, help="Stop string (repeatable).")
+@click.option("--stop", "stop", multiple=True, callback=_option_check("stop"), help="Stop string (repeatable).")
 @click.option("--raw-prompt", is_flag=True, help="Feed prompts verbatim, without the chat template.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per request on stdout.")
 @click.option("--stream", is_flag=True, help="Print text as it is committed.")

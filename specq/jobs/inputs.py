@@ -53,7 +53,13 @@ def parse_line(obj: Any, line: int, where: str) -> PromptSpec:
     custom_id = obj.get("custom_id", f"request-{line}")
     if not isinstance(custom_id, str) or not custom_id:
         raise fail("field 'custom_id' must be a non-empty string")
-    overrides = {name: check_option(name, obj[name], fail) for name in OVERRIDE_FIELDS if name in obj}
+    overrides = {}
+    for name in OVERRIDE_FIELDS:
+        if name in obj:
+            try:
+                overrides[name] = check_option(name, obj[name])
+            except OptionError as exc:
+                raise fail(f"field {name!r} {exc}") from None
     return PromptSpec(custom_id=custom_id, line=line, prompt=prompt, messages=messages, overrides=overrides)
 
 
@@ -73,26 +79,31 @@ def check_messages(messages: Any, fail) -> tuple[dict[str, str], ...]:
     return tuple({"role": m["role"], "content": m["content"]} for m in messages)
 
 
-def check_option(name: str, value: Any, fail) -> Any:
-    """Validate one generation option's type and range (shared by lines and flags)."""
+class OptionError(ValueError):
+    """A generation option out of range; the message completes "<option> ..."."""
+
+
+def check_option(name: str, value: Any) -> Any:
+    """Validate one generation option's type and range (shared by lines and flags);
+    returns the value in canonical form (stop strings as a tuple)."""
     is_int = isinstance(value, int) and not isinstance(value, bool)
-    is_num = (is_int or isinstance(value, float)) and not (isinstance(value, float) and not math.isfinite(value))
+    is_num = is_int or (isinstance(value, float) and math.isfinite(value))
     if name == "max_tokens" and not (is_int and value >= 1):
-        raise fail(f"field 'max_tokens' must be an integer >= 1, got {value!r}")
+        raise OptionError(f"must be an integer >= 1, got {value!r}")
     if name == "temperature" and not (is_num and value >= 0):
-        raise fail(f"field 'temperature' must be a finite number >= 0, got {value!r}")
+        raise OptionError(f"must be a finite number >= 0, got {value!r}")
     if name == "top_p" and not (is_num and 0 < value <= 1):
-        raise fail(f"field 'top_p' must be a number in (0, 1], got {value!r}")
+        raise OptionError(f"must be a number in (0, 1], got {value!r}")
     if name == "top_k" and not (is_int and value >= 0):
-        raise fail(f"field 'top_k' must be an integer >= 0, got {value!r}")
+        raise OptionError(f"must be an integer >= 0, got {value!r}")
     if name == "seed" and not (is_int and 0 <= value < 2**63):
-        raise fail(f"field 'seed' must be an integer in [0, 2^63), got {value!r}")
+        raise OptionError(f"must be an integer in [0, 2^63), got {value!r}")
     if name == "stop":
         stops = [value] if isinstance(value, str) else value
-        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-            raise fail("field 'stop' must be a non-empty string or a list of them")
+        if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
+            raise OptionError("must be a non-empty string or a list of them")
         if len(stops) > MAX_STOP_STRINGS:
-            raise fail(f"field 'stop' has {len(stops)} strings; at most {MAX_STOP_STRINGS}")
+            raise OptionError(f"has {len(stops)} strings; at most {MAX_STOP_STRINGS} are allowed")
         return tuple(stops)
     return value
 

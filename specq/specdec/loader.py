@@ -9,7 +9,7 @@ import os
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import GGUFFile
-from specq.specdec.model import LlamaConfig, LlamaModel, _load_weights
+from specq.specdec.model import LlamaModel
 from specq.specdec.proposers import (
     PROPOSERS, DraftModelProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer,
 )
@@ -36,10 +36,8 @@ def default_model_path() -> str:
 def load_model_and_tokenizer(path: str) -> tuple[LlamaModel, Tokenizer]:
     """One read of the file serves both the weights and the vocabulary."""
     f = GGUFFile(path)
-    cfg = LlamaConfig.from_gguf(f)
-    tokenizer = Tokenizer.from_gguf(f)
-    model = LlamaModel(cfg, _load_weights(f, cfg), path=f.path, fingerprint=f.sha256())
-    return model, tokenizer
+    model = LlamaModel.from_gguf(f)  # checks the architecture before the vocabulary
+    return model, Tokenizer.from_gguf(f)
 
 
 def load_engine(

@@ -82,7 +82,7 @@ class LlamaWeights:
     w_output: np.ndarray  # [d, vocab]; a transposed copy of the embedding when tied
 
 
-def _load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
+def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
     def matrix(name: str, n_out: int, n_in: int) -> np.ndarray:
         w = f.tensor(name)  # [n_out, n_in]
         if w.shape != (n_out, n_in):
@@ -223,9 +223,12 @@ class LlamaModel:
 
     @classmethod
     def load(cls, path: str) -> "LlamaModel":
-        f = GGUFFile(path)
+        return cls.from_gguf(GGUFFile(path))
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> "LlamaModel":
         cfg = LlamaConfig.from_gguf(f)
-        return cls(cfg, _load_weights(f, cfg), path=f.path, fingerprint=f.sha256())
+        return cls(cfg, load_weights(f, cfg), path=f.path, fingerprint=f.sha256())
 
     def new_cache(self, capacity: int = 256) -> KVCache:
         return KVCache(self.config, capacity)
