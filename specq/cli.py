@@ -81,7 +81,7 @@ def generate(prompt_text, input_path, model_path, proposer, draft_model_path, me
             specs = [PromptSpec(custom_id="prompt", line=1, prompt=prompt_text)]
         engine = _load(model_path, proposer, draft_model_path, medusa_heads_path)
         # Every request is checked against the model before any is decoded.
-        states = [engine.start(to_request(spec, engine.tokenizer, defaults)) for spec in specs]
+        states = [_start(engine, spec, defaults) for spec in specs]
         for spec, state in zip(specs, states):
             _decode_one(engine, spec, state, as_json=as_json, stream=stream)
     except SpecqError as exc:
@@ -89,6 +89,16 @@ def generate(prompt_text, input_path, model_path, proposer, draft_model_path, me
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+
+
+def _start(engine: Engine, spec: PromptSpec, defaults: GenerationDefaults) -> DecodeState:
+    """The request's fresh state; a fault found against the model (a prompt too long
+    for the context) names the request and its line, as input-file errors do."""
+    request = to_request(spec, engine.tokenizer, defaults)
+    try:
+        return engine.start(request)
+    except SpecqError as exc:
+        raise type(exc)(f"request {spec.custom_id!r} (line {spec.line}): {exc}") from None
 
 
 def _load(model_path, proposer, draft_model_path, medusa_heads_path) -> Engine:

@@ -10,25 +10,10 @@ import pytest
 from specq.errors import ParameterError
 from specq.specdec.acceptance import Verdict, accept, accept_greedy, accept_sample, accept_typical, resolve_rule
 from specq.specdec.sampling import SamplingParams, probabilities, sample
+from stats import chi_square, chi_square_critical
 
 V = 6  # a small vocabulary keeps every cell of the joint distribution well populated
 TEMP1 = SamplingParams(temperature=1.0)
-
-
-def chi_square_critical(dof: int, z: float = 3.09) -> float:
-    """Wilson-Hilferty approximation of the chi-square quantile; z = 3.09 is the
-    one-sided normal quantile at alpha = 0.001."""
-    h = 2.0 / (9.0 * dof)
-    return dof * (1.0 - h + z * np.sqrt(h)) ** 3
-
-
-def chi_square(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
-    n = counts.sum()
-    expected = n * probs
-    cells = expected > 0
-    assert counts[~cells].sum() == 0, "a token the target gives zero probability was emitted"
-    stat = float((((counts - expected) ** 2)[cells] / expected[cells]).sum())
-    return stat, int(cells.sum()) - 1
 
 
 def _logits(p: np.ndarray) -> np.ndarray:

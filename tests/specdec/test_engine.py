@@ -13,8 +13,10 @@ from specq.errors import ModelFileError, ParameterError
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_engine, load_model_and_tokenizer
 from specq.specdec.proposers import DraftModelProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer
-from specq.specdec.sampling import SamplingParams
+from specq.specdec.model import Segment
+from specq.specdec.sampling import SamplingParams, probabilities
 from specq.specdec.state import DecodeState, GenerationRequest
+from stats import chi_square, chi_square_critical
 
 PROMPTS = [
     "the cat sat on the mat and the cat",
@@ -63,8 +65,6 @@ def request(tokenizer, prompt: str, **kwargs) -> GenerationRequest:
 
 def plain_greedy(model, prompt_ids, n):
     """Reference: prefill, then one token per forward, argmax each time."""
-    from specq.specdec.model import Segment
-
     cache = model.new_cache()
     logits = model.forward([Segment(cache, prompt_ids, 0)])[0].logits[-1]
     out = []
@@ -246,3 +246,40 @@ def test_load_engine_refuses_mismatched_proposers(toy_model_path, toy_model_file
         load_engine(model_path=toy_model_path, proposer="medusa", medusa_heads_path=toy_model_path)
     with pytest.raises(ParameterError, match="needs --draft-model"):
         load_engine(model_path=toy_model_path, proposer="draft")
+
+
+@pytest.mark.parametrize("name", ["draft_other", "ngram", "medusa"])
+def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(toy, other_toy, name):
+    """End to end through the engine (seeded draws, draft rows, warping of both
+    distributions): the two tokens of a speculative round follow the target's own
+    joint distribution. top_k=3 keeps the joint small enough for a few thousand runs."""
+    model, tokenizer = toy
+    params = dict(temperature=1.5, top_k=3)
+    engine = Engine(model, tokenizer, proposers(toy, other_toy)[name])
+    prompt_ids = tuple(tokenizer.encode("the cat sat"))
+    # Output token 0 comes from the prefill, which never drafts: start after it, so
+    # that tokens 1 and 2 are decided by one speculative round (k = 2). Token 0 is
+    # taken from the prompt so that prompt lookup finds a match.
+    context = prompt_ids + (prompt_ids[0],)
+
+    def target(ids):
+        out = model.forward([Segment(model.new_cache(), list(ids), 0)])[0]
+        return probabilities(out.logits[-1:], SamplingParams(**params))[0]
+
+    p1 = target(context)
+    joint = {(a, b): p1[a] * p for a in np.flatnonzero(p1) for b, p in enumerate(target(context + (a,))) if p > 0}
+    cells = {key: i for i, key in enumerate(joint)}
+    counts = np.zeros(len(cells))
+    drafted = 0
+    for seed in range(3000):
+        req = GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, k=3, sampling=SamplingParams(seed=seed, **params))
+        state = DecodeState(request=req, output_ids=context[len(prompt_ids):])
+        for state in engine.generate(state):
+            pass
+        pair = state.output_ids[1:3]
+        assert pair in cells, f"emitted {pair}, which the target gives zero probability"
+        counts[cells[pair]] += 1
+        drafted += state.metrics.drafted
+    assert drafted >= 3000, "every run must have drafted"
+    stat, dof = chi_square(counts, np.array(list(joint.values())))
+    assert stat < chi_square_critical(dof), f"chi-square {stat:.1f} on {dof} dof"
