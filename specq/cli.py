@@ -122,7 +122,7 @@ def _decode_one(engine: Engine, spec: PromptSpec, state: DecodeState, *, as_json
     for state in engine.generate(state):
         if stream:
             text = engine.stream_text(state)
-            click.echo(text[shown:], nl=False)
+            click.echo(text[shown:], nl=False, color=True)  # model text verbatim, escapes included
             sys.stdout.flush()
             shown = len(text)
     m = state.metrics
@@ -131,7 +131,7 @@ def _decode_one(engine: Engine, spec: PromptSpec, state: DecodeState, *, as_json
     elif stream:
         click.echo("")
     else:
-        click.echo(engine.text(state))
+        click.echo(engine.text(state), color=True)
     rate = len(state.output_ids) / m.decode_seconds if m.decode_seconds else 0.0
     click.echo(
         f"{spec.custom_id}: {len(state.output_ids)} tokens ({state.finish_reason}), {rate:.1f} tokens/s, "

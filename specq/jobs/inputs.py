@@ -136,7 +136,7 @@ def read_jsonl(path: str) -> list[PromptSpec]:
     if not os.path.isfile(path):
         raise InputError(f"input file not found: {path}")
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:  # tolerate a byte-order mark
             return parse_jsonl(fh, where=f"{path}: ")
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 text file") from None
