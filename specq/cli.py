@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
+from dataclasses import replace
 
 import click
 
@@ -155,3 +157,82 @@ def result_record(engine: Engine, spec: PromptSpec, state: DecodeState) -> dict:
         },
         "metrics": state.metrics.to_dict(),
     }
+
+
+def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+    try:
+        values = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise click.BadParameter(f"expected integers >= 1, got {value!r}")
+    return values
+
+
+def _proposer_list(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [n for n in names if n not in PROPOSERS]
+    if not names or unknown:
+        raise click.BadParameter(f"unknown proposer {unknown[0] if unknown else value!r} (choose from {', '.join(PROPOSERS)})")
+    return names
+
+
+def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]:
+    counts: Counter[str] = Counter()
+    kept = []
+    for spec in specs:
+        if counts[spec.category] < limit:
+            kept.append(spec)
+            counts[spec.category] += 1
+    return kept
+
+
+@main.command()
+@click.option("--input", "input_path", type=click.Path(dir_okay=False), default="examples/bench_prompts.jsonl",
+              show_default=True, help="JSONL prompts; an optional 'category' field groups the results.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Target GGUF (default: SmolLM2-135M-Instruct).")
+@click.option("--proposers", default="ngram", show_default=True, callback=_proposer_list,
+              help="Comma-separated proposers to compare with plain decoding.")
+@click.option("--k", "ks", default="3,5", show_default=True, callback=_int_list, help="Comma-separated draft lengths.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--max-tokens", type=int, callback=_option_check("max_tokens"), help="Override every line's max_tokens.")
+@click.option("--limit", type=click.IntRange(min=1), help="Only the first N prompts of each category.")
+@click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False))
+@click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="The full report as JSON on stdout.")
+def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, draft_model_path, medusa_heads_path, as_json) -> None:
+    """Measure speculative decoding against plain decoding on one loaded model
+    (greedy; tokens/s, speedup, tau, acceptance, exactness), as ratios from one run.
+
+    \b
+    specq bench --repeat 3
+    specq bench --proposers ngram,draft --draft-model small.gguf --k 2,4 --json > bench.json
+    """
+    from specq.bench import BenchConfig, format_table, run_bench
+    from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer
+
+    try:
+        specs = read_jsonl(input_path)
+        if limit:
+            specs = _first_per_category(specs, limit)
+        if max_tokens:
+            specs = [replace(s, overrides={**s.overrides, "max_tokens": max_tokens}) for s in specs]
+        model, tokenizer = load_model_and_tokenizer(model_path or default_model_path())
+        proposer_cache: dict = {}
+
+        def proposer_for(name: str):
+            if name not in proposer_cache:
+                proposer_cache[name] = make_proposer(name, model, tokenizer, draft_model_path=draft_model_path,
+                                                     medusa_heads_path=medusa_heads_path)
+            return proposer_cache[name]
+
+        for name in proposers:
+            proposer_for(name)  # refuse bad proposer files before the long run
+        configs = [BenchConfig(p, k) for p in proposers for k in (ks if p != "none" else [1])]
+        report = run_bench(model, tokenizer, specs, configs, proposer_for, defaults=GenerationDefaults(),
+                           repeat=repeat, progress=lambda msg: click.echo(msg, err=True))
+    except SpecqError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(format_table(report), err=True)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))

@@ -14,7 +14,8 @@ from specq.specdec.sampling import SamplingParams
 from specq.specdec.state import GenerationRequest
 
 OVERRIDE_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
-KNOWN_FIELDS = frozenset({"custom_id", "prompt", "messages", *OVERRIDE_FIELDS})
+# "category" is a free label (the benchmark groups results by it); generation ignores it.
+KNOWN_FIELDS = frozenset({"custom_id", "category", "prompt", "messages", *OVERRIDE_FIELDS})
 ROLES = ("system", "user", "assistant")
 MAX_STOP_STRINGS = 8
 
@@ -26,6 +27,7 @@ class PromptSpec:
 
     custom_id: str
     line: int
+    category: str = ""
     prompt: str | None = None
     messages: tuple[dict[str, str], ...] | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -53,6 +55,9 @@ def parse_line(obj: Any, line: int, where: str) -> PromptSpec:
     custom_id = obj.get("custom_id", f"request-{line}")
     if not isinstance(custom_id, str) or not custom_id:
         raise fail("field 'custom_id' must be a non-empty string")
+    category = obj.get("category", "")
+    if not isinstance(category, str):
+        raise fail("field 'category' must be a string")
     overrides = {}
     for name in OVERRIDE_FIELDS:
         if name in obj:
@@ -60,7 +65,9 @@ def parse_line(obj: Any, line: int, where: str) -> PromptSpec:
                 overrides[name] = check_option(name, obj[name])
             except OptionError as exc:
                 raise fail(f"field {name!r} {exc}") from None
-    return PromptSpec(custom_id=custom_id, line=line, prompt=prompt, messages=messages, overrides=overrides)
+    return PromptSpec(
+        custom_id=custom_id, line=line, category=category, prompt=prompt, messages=messages, overrides=overrides
+    )
 
 
 def check_messages(messages: Any, fail) -> tuple[dict[str, str], ...]:

@@ -11,7 +11,7 @@ from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model import LlamaModel
 from specq.specdec.proposers import (
-    PROPOSERS, DraftModelProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer,
+    PROPOSERS, DraftModelProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer, Proposer,
 )
 from specq.specdec.tokenizer import Tokenizer
 
@@ -46,28 +46,40 @@ def load_engine(
     proposer: str = "ngram",
     draft_model_path: str | None = None,
     medusa_heads_path: str | None = None,
-    ngram_max: int = 3,
 ) -> Engine:
-    if proposer not in PROPOSERS:
-        raise ParameterError(f"unknown proposer {proposer!r} (choose from {', '.join(PROPOSERS)})")
     model, tokenizer = load_model_and_tokenizer(model_path or default_model_path())
-    if proposer == "ngram":
-        chosen = NgramProposer(max_ngram=ngram_max)
-    elif proposer == "none":
-        chosen = NoProposer()
-    elif proposer == "draft":
+    chosen = make_proposer(
+        proposer, model, tokenizer, draft_model_path=draft_model_path, medusa_heads_path=medusa_heads_path
+    )
+    return Engine(model, tokenizer, chosen)
+
+
+def make_proposer(
+    name: str,
+    model: LlamaModel,
+    tokenizer: Tokenizer,
+    *,
+    draft_model_path: str | None = None,
+    medusa_heads_path: str | None = None,
+) -> Proposer:
+    """A proposer for `model`, its files checked against it (vocabulary, heads)."""
+    if name not in PROPOSERS:
+        raise ParameterError(f"unknown proposer {name!r} (choose from {', '.join(PROPOSERS)})")
+    if name == "ngram":
+        return NgramProposer()
+    if name == "none":
+        return NoProposer()
+    if name == "draft":
         if not draft_model_path:
             raise ParameterError("proposer 'draft' needs --draft-model PATH")
         draft_model, draft_tokenizer = load_model_and_tokenizer(draft_model_path)
         check_same_vocabulary(tokenizer, draft_tokenizer, draft_model_path)
-        chosen = DraftModelProposer(draft_model)
-    else:
-        if not medusa_heads_path:
-            raise ParameterError("proposer 'medusa' needs --medusa-heads PATH")
-        heads = MedusaHeads.load(medusa_heads_path)
-        heads.check_target(model, medusa_heads_path)
-        chosen = MedusaProposer(model, heads)
-    return Engine(model, tokenizer, chosen)
+        return DraftModelProposer(draft_model)
+    if not medusa_heads_path:
+        raise ParameterError("proposer 'medusa' needs --medusa-heads PATH")
+    heads = MedusaHeads.load(medusa_heads_path)
+    heads.check_target(model, medusa_heads_path)
+    return MedusaProposer(model, heads)
 
 
 def check_same_vocabulary(target: Tokenizer, draft: Tokenizer, draft_path: str) -> None:
