@@ -194,10 +194,15 @@ def specq_greedy(model, ids: list[int], n_new: int, eos: int | None) -> list[int
     return out
 
 
-def compare_logits(hf_model, sq_model, hf_tok, tol: float) -> tuple[bool, list[dict]]:
+def compare_logits(hf_model, sq_model, hf_tok, tol: float) -> tuple[bool, list[dict], dict]:
+    """Per prompt: one specq forward over the whole prompt against HF. Then the same
+    HF logits against specq's other two forward shapes: all prompts as segments of
+    one forward call (the batched verification pass), and each prompt in two chunks
+    (the second one at start > 0, attending over the cached first chunk)."""
     import numpy as np
+    from specq.specdec.model import Segment
 
-    rows, ok = [], True
+    rows, ok, refs, all_ids = [], True, [], []
     for name, prompt in PROMPTS:
         ids = hf_tok(prompt_text(hf_tok, prompt), add_special_tokens=False)["input_ids"]
         ref, got = hf_logits(hf_model, ids), specq_logits(sq_model, ids)
@@ -211,7 +216,19 @@ def compare_logits(hf_model, sq_model, hf_tok, tol: float) -> tuple[bool, list[d
             argmax_agree=int(argmax_ok.sum()), first_pos_diff=float(diff[0].max()),
         ))
         ok &= diff.max() <= tol
-    return ok, rows
+        refs.append(ref)
+        all_ids.append(ids)
+
+    segments = [Segment(sq_model.new_cache(), ids, 0, all_logits=True) for ids in all_ids]
+    batched = max(float(np.abs(ref - out.logits).max()) for ref, out in zip(refs, sq_model.forward(segments)))
+    chunked = 0.0
+    for ids, ref in zip(all_ids, refs):
+        cut, cache = len(ids) // 2, sq_model.new_cache()
+        first = sq_model.forward([Segment(cache, ids[:cut], 0, all_logits=True)])[0].logits
+        second = sq_model.forward([Segment(cache, ids[cut:], cut, all_logits=True)])[0].logits
+        chunked = max(chunked, float(np.abs(ref - np.concatenate([first, second])).max()))
+    ok &= batched <= tol and chunked <= tol
+    return ok, rows, dict(batched=batched, chunked=chunked)
 
 
 def compare_greedy(hf_model, sq_model, hf_tok, n_new: int) -> tuple[bool, list[dict]]:
@@ -346,13 +363,15 @@ def main() -> int:
     print(f"model: {path}  (both loaded in {time.perf_counter() - t0:.1f} s)")
     print("versions: " + "  ".join(f"{k} {v}" for k, v in versions().items()))
 
-    logits_ok, rows = compare_logits(hf_model, sq_model, hf_tok, args.tol)
+    logits_ok, rows, shapes = compare_logits(hf_model, sq_model, hf_tok, args.tol)
     print(f"\nlogits, fp32, all positions (tolerance {args.tol:g}):")
     print(f"  {'prompt':<14}{'tokens':>7}{'max|diff|':>12}{'mean|diff|':>12}{'at pos':>8}{'max|logit|':>12}{'argmax':>10}")
     for r in rows:
         print(f"  {r['name']:<14}{r['n']:>7}{r['max_diff']:>12.3e}{r['mean_diff']:>12.3e}{r['worst_pos']:>8}"
               f"{r['logit_scale']:>12.2f}{r['argmax_agree']:>6}/{r['n']:<3}")
     print(f"  overall max |diff| = {max(r['max_diff'] for r in rows):.3e}")
+    print(f"  all {len(rows)} prompts as segments of one forward: max |diff| = {shapes['batched']:.3e}")
+    print(f"  each prompt in two chunks through the KV cache:  max |diff| = {shapes['chunked']:.3e}")
 
     greedy_ok, grows = compare_greedy(hf_model, sq_model, hf_tok, args.new_tokens)
     print(f"\ngreedy, up to {args.new_tokens} new tokens (HF generate vs specq prefill + 1-token steps):")
