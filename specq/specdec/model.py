@@ -16,6 +16,7 @@ import numpy as np
 
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
+from specq.specdec.kernels import matmul_t
 
 ARCHITECTURE = "llama"
 
@@ -64,14 +65,15 @@ class LlamaConfig:
 
 @dataclass(frozen=True)
 class LayerWeights:
-    """One block's weights, stored (n_in, n_out) so that products are x @ w."""
+    """One block's weights in GGUF's (n_out, n_in) layout: products are x @ w.T
+    (kernels.matmul_t), which suits both BLAS and the few-row kernel."""
 
     attn_norm: np.ndarray  # [d]
-    w_qkv: np.ndarray  # [d, (Hq + 2 Hkv) * hd]: q, k, v projections fused into one product
-    w_out: np.ndarray  # [Hq * hd, d]
+    w_qkv: np.ndarray  # [(Hq + 2 Hkv) * hd, d]: q, k, v projections fused into one product
+    w_out: np.ndarray  # [d, Hq * hd]
     ffn_norm: np.ndarray  # [d]
-    w_gate_up: np.ndarray  # [d, 2 * ffn]: gate and up fused into one product
-    w_down: np.ndarray  # [ffn, d]
+    w_gate_up: np.ndarray  # [2 * ffn, d]: gate and up fused into one product
+    w_down: np.ndarray  # [d, ffn]
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ class LlamaWeights:
     token_embedding: np.ndarray  # [vocab, d]
     layers: tuple[LayerWeights, ...]
     output_norm: np.ndarray  # [d]
-    w_output: np.ndarray  # [d, vocab]; a transposed copy of the embedding when tied
+    w_output: np.ndarray  # [vocab, d]; the embedding itself when tied (no copy)
 
 
 def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
@@ -107,11 +109,11 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
         layers.append(
             LayerWeights(
                 attn_norm=vector(p + "attn_norm.weight", d),
-                w_qkv=np.ascontiguousarray(np.concatenate([wq, wk, wv], axis=0).T),
-                w_out=np.ascontiguousarray(matrix(p + "attn_output.weight", d, cfg.n_heads * hd).T),
+                w_qkv=np.concatenate([wq, wk, wv], axis=0),
+                w_out=np.ascontiguousarray(matrix(p + "attn_output.weight", d, cfg.n_heads * hd)),
                 ffn_norm=vector(p + "ffn_norm.weight", d),
-                w_gate_up=np.ascontiguousarray(np.concatenate([gate, up], axis=0).T),
-                w_down=np.ascontiguousarray(matrix(p + "ffn_down.weight", d, cfg.d_ffn).T),
+                w_gate_up=np.concatenate([gate, up], axis=0),
+                w_down=np.ascontiguousarray(matrix(p + "ffn_down.weight", d, cfg.d_ffn)),
             )
         )
     embedding = matrix("token_embd.weight", cfg.vocab_size, d)
@@ -120,7 +122,7 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
         token_embedding=embedding,
         layers=tuple(layers),
         output_norm=vector("output_norm.weight", d),
-        w_output=np.ascontiguousarray(output.T),
+        w_output=np.ascontiguousarray(output),
     )
 
 
@@ -252,7 +254,7 @@ class LlamaModel:
         x = w.token_embedding[ids]  # [rows, d]
         for layer_idx, lw in enumerate(w.layers):
             h = _rms_norm(x, lw.attn_norm, cfg.rms_eps)
-            qkv = h @ lw.w_qkv  # [rows, (Hq + 2 Hkv) * hd]
+            qkv = matmul_t(h, lw.w_qkv)  # [rows, (Hq + 2 Hkv) * hd]
             q = self._rope.apply(qkv[:, : n_q * hd].reshape(-1, n_q, hd), positions)
             k = self._rope.apply(qkv[:, n_q * hd : (n_q + n_kv) * hd].reshape(-1, n_kv, hd), positions)
             v = qkv[:, (n_q + n_kv) * hd :].reshape(-1, n_kv, hd)
@@ -260,17 +262,17 @@ class LlamaModel:
             for s_idx, seg in enumerate(segments):
                 rows = slice(bounds[s_idx], bounds[s_idx + 1])
                 attn[rows] = self._attend(seg, layer_idx, q[rows], k[rows], v[rows])
-            x = x + attn @ lw.w_out
+            x = x + matmul_t(attn, lw.w_out)
             h = _rms_norm(x, lw.ffn_norm, cfg.rms_eps)
-            gate_up = h @ lw.w_gate_up  # [rows, 2 * ffn]
-            x = x + (_silu(gate_up[:, : cfg.d_ffn]) * gate_up[:, cfg.d_ffn :]) @ lw.w_down
+            gate_up = matmul_t(h, lw.w_gate_up)  # [rows, 2 * ffn]
+            x = x + matmul_t(_silu(gate_up[:, : cfg.d_ffn]) * gate_up[:, cfg.d_ffn :], lw.w_down)
 
         hidden = _rms_norm(x, w.output_norm, cfg.rms_eps)  # [rows, d]
         outputs = []
         for s_idx, seg in enumerate(segments):
             seg_hidden = hidden[bounds[s_idx] : bounds[s_idx + 1]]
             head_in = seg_hidden if seg.all_logits else seg_hidden[-1:]
-            outputs.append(SegmentOutput(logits=head_in @ w.w_output, hidden=seg_hidden))
+            outputs.append(SegmentOutput(logits=matmul_t(head_in, w.w_output), hidden=seg_hidden))
         return outputs
 
     def _attend(self, seg: Segment, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
