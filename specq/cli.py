@@ -46,7 +46,8 @@ def main() -> None:
 @click.option("--proposer", type=click.Choice(PROPOSERS), default="ngram", show_default=True)
 @click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False), help="GGUF draft model for --proposer draft.")
 @click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False), help="Heads file for --proposer medusa.")
-@click.option("--k", "k", type=click.IntRange(min=1, max=64), default=5, show_default=True, help="Most draft tokens per round.")
+@click.option("--k", "k", type=click.IntRange(min=1, max=16), default=2, show_default=True,
+              help="Most draft tokens per round (2 measured best for prompt lookup; see docs/performance.md).")
 @click.option("--accept", type=click.Choice(("auto",) + ACCEPT_RULES), default="auto", show_default=True,
               help="auto: greedy at temperature 0, sample otherwise. typical is faster but not distribution-preserving.")
 @click.option("--max-tokens", type=int, default=256, show_default=True, callback=_option_check("max_tokens"))
