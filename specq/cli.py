@@ -234,6 +234,9 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, draf
                            repeat=repeat, progress=lambda msg: click.echo(msg, err=True))
     except SpecqError as exc:
         raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
     click.echo(format_table(report), err=True)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
