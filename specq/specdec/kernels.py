@@ -26,6 +26,7 @@ KERNEL_MAX_ROWS = 16
 def matmul_t(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """x [n, n_in] float32, w [n_out, n_in] float32 -> x @ w.T, [n, n_out] float32."""
     n = x.shape[0]
+    w = np.ascontiguousarray(w, dtype=np.float32)
     if n == 1:
         out = np.empty(w.shape[0], dtype=np.float32)
         _row_times_weights(np.ascontiguousarray(x[0], dtype=np.float32), w, out)
@@ -37,7 +38,13 @@ def matmul_t(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return x @ w.T
 
 
-@njit(parallel=True, fastmath=True, cache=True, nogil=True)
+# Explicit signatures compile at import (once per install: the machine code is cached
+# beside this file), not inside the first request's decode time.
+_ROW = "void(float32[::1], float32[:, ::1], float32[::1])"
+_ROWS = "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"
+
+
+@njit(_ROW, parallel=True, fastmath=True, cache=True, nogil=True)
 def _row_times_weights(x, w, out):  # pragma: no cover - compiled
     for o in prange(w.shape[0]):
         acc = np.float32(0.0)
@@ -46,7 +53,7 @@ def _row_times_weights(x, w, out):  # pragma: no cover - compiled
         out[o] = acc
 
 
-@njit(parallel=True, fastmath=True, cache=True, nogil=True)
+@njit(_ROWS, parallel=True, fastmath=True, cache=True, nogil=True)
 def _rows_times_weights(x, w, out):  # pragma: no cover - compiled
     n, n_in = x.shape
     for o in prange(w.shape[0]):
