@@ -113,7 +113,7 @@ def run_bench(
         machine=machine_info(),
         results=results,
         verify_cost=measure_verify_cost(model, sorted({c.k + 1 for c in configs if c.proposer != BASELINE})),
-        settings={"repeat": repeat,
+        settings={"repeat": repeat, "adaptive": defaults.adaptive,
                   "max_tokens": sorted({s.overrides.get("max_tokens", defaults.max_tokens) for s in specs}), "temperature": defaults.temperature,
                   "requests": len(specs), "configs": [c.label for c in configs]},
     )

@@ -48,6 +48,8 @@ def main() -> None:
 @click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False), help="Heads file for --proposer medusa.")
 @click.option("--k", "k", type=click.IntRange(min=1, max=16), default=2, show_default=True,
               help="Most draft tokens per round (2 measured best for prompt lookup; see docs/performance.md).")
+@click.option("--adaptive/--fixed-k", default=True, show_default=True,
+              help="Choose 0..k drafts per round from the measured acceptance, or always draft k.")
 @click.option("--accept", type=click.Choice(("auto",) + ACCEPT_RULES), default="auto", show_default=True,
               help="auto: greedy at temperature 0, sample otherwise. typical is faster but not distribution-preserving.")
 @click.option("--max-tokens", type=int, default=256, show_default=True, callback=_option_check("max_tokens"))
@@ -60,7 +62,7 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per request on stdout.")
 @click.option("--stream", is_flag=True, help="Print text as it is committed.")
 def generate(prompt_text, input_path, model_path, proposer, draft_model_path, medusa_heads_path, k,
-             accept, max_tokens, temperature, top_p, top_k, seed, stop, raw_prompt, as_json, stream) -> None:
+             adaptive, accept, max_tokens, temperature, top_p, top_k, seed, stop, raw_prompt, as_json, stream) -> None:
     """Generate completions locally, with no queue.
 
     \b
@@ -73,7 +75,7 @@ def generate(prompt_text, input_path, model_path, proposer, draft_model_path, me
         raise click.UsageError("--stream prints text; it cannot be combined with --json")
     defaults = GenerationDefaults(
         max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-        stop=tuple(stop), accept=accept, k=k, raw_prompt=raw_prompt,
+        stop=tuple(stop), accept=accept, k=k, adaptive=adaptive, raw_prompt=raw_prompt,
     )
     try:
         if input_path is not None:
@@ -198,10 +200,12 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--max-tokens", type=int, callback=_option_check("max_tokens"), help="Override every line's max_tokens.")
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N prompts of each category.")
+@click.option("--adaptive/--fixed-k", default=True, show_default=True, help="Adaptive draft length, or always k.")
 @click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False))
 @click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="The full report as JSON on stdout.")
-def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, draft_model_path, medusa_heads_path, as_json) -> None:
+def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adaptive, draft_model_path,
+          medusa_heads_path, as_json) -> None:
     """Measure speculative decoding against plain decoding on one loaded model
     (greedy; tokens/s, speedup, tau, acceptance, exactness), as ratios from one run.
 
@@ -230,7 +234,7 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, draf
         for name in proposers:
             proposer_for(name)  # refuse bad proposer files before the long run
         configs = [BenchConfig(p, k) for p in proposers for k in (ks if p != "none" else [1])]
-        report = run_bench(model, tokenizer, specs, configs, proposer_for, defaults=GenerationDefaults(),
+        report = run_bench(model, tokenizer, specs, configs, proposer_for, defaults=GenerationDefaults(adaptive=adaptive),
                            repeat=repeat, progress=lambda msg: click.echo(msg, err=True))
     except SpecqError as exc:
         raise click.ClickException(str(exc)) from None

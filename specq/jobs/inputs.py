@@ -161,6 +161,7 @@ class GenerationDefaults:
     stop: tuple[str, ...] = ()
     accept: str = "auto"
     k: int = 2  # measured best for prompt lookup on the default model (docs/performance.md)
+    adaptive: bool = True
     raw_prompt: bool = False  # feed `prompt` as-is instead of as a user chat message
 
 
@@ -185,6 +186,7 @@ def to_request(spec: PromptSpec, tokenizer, defaults: GenerationDefaults) -> Gen
             accept=defaults.accept,
             stop=tuple(opts["stop"]),
             k=defaults.k,
+            adaptive=defaults.adaptive,
         )
     except SpecqError as exc:
         raise type(exc)(f"request {spec.custom_id!r} (line {spec.line}): {exc}") from None

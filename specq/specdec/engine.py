@@ -19,6 +19,7 @@ import numpy as np
 
 from specq.errors import ParameterError
 from specq.specdec.acceptance import accept, resolve_rule
+from specq.specdec.adaptive import choose_k
 from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
 from specq.specdec.rng import uniform
@@ -139,7 +140,10 @@ class DecodeSession:
             propose_s=t1 - t0,
             verify_s=t2 - t1,
         )
-        self.state = self._commit(new_tokens, metrics)
+        self.state = replace(
+            self._commit(new_tokens, metrics),
+            acceptance=state.acceptance.after_round(len(draft.tokens), verdict.n_accepted),
+        )
         return self.state
 
     def _first_round(self) -> DecodeState:
@@ -175,12 +179,17 @@ class DecodeSession:
         )
 
     def _draft_budget(self) -> int:
-        """Drafts that fit: a round emits up to k+1 tokens, never past max_tokens, and
-        its k+1 rows must fit the context with room for the token it emits."""
+        """Drafts that fit and pay: a round emits up to k+1 tokens, never past
+        max_tokens; its k+1 rows must fit the context with room for the token it
+        emits; with `adaptive`, k is what the measured acceptance says pays best."""
         state = self.state
-        remaining = state.request.max_tokens - len(state.output_ids)
+        req = state.request
+        remaining = req.max_tokens - len(state.output_ids)
         room = self.model.config.context_length - len(state.all_ids) - 1
-        return max(0, min(state.request.k, remaining - 1, room))
+        k = req.k
+        if req.adaptive:
+            k = choose_k(state.acceptance, req.k, self.engine.proposer.draft_cost)
+        return max(0, min(k, remaining - 1, room))
 
     def _uniforms(self, n_output: int):
         seed = self.state.request.sampling.seed

@@ -74,7 +74,7 @@ def make_proposer(
             raise ParameterError("proposer 'draft' needs --draft-model PATH")
         draft_model, draft_tokenizer = load_model_and_tokenizer(draft_model_path)
         check_same_vocabulary(tokenizer, draft_tokenizer, draft_model_path)
-        return DraftModelProposer(draft_model)
+        return DraftModelProposer(draft_model, draft_cost=draft_model.n_parameters / model.n_parameters)
     if not medusa_heads_path:
         raise ParameterError("proposer 'medusa' needs --medusa-heads PATH")
     heads = MedusaHeads.load(medusa_heads_path)

@@ -232,6 +232,13 @@ class LlamaModel:
         cfg = LlamaConfig.from_gguf(f)
         return cls(cfg, load_weights(f, cfg), path=f.path, fingerprint=f.sha256())
 
+    @property
+    def n_parameters(self) -> int:
+        w = self.weights
+        layers = sum(x.size for lw in w.layers for x in (lw.attn_norm, lw.w_qkv, lw.w_out, lw.ffn_norm, lw.w_gate_up, lw.w_down))
+        tied = w.w_output is w.token_embedding
+        return w.token_embedding.size + layers + w.output_norm.size + (0 if tied else w.w_output.size)
+
     def new_cache(self, capacity: int = 256) -> KVCache:
         return KVCache(self.config, capacity)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specq.errors import InputError, ParameterError
+from specq.specdec.adaptive import AcceptanceStats
 from specq.specdec.sampling import SamplingParams
 
 STATE_VERSION = 1
@@ -26,6 +27,7 @@ class GenerationRequest:
     accept: str = "auto"  # auto | greedy | sample | typical
     stop: tuple[str, ...] = ()
     k: int = 5  # the most draft tokens verified in one round
+    adaptive: bool = True  # choose 0..k per round from the measured acceptance
 
     def __post_init__(self) -> None:
         if not self.prompt_ids:
@@ -45,6 +47,7 @@ class GenerationRequest:
             "accept": self.accept,
             "stop": list(self.stop),
             "k": self.k,
+            "adaptive": self.adaptive,
         }
 
     @classmethod
@@ -56,6 +59,7 @@ class GenerationRequest:
             accept=d["accept"],
             stop=tuple(d["stop"]),
             k=d["k"],
+            adaptive=d["adaptive"],
         )
 
 
@@ -153,6 +157,7 @@ class DecodeState:
     finish_reason: str | None = None  # None while running; "stop" or "length"
     stop_text_index: int | None = None  # where a matched stop string begins in the text
     metrics: Metrics = field(default_factory=Metrics)
+    acceptance: AcceptanceStats = field(default_factory=AcceptanceStats)  # drives the draft length
 
     @property
     def finished(self) -> bool:
@@ -172,6 +177,7 @@ class DecodeState:
             "finish_reason": self.finish_reason,
             "stop_text_index": self.stop_text_index,
             "metrics": self.metrics.to_dict(),
+            "acceptance": self.acceptance.to_dict(),
         }
 
     @classmethod
@@ -184,6 +190,7 @@ class DecodeState:
             finish_reason=d["finish_reason"],
             stop_text_index=d["stop_text_index"],
             metrics=Metrics.from_dict(d["metrics"]),
+            acceptance=AcceptanceStats.from_dict(d["acceptance"]),
         )
         if d["rng"]["position"] != len(state.output_ids):
             raise InputError("decode state is inconsistent: rng position differs from the output length")

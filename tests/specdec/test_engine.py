@@ -59,7 +59,9 @@ def proposers(toy, other_toy):
 
 
 def request(tokenizer, prompt: str, **kwargs) -> GenerationRequest:
+    """Mechanics tests draft exactly k tokens a round (adaptive=False) unless they say so."""
     kwargs.setdefault("max_tokens", 40)
+    kwargs.setdefault("adaptive", False)
     return GenerationRequest(prompt_ids=tuple(tokenizer.encode_chat([{"role": "user", "content": prompt}])), **kwargs)
 
 
@@ -272,7 +274,8 @@ def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(t
     counts = np.zeros(len(cells))
     drafted = 0
     for seed in range(3000):
-        req = GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, k=3, sampling=SamplingParams(seed=seed, **params))
+        req = GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, k=3, adaptive=False,
+                                sampling=SamplingParams(seed=seed, **params))
         state = DecodeState(request=req, output_ids=context[len(prompt_ids):])
         for state in engine.generate(state):
             pass

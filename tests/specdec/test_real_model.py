@@ -35,6 +35,7 @@ def real(real_model_path):
 
 def _request(tokenizer, prompt, **kwargs):
     kwargs.setdefault("max_tokens", 20)
+    kwargs.setdefault("adaptive", False)
     return GenerationRequest(prompt_ids=tuple(tokenizer.encode_chat([{"role": "user", "content": prompt}])), **kwargs)
 
 

@@ -48,5 +48,6 @@ class Proposer(Protocol):
     """Shared, read-only resources (weights); one session per sequence."""
 
     name: str
+    draft_cost: float  # cost of drafting one token, relative to one target step
 
     def session(self) -> ProposerSession: ...

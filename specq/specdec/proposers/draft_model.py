@@ -13,8 +13,11 @@ from specq.specdec.sampling import probabilities, sample
 class DraftModelProposer:
     name = "draft"
 
-    def __init__(self, model: LlamaModel) -> None:
+    def __init__(self, model: LlamaModel, draft_cost: float = 0.5) -> None:
+        """`draft_cost`: one draft step relative to one target step (the loader passes
+        the ratio of the two models' parameter counts)."""
         self.model = model
+        self.draft_cost = draft_cost
 
     def session(self) -> "DraftModelSession":
         return DraftModelSession(self.model)

@@ -85,6 +85,9 @@ class MedusaHeads:
 
 class MedusaProposer:
     name = "medusa"
+    # Each head adds one row to a product with the output head; the few-row kernel
+    # makes that row cheap, but not free.
+    draft_cost = 0.05
 
     def __init__(self, model: LlamaModel, heads: MedusaHeads) -> None:
         self.model = model

@@ -13,6 +13,7 @@ from specq.specdec.proposers.base import Draft, ProposeContext
 
 class NgramProposer:
     name = "ngram"
+    draft_cost = 0.0  # a lookup takes well under 1% of a target step
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         if not 1 <= min_ngram <= max_ngram:

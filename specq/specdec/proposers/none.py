@@ -7,6 +7,7 @@ from specq.specdec.proposers.base import Draft, ProposeContext
 
 class NoProposer:
     name = "none"
+    draft_cost = 0.0
 
     def session(self) -> "NoProposer":
         return self

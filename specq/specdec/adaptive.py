@@ -1,0 +1,74 @@
+"""Adaptive draft length: per request, draft as many tokens as pay for themselves.
+
+A round that drafts k tokens emits on average E(k) = 1 + c0 + c0*c1 + ... tokens,
+where c_i is the chance that draft i is accepted once drafts 0..i-1 were, and costs
+about 1 + k * (row_cost + draft_cost) plain steps. The engine picks the k in
+0..k_max with the most tokens per unit of cost; k = 0 is plain decoding.
+
+The estimates are counts decayed every round towards a prior, so that a request whose
+drafts stopped paying (k = 0, nothing measured) drifts back to the prior and tries
+again now and then. Everything is a deterministic function of the decode state, which
+carries the counts: a resumed decode chooses the same k as the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DECAY = 0.9  # weight of the past per drafting round: about the last 10 of them count
+# Per round without drafts: the evidence fades more slowly, so that a request whose
+# drafts stopped paying probes again every few rounds, not every other one.
+IDLE_DECAY = 0.95
+PRIOR_ACCEPTED = 1.0  # pseudo-counts: a fresh request assumes c_i = 0.5
+PRIOR_REACHED = 2.0
+# A verification row's cost relative to a one-row forward, measured with the few-row
+# kernel on the default model: 3 rows 1.22x, 5 rows 1.42x (docs/performance.md).
+ROW_COST = 0.1
+
+
+@dataclass(frozen=True)
+class AcceptanceStats:
+    reached: tuple[float, ...] = ()  # decayed count of rounds in which draft i was judged
+    accepted: tuple[float, ...] = ()  # ... and in which it was accepted
+
+    def rates(self, k_max: int) -> list[float]:
+        """Estimated c_0 .. c_{k_max-1}."""
+        return [
+            (self._at(self.accepted, i) + PRIOR_ACCEPTED) / (self._at(self.reached, i) + PRIOR_REACHED)
+            for i in range(k_max)
+        ]
+
+    def after_round(self, n_drafted: int, n_accepted: int) -> "AcceptanceStats":
+        width = max(len(self.reached), n_drafted)
+        decay = DECAY if n_drafted else IDLE_DECAY
+        reached = [decay * self._at(self.reached, i) for i in range(width)]
+        accepted = [decay * self._at(self.accepted, i) for i in range(width)]
+        # Draft i is judged only when every draft before it was accepted.
+        for i in range(min(n_drafted, n_accepted + 1)):
+            reached[i] += 1.0
+            accepted[i] += 1.0 if i < n_accepted else 0.0
+        return AcceptanceStats(reached=tuple(reached), accepted=tuple(accepted))
+
+    @staticmethod
+    def _at(values: tuple[float, ...], i: int) -> float:
+        return values[i] if i < len(values) else 0.0
+
+    def to_dict(self) -> dict:
+        return {"reached": list(self.reached), "accepted": list(self.accepted)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AcceptanceStats":
+        return cls(reached=tuple(d["reached"]), accepted=tuple(d["accepted"]))
+
+
+def choose_k(stats: AcceptanceStats, k_max: int, draft_cost: float) -> int:
+    """The draft length in 0..k_max with the most expected tokens per unit of cost."""
+    best_k, best_rate = 0, 1.0
+    expected, reach = 1.0, 1.0
+    for k, c in enumerate(stats.rates(k_max), start=1):
+        reach *= c
+        expected += reach
+        rate = expected / (1.0 + k * (ROW_COST + draft_cost))
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specq.specdec.adaptive import AcceptanceStats, choose_k
+from specq.specdec.engine import Engine
+from specq.specdec.loader import load_model_and_tokenizer
+from specq.specdec.proposers import NgramProposer
+from specq.specdec.proposers.base import Draft
+from specq.specdec.sampling import SamplingParams
+from specq.specdec.state import DecodeState, GenerationRequest
+
+
+def test_fresh_requests_draft_and_the_choice_follows_acceptance():
+    assert choose_k(AcceptanceStats(), 6, 0.0) == 2  # prior 0.5 per position
+    good, bad = AcceptanceStats(), AcceptanceStats()
+    for _ in range(30):
+        good = good.after_round(6, 6)
+        bad = bad.after_round(2, 0)
+    assert choose_k(good, 6, 0.0) == 6
+    assert choose_k(bad, 6, 0.0) == 0
+    # An expensive proposer needs better acceptance to be worth drafting.
+    assert choose_k(AcceptanceStats(), 6, 1.0) == 0
+
+
+def test_only_judged_positions_count():
+    stats = AcceptanceStats().after_round(4, 1)  # draft 0 accepted, draft 1 rejected, 2-3 never judged
+    assert stats.reached == (1.0, 1.0, 0.0, 0.0)
+    assert stats.accepted == (1.0, 0.0, 0.0, 0.0)
+
+
+def test_a_request_that_stopped_drafting_tries_again_later():
+    stats = AcceptanceStats()
+    for _ in range(30):
+        stats = stats.after_round(2, 0)
+    assert choose_k(stats, 4, 0.0) == 0
+    rounds = 0
+    while choose_k(stats, 4, 0.0) == 0:
+        stats = stats.after_round(0, 0)
+        rounds += 1
+    assert 3 <= rounds <= 40  # probes again, but not every round
+
+
+class WrongProposer:
+    """Drafts tokens the toy model essentially never picks."""
+
+    name = "wrong"
+    draft_cost = 0.0
+
+    def session(self):
+        return self
+
+    def propose(self, ctx, k):
+        return Draft(tokens=tuple([0] * k))  # <|endoftext|>, never the argmax of the toy model
+
+
+@pytest.fixture(scope="module")
+def toy(toy_model_path):
+    return load_model_and_tokenizer(toy_model_path)
+
+
+def _req(tokenizer, **kwargs):
+    ids = tuple(tokenizer.encode_chat([{"role": "user", "content": "the cat sat on the mat and the cat"}]))
+    return GenerationRequest(prompt_ids=ids, max_tokens=60, k=4, **kwargs)
+
+
+def test_adaptive_stops_paying_for_useless_drafts_and_keeps_the_output(toy):
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, WrongProposer())
+    fixed = engine.run(_req(tokenizer, adaptive=False))
+    adaptive = engine.run(_req(tokenizer, adaptive=True))
+    assert adaptive.output_ids == fixed.output_ids
+    assert fixed.metrics.accepted == 0 and fixed.metrics.drafted > 200
+    assert adaptive.metrics.drafted < fixed.metrics.drafted / 4
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_adaptive_resume_equals_uninterrupted(toy, temperature):
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, NgramProposer())
+    req = _req(tokenizer, adaptive=True, sampling=SamplingParams(temperature=temperature, seed=9))
+    whole = engine.run(req)
+    state = engine.start(req)
+    while not state.finished:
+        state = engine.session(DecodeState.from_dict(json.loads(json.dumps(state.to_dict())))).step()
+    assert state.output_ids == whole.output_ids
+    assert state.metrics.drafted_per_position == whole.metrics.drafted_per_position
+    assert state.acceptance == whole.acceptance
