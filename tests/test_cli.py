@@ -392,3 +392,17 @@ def test_the_default_model_answers_a_question():
     assert METRIC_KEYS <= set(rec["metrics"])
     assert math.isfinite(rec["metrics"]["tau"]) and rec["metrics"]["tau"] >= 1.0
     assert "SmolLM2" in result.stderr and "30 layers" in result.stderr
+
+
+def test_batched_generation_prints_the_same_records_in_input_order(toy_model_path, tmp_path):
+    lines = [{"custom_id": f"r{i}", "prompt": p, "max_tokens": 10 + 9 * i} for i, p in enumerate(LONG_PROMPTS * 2)]
+    path = write_jsonl(tmp_path / "b.jsonl", *lines)
+    common = ("--model", toy_model_path, "--input", path, "--json", "--temperature", "0.7", "--seed", "5")
+    one = records(generate(*common, "--batch-size", 1))
+    many = records(generate(*common, "--batch-size", 4))
+    assert [r["custom_id"] for r in many] == [f"r{i}" for i in range(len(lines))]
+    assert [r["token_ids"] for r in many] == [r["token_ids"] for r in one]
+
+
+def test_stream_refuses_a_batch(toy_model_path):
+    user_error(generate("--model", toy_model_path, "--prompt", "hi", "--stream", "--batch-size", 2), 2, "--stream")

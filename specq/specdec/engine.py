@@ -11,16 +11,17 @@ The engine knows nothing of queues: a caller drives `DecodeSession.step()` (or t
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from time import perf_counter
-from typing import Iterator
+from collections import deque
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from specq.errors import ParameterError
 from specq.specdec.acceptance import accept, resolve_rule
 from specq.specdec.adaptive import choose_k
-from specq.specdec.model import LlamaModel, Segment
+from specq.specdec.model import LlamaModel, Segment, SegmentOutput
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
 from specq.specdec.rng import uniform
 from specq.specdec.state import DecodeState, GenerationRequest, Metrics
@@ -65,6 +66,41 @@ class Engine:
             pass
         return state
 
+    def generate_many(self, states: Sequence[DecodeState], *, batch_size: int = 8) -> Iterator[tuple[int, DecodeState]]:
+        """Decode several requests together: every round, the rows of up to
+        `batch_size` requests (ragged: prefills, drafts of different lengths) share
+        one target forward, and a finished request's place goes to the next one.
+        Yields (index into `states`, new state) after every commit. Each request
+        decodes exactly as it would alone: its own proposer session, draws, and
+        acceptance; only the dense products are shared."""
+        assert batch_size >= 1
+        waiting = deque(enumerate(states))
+        active: list[tuple[int, DecodeSession]] = []
+        while waiting or active:
+            while waiting and len(active) < batch_size:
+                index, state = waiting.popleft()
+                if state.finished:
+                    yield index, state
+                else:
+                    active.append((index, self.session(state)))
+            planned = [session.plan() for _, session in active]
+            t0 = perf_counter()
+            outputs = self.model.forward([p.segment for p in planned])
+            forward_s = perf_counter() - t0
+            still = []
+            for (index, session), p, out in zip(active, planned, outputs):
+                state = session.finish(p, out, forward_s)
+                yield index, state
+                if not state.finished:
+                    still.append((index, session))
+            active = still
+
+    def run_many(self, requests: Sequence[GenerationRequest], *, batch_size: int = 8) -> list[DecodeState]:
+        states = [self.start(r) for r in requests]
+        for index, state in self.generate_many(states, batch_size=batch_size):
+            states[index] = state
+        return states
+
     def text(self, state: DecodeState) -> str:
         """The completion's text: end-of-turn tokens dropped, cut before a stop string."""
         text = self.tokenizer.decode(state.output_ids)
@@ -77,6 +113,13 @@ class Engine:
             return self.text(state)
         text = self.tokenizer.stream_decoder().push(state.output_ids)
         return text[: len(text) - held_back(text, state.request.stop)]
+
+
+@dataclass(frozen=True)
+class PlannedRound:
+    draft: Draft
+    segment: Segment  # the rows this round adds to the target forward
+    propose_s: float
 
 
 class DecodeSession:
@@ -100,22 +143,29 @@ class DecodeSession:
 
     def step(self) -> DecodeState:
         """One round; returns (and keeps) the new committed state."""
-        state = self.state
-        assert not state.finished, "step() on a finished request"
-        if not state.output_ids:
-            return self._first_round()
-        req = state.request
-        ids = state.all_ids
-        n_out = len(state.output_ids)
-        k = self._draft_budget()
+        planned = self.plan()
+        t0 = perf_counter()
+        out = self.model.forward([planned.segment])[0]
+        return self.finish(planned, out, perf_counter() - t0)
 
+    def plan(self) -> "PlannedRound":
+        """Propose, and lay out this round's rows for the target forward. The
+        forward itself may be shared with other sessions' rounds (run_many)."""
+        state = self.state
+        assert not state.finished, "a round of a finished request"
+        req = state.request
+        if not state.output_ids:
+            # The prefill forward over the prompt emits output token 0.
+            return PlannedRound(Draft(), Segment(self.cache, req.prompt_ids, 0, all_logits=False), 0.0)
+        ids = state.all_ids
+        k = self._draft_budget()
         t0 = perf_counter()
         draft = Draft()
         if k > 0:
             draft = self.proposer.propose(
                 ProposeContext(
                     tokens=ids,
-                    n_output=n_out,
+                    n_output=len(state.output_ids),
                     last_hidden=self.last_hidden,
                     params=req.sampling,
                     stochastic=self.rule == "sample" and not req.sampling.greedy,
@@ -124,41 +174,35 @@ class DecodeSession:
                 k,
             )
         assert len(draft.tokens) <= k, "a proposer returned more tokens than asked"
-        t1 = perf_counter()
-        out = self.model.forward([Segment(self.cache, (ids[-1],) + draft.tokens, len(ids) - 1)])[0]
-        verdict = accept(
-            self.rule, draft.tokens, draft.p_draft, out.logits, req.sampling, self._uniforms(n_out)
-        )
-        t2 = perf_counter()
+        segment = Segment(self.cache, (ids[-1],) + draft.tokens, len(ids) - 1)
+        return PlannedRound(draft, segment, perf_counter() - t0)
 
-        self.last_hidden = out.hidden[verdict.n_accepted]
+    def finish(self, planned: "PlannedRound", out: SegmentOutput, forward_s: float) -> DecodeState:
+        """Accept and commit, given the target's output for the planned rows."""
+        state = self.state
+        req = state.request
+        draft = planned.draft
+        n_out = len(state.output_ids)
+        t0 = perf_counter()
+        verdict = accept(self.rule, draft.tokens, draft.p_draft, out.logits, req.sampling, self._uniforms(n_out))
+        verify_s = forward_s + perf_counter() - t0
+        # Row n_accepted predicted the emitted token: its hidden state is what the
+        # next round's proposer (Medusa heads) starts from.
+        self.last_hidden = out.hidden[-1] if n_out == 0 else out.hidden[verdict.n_accepted]
         new_tokens = draft.tokens[: verdict.n_accepted] + (verdict.next_token,)
         metrics = state.metrics.after_round(
             n_drafted=len(draft.tokens),
             n_accepted=verdict.n_accepted,
             n_emitted=len(new_tokens),
-            propose_s=t1 - t0,
-            verify_s=t2 - t1,
+            propose_s=planned.propose_s,
+            verify_s=0.0 if n_out == 0 else verify_s,
         )
+        if n_out == 0:
+            metrics = replace(metrics, prefill_seconds=metrics.prefill_seconds + verify_s)
         self.state = replace(
             self._commit(new_tokens, metrics),
             acceptance=state.acceptance.after_round(len(draft.tokens), verdict.n_accepted),
         )
-        return self.state
-
-    def _first_round(self) -> DecodeState:
-        """The prefill forward over the prompt emits output token 0."""
-        req = self.state.request
-        t0 = perf_counter()
-        out = self.model.forward([Segment(self.cache, req.prompt_ids, 0, all_logits=False)])[0]
-        verdict = accept(self.rule, (), None, out.logits, req.sampling, self._uniforms(0))
-        elapsed = perf_counter() - t0
-        self.last_hidden = out.hidden[-1]
-        metrics = self.state.metrics.after_round(
-            n_drafted=0, n_accepted=0, n_emitted=1, propose_s=0.0, verify_s=0.0
-        )
-        metrics = replace(metrics, prefill_seconds=metrics.prefill_seconds + elapsed)
-        self.state = self._commit((verdict.next_token,), metrics)
         return self.state
 
     def _resume_prefill(self) -> None:

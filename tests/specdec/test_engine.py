@@ -286,3 +286,23 @@ def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(t
     assert drafted >= 3000, "every run must have drafted"
     stat, dof = chi_square(counts, np.array(list(joint.values())))
     assert stat < chi_square_critical(dof), f"chi-square {stat:.1f} on {dof} dof"
+
+
+@pytest.mark.parametrize("name", ["ngram", "draft_other", "medusa"])
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_batched_decoding_equals_each_request_alone(toy, other_toy, name, temperature):
+    """Ragged batches (prefills beside verification rounds of different lengths, slots
+    refilled as requests finish) decode every request exactly as alone."""
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, proposers(toy, other_toy)[name])
+    prompts = PROMPTS + ["a", "is the end of the mat the cat"]
+    requests = [
+        request(tokenizer, p, max_tokens=12 + 7 * i, k=2 + i % 3, adaptive=i % 2 == 0,
+                sampling=SamplingParams(temperature=temperature, seed=i))
+        for i, p in enumerate(prompts)
+    ]
+    alone = [engine.run(r) for r in requests]
+    together = engine.run_many(requests, batch_size=3)
+    assert [s.output_ids for s in together] == [s.output_ids for s in alone]
+    assert [s.metrics.target_forwards for s in together] == [s.metrics.target_forwards for s in alone]
+    assert all(s.finished for s in together)
