@@ -11,9 +11,9 @@ The engine knows nothing of queues: a caller drives `DecodeSession.step()` (or t
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, replace
 from time import perf_counter
-from collections import deque
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -71,8 +71,11 @@ class Engine:
         `batch_size` requests (ragged: prefills, drafts of different lengths) share
         one target forward, and a finished request's place goes to the next one.
         Yields (index into `states`, new state) after every commit. Each request
-        decodes exactly as it would alone: its own proposer session, draws, and
-        acceptance; only the dense products are shared."""
+        makes the decisions it would make alone (its own proposer session, draws
+        and acceptance); only the dense products are shared. Their rows come out
+        bit-identical to a lone decode while a round has at most KERNEL_MAX_ROWS
+        rows in all; past that (a prompt joining the batch) BLAS computes them, and
+        rounding may differ in the last bits."""
         assert batch_size >= 1
         waiting = deque(enumerate(states))
         active: list[tuple[int, DecodeSession]] = []
