@@ -51,8 +51,8 @@ def main() -> None:
 @click.option("--proposer", type=click.Choice(PROPOSERS), default="ngram", show_default=True)
 @click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False), help="GGUF draft model for --proposer draft.")
 @click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False), help="Heads file for --proposer medusa.")
-@click.option("--k", "k", type=click.IntRange(min=1, max=16), default=2, show_default=True,
-              help="Most draft tokens per round (2 measured best for prompt lookup; see docs/performance.md).")
+@click.option("--k", "k", type=click.IntRange(min=1, max=16), default=4, show_default=True,
+              help="Most draft tokens per round (4 measured best with the adaptive length; docs/performance.md).")
 @click.option("--adaptive/--fixed-k", default=True, show_default=True,
               help="Choose 0..k drafts per round from the measured acceptance, or always draft k.")
 @click.option("--accept", type=click.Choice(("auto",) + ACCEPT_RULES), default="auto", show_default=True,
