@@ -111,6 +111,7 @@ def toy_weights(
     tied: bool = True,
     logit_scale: float = 5.0,
     n_merges: int = DEFAULT_N_MERGES,
+    quiet_end: bool = False,
 ) -> dict[str, np.ndarray]:
     """The float32 weights of a toy model, by GGUF tensor name, in numpy order
     (a matrix mapping n_in -> n_out is (n_out, n_in)). Deterministic in the arguments."""
@@ -138,6 +139,10 @@ def toy_weights(
     w: dict[str, np.ndarray] = {
         "token_embd.weight": (rng.standard_normal((vocab, d_model)) * embed_std).astype(np.float32)
     }
+    if quiet_end:
+        # Tiny rows for the end-of-turn tokens (ids 0 and 2): their logits stay near 0
+        # among large ones, so generations run to max_tokens (queue tests need long ones).
+        w["token_embd.weight"][[0, 2]] *= 0.01
     for i in range(n_layers):
         p = f"blk.{i}."
         w[p + "attn_norm.weight"] = norm_weight()
@@ -261,6 +266,7 @@ def write_toy_model(
     architecture: str = "llama",
     rope_base: float = 10000.0,
     rms_eps: float = 1e-5,
+    quiet_end: bool = False,
 ) -> str:
     """Write a toy model to `path` and return the path as a string.
 
@@ -269,6 +275,7 @@ def write_toy_model(
         256 for K-quants); norms stay F32. IQ2_XXS, IQ2_XS, IQ3_XXS, TQ2_0 are written
         as random blocks (values unrelated to the float weights).
     embedding_type: type of token_embd.weight (and output.weight); default tensor_type.
+    quiet_end: make the end-of-turn tokens (almost) never chosen, for long generations.
     tensor_types: per-tensor overrides, e.g. {"blk.0.ffn_down.weight": "IQ2_XXS"}.
     n_merges: vocabulary size is 259 + n_merges; two files with different n_merges
         have different vocabularies (but share their first tokens).
@@ -277,7 +284,7 @@ def write_toy_model(
     """
     weights = toy_weights(
         seed=seed, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
-        d_ffn=d_ffn, tied=tied, logit_scale=logit_scale, n_merges=n_merges,
+        d_ffn=d_ffn, tied=tied, logit_scale=logit_scale, n_merges=n_merges, quiet_end=quiet_end,
     )
     tokens, token_types, merges = toy_vocab(n_merges)
     path = os.fspath(path)

@@ -1,5 +1,6 @@
-"""Prompt files: JSONL lines with `prompt` or `messages`, validated as a whole before
-any work starts, with errors that name the line and the field."""
+"""Prompt files: JSONL lines with `prompt` or `messages`, or OpenAI Batch request
+lines, validated as a whole before any work starts, with errors that name the line
+and the field."""
 
 from __future__ import annotations
 
@@ -18,6 +19,17 @@ OVERRIDE_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop"
 KNOWN_FIELDS = frozenset({"custom_id", "category", "prompt", "messages", *OVERRIDE_FIELDS})
 ROLES = ("system", "user", "assistant")
 MAX_STOP_STRINGS = 8
+MAX_LINE_CHARS = 1_000_000  # a line larger than this is a mistake, not a prompt
+
+# The OpenAI Batch request line: {"custom_id", "method": "POST", "url":
+# "/v1/chat/completions", "body": {...}}. Body fields outside these would change the
+# meaning of the request (tools, n > 1, logprobs), so they are refused, not ignored.
+OPENAI_URL = "/v1/chat/completions"
+OPENAI_LINE_FIELDS = frozenset({"custom_id", "method", "url", "body"})
+OPENAI_BODY_FIELDS = frozenset({
+    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "n",
+    "stream", "user",
+})
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,15 @@ class PromptSpec:
     prompt: str | None = None
     messages: tuple[dict[str, str], ...] | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    openai: bool = False  # an OpenAI Batch line: results come back in that shape
+    model: str = ""  # the OpenAI body's "model", echoed in the result
+
+
+@dataclass(frozen=True)
+class InvalidLine:
+    line: int
+    custom_id: str | None
+    message: str
 
 
 def parse_line(obj: Any, line: int, where: str) -> PromptSpec:
@@ -39,6 +60,8 @@ def parse_line(obj: Any, line: int, where: str) -> PromptSpec:
 
     if not isinstance(obj, dict):
         raise fail(f"expected a JSON object, got {type(obj).__name__}")
+    if "body" in obj or "url" in obj or "method" in obj:
+        return parse_openai_line(obj, line, fail)
     unknown = sorted(set(obj) - KNOWN_FIELDS)
     if unknown:
         raise fail(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(KNOWN_FIELDS))})")
@@ -68,6 +91,47 @@ def parse_line(obj: Any, line: int, where: str) -> PromptSpec:
     return PromptSpec(
         custom_id=custom_id, line=line, category=category, prompt=prompt, messages=messages, overrides=overrides
     )
+
+
+def parse_openai_line(obj: dict, line: int, fail) -> PromptSpec:
+    unknown = sorted(set(obj) - OPENAI_LINE_FIELDS)
+    if unknown:
+        raise fail(f"unknown field {unknown[0]!r} in an OpenAI Batch line (known: {', '.join(sorted(OPENAI_LINE_FIELDS))})")
+    custom_id = obj.get("custom_id")
+    if not isinstance(custom_id, str) or not custom_id:
+        raise fail("field 'custom_id' must be a non-empty string (required in an OpenAI Batch line)")
+    if obj.get("method") != "POST":
+        raise fail(f"field 'method' must be \"POST\", got {obj.get('method')!r}")
+    if obj.get("url") != OPENAI_URL:
+        raise fail(f"field 'url' must be {OPENAI_URL!r}, got {obj.get('url')!r}")
+    body = obj.get("body")
+    if not isinstance(body, dict):
+        raise fail("field 'body' must be an object")
+    unknown = sorted(set(body) - OPENAI_BODY_FIELDS)
+    if unknown:
+        raise fail(f"body field {unknown[0]!r} is not supported (supported: {', '.join(sorted(OPENAI_BODY_FIELDS))})")
+    if body.get("n", 1) != 1:
+        raise fail(f"body field 'n' must be 1, got {body.get('n')!r}")
+    if body.get("stream", False) is not False:
+        raise fail("body field 'stream' must be false in a batch")
+    model = body.get("model", "")
+    if not isinstance(model, str):
+        raise fail("body field 'model' must be a string")
+    if "max_tokens" in body and "max_completion_tokens" in body:
+        raise fail("body has both 'max_tokens' and 'max_completion_tokens'; give one")
+    if "messages" not in body:
+        raise fail("body needs 'messages'")
+    messages = check_messages(body["messages"], lambda msg: fail("body " + msg))
+    overrides = {}
+    for source, name in (("max_tokens", "max_tokens"), ("max_completion_tokens", "max_tokens"),
+                         ("temperature", "temperature"), ("top_p", "top_p"), ("seed", "seed"), ("stop", "stop")):
+        if source in body and body[source] is not None:
+            try:
+                overrides[name] = check_option(name, body[source])
+            except OptionError as exc:
+                raise fail(f"body field {source!r} {exc}") from None
+    return PromptSpec(custom_id=custom_id, line=line, messages=messages, overrides=overrides, openai=True,
+                      model=model)
 
 
 def check_messages(messages: Any, fail) -> tuple[dict[str, str], ...]:
@@ -118,33 +182,58 @@ def check_option(name: str, value: Any) -> Any:
 def parse_jsonl(lines: Iterable[str], where: str = "") -> list[PromptSpec]:
     """Every line parsed and checked; the first fault raises InputError naming it.
     Blank lines are skipped; custom_id must be unique."""
-    specs: list[PromptSpec] = []
-    seen: dict[str, int] = {}
-    for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-        spec = parse_line(obj, number, where)
-        if spec.custom_id in seen:
-            raise InputError(
-                f"{where}line {number}: custom_id {spec.custom_id!r} repeats line {seen[spec.custom_id]}"
-            )
-        seen[spec.custom_id] = number
-        specs.append(spec)
+    specs, invalid = parse_jsonl_lenient(lines, where)
+    if invalid:
+        raise InputError(invalid[0].message)
     if not specs:
         raise InputError(f"{where.rstrip(': ') or 'input'}: no requests (the file is empty)")
     return specs
 
 
+def parse_jsonl_lenient(lines: Iterable[str], where: str = "") -> tuple[list[PromptSpec], list[InvalidLine]]:
+    """The valid requests and, in line order, every invalid line with its reason."""
+    specs: list[PromptSpec] = []
+    invalid: list[InvalidLine] = []
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        obj = None
+        try:
+            if len(raw) > MAX_LINE_CHARS:
+                raise InputError(f"{where}line {number}: longer than {MAX_LINE_CHARS} characters")
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{where}line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            spec = parse_line(obj, number, where)
+            if spec.custom_id in seen:
+                raise InputError(
+                    f"{where}line {number}: custom_id {spec.custom_id!r} repeats line {seen[spec.custom_id]}"
+                )
+        except InputError as exc:
+            custom_id = obj.get("custom_id") if isinstance(obj, dict) else None
+            invalid.append(InvalidLine(number, custom_id if isinstance(custom_id, str) else None, str(exc)))
+            continue
+        seen[spec.custom_id] = number
+        specs.append(spec)
+    return specs, invalid
+
+
 def read_jsonl(path: str) -> list[PromptSpec]:
+    return parse_jsonl(_read_lines(path), where=f"{path}: ")
+
+
+def read_jsonl_lenient(path: str) -> tuple[list[PromptSpec], list[InvalidLine]]:
+    return parse_jsonl_lenient(_read_lines(path), where=f"{path}: ")
+
+
+def _read_lines(path: str) -> list[str]:
     if not os.path.isfile(path):
         raise InputError(f"input file not found: {path}")
     try:
         with open(path, encoding="utf-8-sig") as fh:  # tolerate a byte-order mark
-            return parse_jsonl(fh, where=f"{path}: ")
+            return fh.readlines()
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a UTF-8 text file") from None
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, replace
 from time import perf_counter
-from typing import Iterator, Sequence
+from typing import Hashable, Iterator, Sequence
 
 import numpy as np
 
@@ -70,33 +70,22 @@ class Engine:
         """Decode several requests together: every round, the rows of up to
         `batch_size` requests (ragged: prefills, drafts of different lengths) share
         one target forward, and a finished request's place goes to the next one.
-        Yields (index into `states`, new state) after every commit. Each request
-        makes the decisions it would make alone (its own proposer session, draws
-        and acceptance); only the dense products are shared. Their rows come out
-        bit-identical to a lone decode while a round has at most KERNEL_MAX_ROWS
-        rows in all; past that (a prompt joining the batch) BLAS computes them, and
-        rounding may differ in the last bits."""
+        Yields (index into `states`, new state) after every commit. See BatchDecoder
+        for what stays identical to a lone decode."""
         assert batch_size >= 1
         waiting = deque(enumerate(states))
-        active: list[tuple[int, DecodeSession]] = []
-        while waiting or active:
-            while waiting and len(active) < batch_size:
+        decoder = BatchDecoder(self)
+        while waiting or decoder:
+            while waiting and len(decoder) < batch_size:
                 index, state = waiting.popleft()
                 if state.finished:
                     yield index, state
                 else:
-                    active.append((index, self.session(state)))
-            planned = [session.plan() for _, session in active]
-            t0 = perf_counter()
-            outputs = self.model.forward([p.segment for p in planned])
-            forward_s = perf_counter() - t0
-            still = []
-            for (index, session), p, out in zip(active, planned, outputs):
-                state = session.finish(p, out, forward_s)
+                    decoder.add(index, state)
+            for index, state in decoder.round():
                 yield index, state
-                if not state.finished:
-                    still.append((index, session))
-            active = still
+                if state.finished:
+                    decoder.drop(index)
 
     def run_many(self, requests: Sequence[GenerationRequest], *, batch_size: int = 8) -> list[DecodeState]:
         states = [self.start(r) for r in requests]
@@ -116,6 +105,43 @@ class Engine:
             return self.text(state)
         text = self.tokenizer.stream_decoder().push(state.output_ids)
         return text[: len(text) - held_back(text, state.request.stop)]
+
+
+class BatchDecoder:
+    """A changing set of requests decoded together, one shared target forward per
+    round; the caller adds and drops requests between rounds (to refill, pause or
+    cancel). Each request makes the decisions it would make alone (its own proposer
+    session, draws and acceptance); only the dense products are shared. Rows come
+    out bit-identical to a lone decode while a round has at most KERNEL_MAX_ROWS
+    rows in all; past that (a prompt joining the batch) BLAS computes them, and
+    rounding may differ in the last bits."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.sessions: dict[Hashable, DecodeSession] = {}
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    def add(self, key: Hashable, state: DecodeState) -> None:
+        """Join the next round; a state with committed output is resumed by one prefill."""
+        assert key not in self.sessions and not state.finished
+        self.sessions[key] = self.engine.session(state)
+
+    def drop(self, key: Hashable) -> DecodeState:
+        return self.sessions.pop(key).state
+
+    def states(self) -> dict[Hashable, DecodeState]:
+        return {key: session.state for key, session in self.sessions.items()}
+
+    def round(self) -> list[tuple[Hashable, DecodeState]]:
+        """One round for every request; finished ones stay until dropped."""
+        active = [(key, s) for key, s in self.sessions.items() if not s.state.finished]
+        planned = [session.plan() for _, session in active]
+        t0 = perf_counter()
+        outputs = self.engine.model.forward([p.segment for p in planned]) if planned else []
+        forward_s = perf_counter() - t0
+        return [(key, session.finish(p, out, forward_s)) for (key, session), p, out in zip(active, planned, outputs)]
 
 
 @dataclass(frozen=True)

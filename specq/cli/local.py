@@ -1,5 +1,4 @@
-"""The command line: parse, call, print. Data goes to stdout, progress and
-diagnostics to stderr; user faults end in one line and exit status 1 (2 for usage)."""
+"""Local commands, no queue: `generate` and `bench`."""
 
 from __future__ import annotations
 
@@ -11,59 +10,19 @@ from dataclasses import replace
 
 import click
 
+from specq.cli.options import DEFAULT_BATCH_SIZE, defaults_from, generation_options, model_options, option_check
 from specq.errors import SpecqError
-from specq.jobs.inputs import GenerationDefaults, OptionError, PromptSpec, check_option, read_jsonl, to_request
-from specq.specdec.acceptance import ACCEPT_RULES
+from specq.jobs.inputs import GenerationDefaults, PromptSpec, read_jsonl, to_request
 from specq.specdec.engine import Engine
 from specq.specdec.proposers import PROPOSERS
 from specq.specdec.state import DecodeState
 
 
-# Measured on the default model, plain decoding: 8 requests together give about 2.5x
-# the aggregate tokens/s of one at a time (docs/performance.md).
-DEFAULT_BATCH_SIZE = 8
-
-
-def _option_check(name: str):
-    """A click callback applying the same range checks as input lines."""
-
-    def callback(ctx: click.Context, param: click.Parameter, value):
-        if value is None or value == ():
-            return value
-        try:
-            return check_option(name, value)
-        except OptionError as exc:
-            raise click.BadParameter(str(exc)) from None
-
-    return callback
-
-
-@click.group()
-@click.version_option(package_name="specq")
-def main() -> None:
-    """specq: resumable batch text generation with speculative decoding."""
-
-
-@main.command()
+@click.command()
 @click.option("--prompt", "prompt_text", help="One prompt (sent as a user chat message).")
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), help="JSONL file of requests.")
-@click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Target GGUF (default: SmolLM2-135M-Instruct).")
-@click.option("--proposer", type=click.Choice(PROPOSERS), default="ngram", show_default=True)
-@click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False), help="GGUF draft model for --proposer draft.")
-@click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False), help="Heads file for --proposer medusa.")
-@click.option("--k", "k", type=click.IntRange(min=1, max=16), default=4, show_default=True,
-              help="Most draft tokens per round (4 measured best with the adaptive length; docs/performance.md).")
-@click.option("--adaptive/--fixed-k", default=True, show_default=True,
-              help="Choose 0..k drafts per round from the measured acceptance, or always draft k.")
-@click.option("--accept", type=click.Choice(("auto",) + ACCEPT_RULES), default="auto", show_default=True,
-              help="auto: greedy at temperature 0, sample otherwise. typical is faster but not distribution-preserving.")
-@click.option("--max-tokens", type=int, default=256, show_default=True, callback=_option_check("max_tokens"))
-@click.option("--temperature", type=float, default=0.0, show_default=True, callback=_option_check("temperature"))
-@click.option("--top-p", type=float, default=1.0, show_default=True, callback=_option_check("top_p"))
-@click.option("--top-k", type=int, default=0, show_default=True, callback=_option_check("top_k"))
-@click.option("--seed", type=int, default=0, show_default=True, callback=_option_check("seed"))
-@click.option("--stop", "stop", multiple=True, callback=_option_check("stop"), help="Stop string (repeatable).")
-@click.option("--raw-prompt", is_flag=True, help="Feed prompts verbatim, without the chat template.")
+@model_options
+@generation_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per request on stdout.")
 @click.option("--stream", is_flag=True, help="Print text as it is committed (one request at a time).")
 @click.option("--batch-size", type=click.IntRange(min=1, max=64),
@@ -84,9 +43,9 @@ def generate(prompt_text, input_path, model_path, proposer, draft_model_path, me
     if stream and batch_size not in (None, 1):
         raise click.UsageError("--stream decodes one request at a time; it cannot be combined with --batch-size")
     batch_size = batch_size or (1 if stream else DEFAULT_BATCH_SIZE)
-    defaults = GenerationDefaults(
+    defaults = defaults_from(
         max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-        stop=tuple(stop), accept=accept, k=k, adaptive=adaptive, raw_prompt=raw_prompt,
+        stop=stop, accept=accept, k=k, adaptive=adaptive, raw_prompt=raw_prompt,
     )
     try:
         if input_path is not None:
@@ -222,7 +181,7 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
     return kept
 
 
-@main.command()
+@click.command()
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), default="examples/bench_prompts.jsonl",
               show_default=True, help="JSONL prompts; an optional 'category' field groups the results.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Target GGUF (default: SmolLM2-135M-Instruct).")
@@ -230,7 +189,7 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
               help="Comma-separated proposers to compare with plain decoding.")
 @click.option("--k", "ks", default="3,5", show_default=True, callback=_int_list, help="Comma-separated draft lengths.")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--max-tokens", type=int, callback=_option_check("max_tokens"), help="Override every line's max_tokens.")
+@click.option("--max-tokens", type=int, callback=option_check("max_tokens"), help="Override every line's max_tokens.")
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N prompts of each category.")
 @click.option("--adaptive/--fixed-k", default=True, show_default=True, help="Adaptive draft length, or always k.")
 @click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False))

@@ -1,0 +1,26 @@
+"""The command line: parse, call, print. Data goes to stdout, progress and
+diagnostics to stderr; user faults end in one line and exit status 1 (2 for usage)."""
+
+from __future__ import annotations
+
+import click
+
+from specq.cli.local import bench, generate
+from specq.cli.queue import cancel, pause, results, resume, run, status, submit, worker
+
+
+@click.group()
+@click.version_option(package_name="specq")
+def main() -> None:
+    """specq: resumable batch text generation with speculative decoding.
+
+    \b
+    specq run prompts.jsonl -o results.jsonl     # everything, locally, resumable
+    specq submit prompts.jsonl                   # or: enqueue, then run workers anywhere
+    specq worker --processes 2
+    specq status --watch
+    """
+
+
+for command in (generate, bench, submit, status, pause, resume, cancel, results, worker, run):
+    main.add_command(command)

@@ -1,0 +1,76 @@
+"""Options shared by several commands, declared once."""
+
+from __future__ import annotations
+
+import click
+
+from specq.jobs.inputs import GenerationDefaults, OptionError, check_option
+from specq.specdec.acceptance import ACCEPT_RULES
+from specq.specdec.proposers import PROPOSERS
+
+# Measured on the default model, plain decoding: 8 requests together give about 2.5x
+# the aggregate tokens/s of one at a time (docs/performance.md).
+DEFAULT_BATCH_SIZE = 8
+
+
+def option_check(name: str):
+    """A click callback applying the same range checks as input lines."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value):
+        if value is None or value == ():
+            return value
+        try:
+            return check_option(name, value)
+        except OptionError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return callback
+
+
+def _stack(*decorators):
+    def apply(f):
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+
+    return apply
+
+
+model_options = _stack(
+    click.option("--model", "model_path", type=click.Path(dir_okay=False),
+                 help="Target GGUF (default: SmolLM2-135M-Instruct)."),
+    click.option("--proposer", type=click.Choice(PROPOSERS), default="ngram", show_default=True),
+    click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False),
+                 help="GGUF draft model for --proposer draft."),
+    click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False),
+                 help="Heads file for --proposer medusa."),
+)
+
+generation_options = _stack(
+    click.option("--k", "k", type=click.IntRange(min=1, max=16), default=4, show_default=True,
+                 help="Most draft tokens per round (4 measured best with the adaptive length; docs/performance.md)."),
+    click.option("--adaptive/--fixed-k", default=True, show_default=True,
+                 help="Choose 0..k drafts per round from the measured acceptance, or always draft k."),
+    click.option("--accept", type=click.Choice(("auto",) + ACCEPT_RULES), default="auto", show_default=True,
+                 help="auto: greedy at temperature 0, sample otherwise. typical is faster but not distribution-preserving."),
+    click.option("--max-tokens", type=int, default=256, show_default=True, callback=option_check("max_tokens")),
+    click.option("--temperature", type=float, default=0.0, show_default=True, callback=option_check("temperature")),
+    click.option("--top-p", type=float, default=1.0, show_default=True, callback=option_check("top_p")),
+    click.option("--top-k", type=int, default=0, show_default=True, callback=option_check("top_k")),
+    click.option("--seed", type=int, default=0, show_default=True, callback=option_check("seed")),
+    click.option("--stop", "stop", multiple=True, callback=option_check("stop"), help="Stop string (repeatable)."),
+    click.option("--raw-prompt", is_flag=True, help="Feed prompts verbatim, without the chat template."),
+)
+
+
+def defaults_from(*, max_tokens, temperature, top_p, top_k, seed, stop, accept, k, adaptive, raw_prompt) -> GenerationDefaults:
+    return GenerationDefaults(
+        max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+        stop=tuple(stop), accept=accept, k=k, adaptive=adaptive, raw_prompt=raw_prompt,
+    )
+
+
+redis_option = click.option(
+    "--redis-url", envvar="SPECQ_REDIS_URL", metavar="URL",
+    help="redis:// or rediss:// (also $SPECQ_REDIS_URL); default: an embedded server on a local data directory.",
+)

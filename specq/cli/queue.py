@@ -1,0 +1,412 @@
+"""Queue commands: submit, status, pause, resume, cancel, results, worker, run."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+
+import click
+import redis
+
+from specq.cli.options import DEFAULT_BATCH_SIZE, defaults_from, generation_options, model_options, redis_option
+from specq.errors import ParameterError, SpecqError
+from specq.jobs.config import DEFAULT_QUEUE, BatchConfig, check_batch_id
+
+
+@contextlib.contextmanager
+def user_errors():
+    """specq's own faults and Redis outages end in one line, never a traceback."""
+    from specq.jobs.connection import redact
+
+    try:
+        yield
+    except SpecqError as exc:
+        raise click.ClickException(str(exc)) from None
+    except redis.RedisError as exc:
+        raise click.ClickException(f"Redis error: {redact(str(exc))}") from None
+
+
+def _connect(redis_url: str | None) -> redis.Redis:
+    from specq.jobs.connection import connect
+
+    return connect(redis_url)
+
+
+def _batch_config(model_path, proposer, draft_model_path, medusa_heads_path, defaults, batch_size,
+                  checkpoint_tokens, checkpoint_seconds) -> tuple[BatchConfig, str]:
+    """The batch's configuration and the model file it was checked against."""
+    from specq.specdec.gguf_file import GGUFFile
+    from specq.specdec.loader import default_model_path
+
+    model_file = os.path.abspath(model_path) if model_path else default_model_path()
+    if proposer == "draft" and not draft_model_path:
+        raise ParameterError("proposer 'draft' needs --draft-model PATH")
+    if proposer == "medusa" and not medusa_heads_path:
+        raise ParameterError("proposer 'medusa' needs --medusa-heads PATH")
+    for label, path in (("draft model", draft_model_path), ("Medusa heads", medusa_heads_path)):
+        if path and not os.path.isfile(path):
+            raise ParameterError(f"{label} file not found: {path}")
+    config = BatchConfig(
+        model_path=os.path.abspath(model_path) if model_path else "",
+        model_sha256=GGUFFile(model_file).sha256(),
+        proposer=proposer,
+        draft_model_path=os.path.abspath(draft_model_path) if draft_model_path else "",
+        medusa_heads_path=os.path.abspath(medusa_heads_path) if medusa_heads_path else "",
+        defaults=defaults, batch_size=batch_size, checkpoint_tokens=checkpoint_tokens,
+        checkpoint_seconds=checkpoint_seconds,
+    )
+    return config, model_file
+
+
+batch_options = [
+    click.option("--batch-size", type=click.IntRange(min=1, max=64), default=DEFAULT_BATCH_SIZE, show_default=True,
+                 help="Requests a worker process decodes together."),
+    click.option("--checkpoint-tokens", type=click.IntRange(min=1), default=64, show_default=True,
+                 help="Checkpoint a request after this many new tokens..."),
+    click.option("--checkpoint-seconds", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+                 help="...or this many seconds since its last checkpoint."),
+]
+
+
+def _with(options):
+    def apply(f):
+        for d in reversed(options):
+            f = d(f)
+        return f
+
+    return apply
+
+
+def _submit(client, input_path, batch_id, queue, skip_invalid, gen) -> "SubmitOutcome":  # noqa: F821
+    from specq.jobs.submit import submit as do_submit
+
+    config, model_file = _batch_config(
+        gen["model_path"], gen["proposer"], gen["draft_model_path"], gen["medusa_heads_path"],
+        defaults_from(**{k: gen[k] for k in ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "accept",
+                                             "k", "adaptive", "raw_prompt")}),
+        gen["batch_size"], gen["checkpoint_tokens"], gen["checkpoint_seconds"],
+    )
+    outcome = do_submit(client, input_path, config, model_file=model_file, batch_id=batch_id, queue=queue,
+                        skip_invalid=skip_invalid)
+    for bad in outcome.invalid:
+        click.echo(f"skipped: {bad.message}", err=True)
+    click.echo(
+        f"batch {outcome.batch_id}: {outcome.added} requests enqueued, {outcome.already_present} already present, "
+        f"{len(outcome.invalid)} invalid; {outcome.jobs} jobs on queue {queue}",
+        err=True,
+    )
+    return outcome
+
+
+@click.command()
+@click.argument("input_path", metavar="FILE.jsonl", type=click.Path(dir_okay=False))
+@model_options
+@generation_options
+@_with(batch_options)
+@click.option("--batch-id", help="Name the batch (default: generated). Resubmitting to it adds only new lines.")
+@click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="RQ queue for the batch's jobs.")
+@click.option("--skip-invalid", is_flag=True, help="Submit the valid lines; invalid ones go to the error output.")
+@click.option("--json", "as_json", is_flag=True)
+@redis_option
+def submit(input_path, batch_id, queue, skip_invalid, as_json, redis_url, **gen) -> None:
+    """Validate a JSONL file and enqueue it as a batch; prints the batch id.
+
+    \b
+    specq submit prompts.jsonl
+    specq submit openai_batch.jsonl --batch-id nightly --max-tokens 512 --temperature 0.7 --seed 1
+    """
+    with user_errors():
+        if batch_id:
+            check_batch_id(batch_id)
+        client = _connect(redis_url)
+        outcome = _submit(client, input_path, batch_id, queue, skip_invalid, gen)
+    if as_json:
+        click.echo(json.dumps({"batch_id": outcome.batch_id, "added": outcome.added,
+                               "already_present": outcome.already_present, "invalid": len(outcome.invalid),
+                               "jobs": outcome.jobs}))
+    else:
+        click.echo(outcome.batch_id)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = int(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def format_batch(st: dict) -> str:
+    c = st["counts"]
+    finished = c["completed"] + c["failed"] + c["cancelled"]
+    width = 30
+    filled = int(width * finished / st["total"]) if st["total"] else width
+    flags = f"  [{', '.join(st['flags'])}]" if st["flags"] else ""
+    tau = f"{st['tau']:.2f}" if st["tau"] is not None else "-"
+    acc = f"{st['acceptance_rate']:.2f}" if st["acceptance_rate"] is not None else "-"
+    return "\n".join([
+        f"batch {st['batch_id']}  queue {st['queue']}  proposer {st['proposer']}{flags}",
+        f"  [{'#' * filled}{'-' * (width - filled)}] {finished}/{st['total']} finished",
+        "  " + "  ".join(f"{name} {c[name]}" for name in c),
+        f"  {st['tokens']} tokens, {st['tokens_per_second']:.1f} tokens/s, tau {tau}, acceptance {acc}, "
+        f"resumed after a crash {st['resumes']['crash']}, time left {_duration(st['eta_seconds'])}",
+    ])
+
+
+@click.command()
+@click.argument("batch_id", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--watch", is_flag=True, help="Redraw every --interval seconds until the batch is done.")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True)
+@redis_option
+def status(batch_id, as_json, watch, interval, redis_url) -> None:
+    """Show every batch, or one: requests by state, tokens/s, tau, workers, time left.
+    Reads only; never changes anything.
+
+    \b
+    specq status
+    specq status nightly --watch
+    """
+    from specq.jobs.status import batch_status, overview, workers_alive
+
+    with user_errors():
+        client = _connect(redis_url)
+        while True:
+            if batch_id:
+                report = {"workers_alive": workers_alive(client), "batches": [batch_status(client, batch_id)]}
+            else:
+                report = overview(client)
+            if as_json:
+                click.echo(json.dumps(report if not batch_id else {**report["batches"][0],
+                                                                      "workers_alive": report["workers_alive"]}))
+            else:
+                if watch:
+                    click.clear()
+                for st in report["batches"]:
+                    click.echo(format_batch(st))
+                if not report["batches"]:
+                    click.echo("no batches")
+                click.echo(f"workers alive: {len(report['workers_alive'])}")
+            if not watch or all(b["done"] for b in report["batches"]):
+                return
+            time.sleep(interval)
+
+
+def _control(action, target: str, as_json: bool, redis_url: str | None) -> None:
+    from specq.jobs.control import resolve
+
+    with user_errors():
+        client = _connect(redis_url)
+        outcome = action(resolve(client, target))
+    if as_json:
+        click.echo(json.dumps({"target": target, **outcome}))
+    else:
+        click.echo(f"{target}: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in outcome.items()))
+
+
+target_argument = click.argument("target", metavar="BATCH|BATCH:CUSTOM_ID")
+
+
+@click.command()
+@target_argument
+@click.option("--json", "as_json", is_flag=True)
+@redis_option
+def pause(target, as_json, redis_url) -> None:
+    """Pause a batch or one request; running ones stop after their current round,
+    checkpointed."""
+    from specq.jobs.control import pause as do
+
+    _control(do, target, as_json, redis_url)
+
+
+@click.command()
+@target_argument
+@click.option("--json", "as_json", is_flag=True)
+@redis_option
+def resume(target, as_json, redis_url) -> None:
+    """Resume paused requests, and re-enqueue transiently failed or abandoned ones,
+    from their checkpoints."""
+    from specq.jobs.control import resume as do
+
+    _control(do, target, as_json, redis_url)
+
+
+@click.command()
+@target_argument
+@click.option("--json", "as_json", is_flag=True)
+@redis_option
+def cancel(target, as_json, redis_url) -> None:
+    """Cancel a batch or one request; running ones stop after their current round."""
+    from specq.jobs.control import cancel as do
+
+    _control(do, target, as_json, redis_url)
+
+
+def _write_results(client, batch_id: str, output: str | None, errors_path: str | None) -> tuple[int, int]:
+    from specq.jobs.results import collect, write_atomically
+    from specq.jobs.store import BatchStore
+
+    store = BatchStore(client, batch_id)
+    if not store.exists():
+        raise ParameterError(f"no batch {batch_id!r}")
+    outputs, errors = collect(store)
+    if output and output != "-":
+        write_atomically(output, outputs)
+    else:
+        click.echo("".join(outputs), nl=False)
+    if errors_path:
+        write_atomically(errors_path, errors)
+    return len(outputs), len(errors)
+
+
+@click.command()
+@click.argument("batch_id")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here (atomically) instead of stdout.")
+@click.option("--errors", "errors_path", type=click.Path(dir_okay=False), help="Failed and cancelled requests.")
+@redis_option
+def results(batch_id, output, errors_path, redis_url) -> None:
+    """Results in input order, for the requests completed so far (OpenAI Batch output
+    lines for OpenAI Batch input lines).
+
+    \b
+    specq results nightly -o results.jsonl --errors errors.jsonl
+    """
+    with user_errors():
+        client = _connect(redis_url)
+        n_out, n_err = _write_results(client, batch_id, output, errors_path)
+    click.echo(f"{n_out} results, {n_err} errors", err=True)
+
+
+@click.command()
+@click.option("--queue", "queues", multiple=True, default=(DEFAULT_QUEUE,), show_default=True,
+              help="Queue to take jobs from (repeatable).")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes on this machine, each with its own copy of the model.")
+@click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
+@redis_option
+def worker(queues, processes, burst, redis_url) -> None:
+    """Run worker processes: any number, on any number of machines, against one Redis.
+
+    \b
+    specq worker --processes 2
+    SPECQ_REDIS_URL=rediss://:secret@queue.example:6380/0 specq worker --queue nightly
+    """
+    from specq.jobs.connection import resolve_url
+    from specq.worker import Supervisor, run_worker, worker_argv
+
+    with user_errors():
+        url = resolve_url(redis_url)
+        client = _connect(url)
+        if processes == 1:
+            run_worker(client, list(queues), burst=burst)
+            return
+        supervisor = Supervisor(worker_argv(list(queues), burst=burst), processes, restart=not burst,
+                                env={**os.environ, "SPECQ_REDIS_URL": url})
+        supervisor.start()
+        try:
+            while supervisor.running():
+                supervisor.poll()
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            supervisor.stop()
+            sys.exit(130)
+
+
+def run_batch_id(input_path: str, config: BatchConfig) -> str:
+    """The same file with the same options is the same batch: running again continues it."""
+    digest = hashlib.sha256()
+    with open(input_path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    digest.update(json.dumps(config.to_dict(), sort_keys=True).encode())
+    return "run-" + digest.hexdigest()[:16]
+
+
+@click.command()
+@click.argument("input_path", metavar="FILE.jsonl", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Results file [default: FILE.results.jsonl].")
+@click.option("--errors", "errors_path", type=click.Path(dir_okay=False),
+              help="Errors file [default: FILE.errors.jsonl, written only if there are errors].")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
+@model_options
+@generation_options
+@_with(batch_options)
+@click.option("--skip-invalid", is_flag=True)
+@redis_option
+def run(input_path, output, errors_path, processes, skip_invalid, redis_url, **gen) -> None:
+    """Submit, run local workers until the batch is done, write the results. Run it
+    again after an interruption and it continues from the checkpoints.
+
+    \b
+    specq run examples/prompts.jsonl -o results.jsonl
+    """
+    from specq.jobs.connection import resolve_url
+    from specq.jobs.control import reap_all
+    from specq.jobs.control import resolve as resolve_target
+    from specq.jobs.control import resume as do_resume
+    from specq.jobs.status import batch_status
+    from specq.worker import Supervisor, worker_argv
+
+    stem = input_path[:-6] if input_path.endswith(".jsonl") else input_path
+    output = output or f"{stem}.results.jsonl"
+    errors_path = errors_path or f"{stem}.errors.jsonl"
+    with user_errors():
+        url = resolve_url(redis_url)
+        client = _connect(url)
+        probe, _ = _batch_config(gen["model_path"], gen["proposer"], gen["draft_model_path"], gen["medusa_heads_path"],
+                                 defaults_from(**{k: gen[k] for k in ("max_tokens", "temperature", "top_p", "top_k",
+                                                                      "seed", "stop", "accept", "k", "adaptive",
+                                                                      "raw_prompt")}),
+                                 gen["batch_size"], gen["checkpoint_tokens"], gen["checkpoint_seconds"])
+        batch_id = run_batch_id(input_path, probe)
+        queue = f"specq-run-{batch_id}"
+        outcome = _submit(client, input_path, batch_id, queue, skip_invalid, gen)
+        if outcome.already_present:
+            # A previous run was interrupted: its requests resume from their checkpoints.
+            resumed = do_resume(resolve_target(client, batch_id))
+            click.echo(f"continuing batch {batch_id}: {resumed['resumed'] + resumed['abandoned']} requests "
+                       "resumed from checkpoints", err=True)
+        supervisor = Supervisor(worker_argv([queue], burst=False), processes, restart=True,
+                                env={**os.environ, "SPECQ_REDIS_URL": url})
+        supervisor.start()
+        try:
+            st = _wait_for(client, batch_id, supervisor, batch_status, reap_all)
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted: workers are checkpointing; run the same command again to continue", err=True)
+            supervisor.stop()
+            sys.exit(130)
+        supervisor.stop()
+        n_out, n_err = _write_results(client, batch_id, output, errors_path if _has_errors(st) else None)
+    click.echo(f"batch {batch_id}: {n_out} results in {output}" + (f", {n_err} errors in {errors_path}" if n_err else ""),
+               err=True)
+
+
+def _has_errors(st: dict) -> bool:
+    return st["counts"]["failed"] + st["counts"]["cancelled"] > 0
+
+
+def _wait_for(client, batch_id, supervisor, batch_status, reap_all) -> dict:
+    last_line = ""
+    last_reap = 0.0
+    while True:
+        st = batch_status(client, batch_id)
+        c = st["counts"]
+        line = (f"{c['completed']}/{st['total']} completed, {c['running']} running, {c['failed']} failed, "
+                f"{st['tokens_per_second']:.1f} tokens/s")
+        if line != last_line:
+            click.echo(line, err=True)
+            last_line = line
+        if st["done"] or (c["queued"] == c["running"] == 0):
+            return st
+        if time.monotonic() - last_reap > 5.0:
+            reap_all(client)
+            last_reap = time.monotonic()
+        supervisor.poll()
+        if not supervisor.running():
+            raise click.ClickException("every worker process exited; see the messages above")
+        time.sleep(0.5)

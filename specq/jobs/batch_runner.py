@@ -1,0 +1,193 @@
+"""The decode loop of one job: claim a batch's pending requests, decode up to
+`batch_size` of them together (one shared target forward per round), checkpoint
+each one every chunk, and let go of it when it completes, fails, is paused or
+cancelled, or when the job must stop.
+
+Every write is fenced by the request's lease; a write refused means another worker
+owns the request now, and this one simply forgets it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from specq.errors import SpecqError
+from specq.jobs import checkpoint
+from specq.jobs.config import HEARTBEAT_S, LEASE_TTL_MS, BatchConfig
+from specq.jobs.runtime import LoadedEngine, Runtime
+from specq.jobs.store import BatchStore, Lease
+from specq.specdec.engine import BatchDecoder, Engine
+from specq.specdec.state import DecodeState, GenerationRequest
+
+
+@dataclass
+class Owned:
+    lease: Lease
+    spec: dict[str, Any]
+    written: DecodeState  # as last written to Redis: deltas and "checkpoint due" count from it
+    written_at: float
+
+
+def progress_deltas(old: DecodeState, new: DecodeState) -> dict[str, float]:
+    """The batch counters a write adds: what `new` did since `old` was written."""
+    a, b = old.metrics, new.metrics
+    deltas: dict[str, float] = {
+        "tokens": len(new.output_ids) - len(old.output_ids),
+        "target_forwards": b.target_forwards - a.target_forwards,
+        "drafted": b.drafted - a.drafted,
+        "accepted": b.accepted - a.accepted,
+        "emitted": b.emitted - a.emitted,
+        "resume_prefills": b.resume_prefills - a.resume_prefills,
+        "decode_seconds": round(b.decode_seconds - a.decode_seconds, 6),
+    }
+    for i, n in enumerate(b.drafted_per_position):
+        deltas[f"drafted_pos_{i}"] = n - (a.drafted_per_position[i] if i < len(a.drafted_per_position) else 0)
+    for i, n in enumerate(b.accepted_per_position):
+        deltas[f"accepted_pos_{i}"] = n - (a.accepted_per_position[i] if i < len(a.accepted_per_position) else 0)
+    return deltas
+
+
+def result_record(engine: Engine, spec: dict[str, Any], state: DecodeState, worker_id: str) -> dict[str, Any]:
+    prompt_tokens, completion_tokens = len(state.request.prompt_ids), len(state.output_ids)
+    return {
+        "custom_id": spec["custom_id"],
+        "text": engine.text(state),
+        "finish_reason": state.finish_reason,
+        "token_ids": list(state.output_ids),
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+        "metrics": state.metrics.to_dict(),
+        "completed_at": round(time.time(), 3),
+        "worker": worker_id,
+    }
+
+
+class BatchRunner:
+    def __init__(self, store: BatchStore, config: BatchConfig, loaded: LoadedEngine, runtime: Runtime,
+                 *, deadline: float) -> None:
+        self.store = store
+        self.config = config
+        self.engine = loaded.engine
+        self.fingerprint = loaded.fingerprint
+        self.runtime = runtime
+        self.deadline = deadline  # time.monotonic() after which the job hands its work back
+        self.decoder = BatchDecoder(self.engine)
+        self.owned: dict[str, Owned] = {}
+        self.summary = {"completed": 0, "failed": 0, "handed_back": 0, "released": 0, "lost": 0}
+        self._last_renew = time.monotonic()
+
+    def run(self) -> dict[str, Any]:
+        """Decode until no request is left to claim, or until asked to stop (SIGTERM)
+        or the job's time is up; then every owned request goes back to the pending
+        list with a fresh checkpoint. Returns counts of what happened."""
+        try:
+            while True:
+                if self.runtime.stop_requested.is_set() or time.monotonic() > self.deadline:
+                    for rid in list(self.owned):
+                        self._let_go(rid, "queued")
+                        self.summary["handed_back"] += 1
+                    break
+                self._drop_lost()
+                self._apply_flags()
+                self._fill()
+                if not self.decoder:
+                    break
+                self._round()
+        except BaseException:
+            # The engine (or Redis) failed mid-round: hand back what can be handed back,
+            # unchanged since its last checkpoint, so that healthy workers continue it.
+            for rid in list(self.owned):
+                with contextlib.suppress(Exception):  # Redis may be the failure; leases then expire
+                    self._let_go(rid, "queued", write_progress=False)
+            raise
+        return self.summary
+
+    def _round(self) -> None:
+        now = time.monotonic()
+        for rid, state in self.decoder.round():
+            owned = self.owned[rid]
+            if state.finished:
+                record = result_record(self.engine, owned.spec, state, self.runtime.worker_id)
+                self._settle(rid, "completed", json.dumps(record, ensure_ascii=False), state)
+                self.summary["completed"] += 1
+            elif (len(state.output_ids) - len(owned.written.output_ids) >= self.config.checkpoint_tokens
+                  or now - owned.written_at >= self.config.checkpoint_seconds):
+                payload = checkpoint.encode(state, self.fingerprint)
+                if self.store.checkpoint(owned.lease, payload, progress_deltas(owned.written, state), LEASE_TTL_MS):
+                    owned.written, owned.written_at = state, now
+                else:
+                    self._forget(rid)
+        if now - self._last_renew >= HEARTBEAT_S:
+            # Also renewed by the worker's heartbeat thread; this covers a job run by
+            # a plain RQ worker, which has none.
+            self.runtime.renew_all(LEASE_TTL_MS)
+            self._last_renew = now
+
+    def _fill(self) -> None:
+        while len(self.decoder) < self.config.batch_size:
+            lease = self.store.claim(self.runtime.worker_id, LEASE_TTL_MS)
+            if lease is None:
+                return
+            self.runtime.hold(self.store, lease)
+            rid = lease.request_id
+            spec = self.store.spec(rid)
+            try:
+                saved = self.store.checkpoint_of(rid)
+                if saved is not None:
+                    state = checkpoint.decode(saved, self.fingerprint)
+                else:
+                    state = self.engine.start(GenerationRequest.from_dict(spec["request"]))
+            except SpecqError as exc:
+                self._fail(lease, spec, "checkpoint" if saved else "invalid_request", str(exc))
+                continue
+            self.owned[rid] = Owned(lease, spec, state, time.monotonic())
+            self.decoder.add(rid, state)  # a resumed state re-runs one prefill here
+
+    def _apply_flags(self) -> None:
+        if not self.owned:
+            return
+        for rid, flag in self.store.flags(list(self.owned)).items():
+            if flag in ("paused", "cancelled"):
+                self._let_go(rid, flag)
+                self.summary["released"] += 1
+
+    def _drop_lost(self) -> None:
+        for rid in list(self.owned):
+            if self.runtime.is_lost(self.store.batch_id, rid):
+                self._forget(rid)
+
+    def _let_go(self, rid: str, new_state: str, *, write_progress: bool = True) -> None:
+        owned = self.owned[rid]
+        state = self.decoder.drop(rid) if rid in self.decoder.sessions else owned.written
+        if not write_progress:
+            state = owned.written
+        payload = checkpoint.encode(state, self.fingerprint) if state.output_ids else ""
+        self._settle(rid, new_state, payload, state, dropped=True)
+
+    def _settle(self, rid: str, new_state: str, payload: str, state: DecodeState, *, dropped: bool = False) -> None:
+        owned = self.owned.pop(rid)
+        if not dropped:
+            self.decoder.drop(rid)
+        deltas = progress_deltas(owned.written, state)
+        if new_state == "completed":
+            deltas["completed_tokens"] = len(state.output_ids)  # status estimates time left from it
+        self.store.settle(owned.lease, new_state, payload, deltas)
+        self.runtime.release(self.store.batch_id, rid)
+
+    def _fail(self, lease: Lease, spec: dict[str, Any], reason: str, message: str) -> None:
+        error = {"custom_id": spec["custom_id"], "line": spec.get("line"), "reason": reason, "message": message}
+        self.store.settle(lease, "failed", json.dumps(error, ensure_ascii=False), {})
+        self.runtime.release(self.store.batch_id, lease.request_id)
+        self.summary["failed"] += 1
+
+    def _forget(self, rid: str) -> None:
+        """Another worker owns the request now: stop decoding it, write nothing."""
+        self.owned.pop(rid)
+        if rid in self.decoder.sessions:
+            self.decoder.drop(rid)
+        self.runtime.release(self.store.batch_id, rid)
+        self.summary["lost"] += 1

@@ -1,0 +1,50 @@
+"""A request's checkpoint: its decode state (committed output ids, whose length is the
+random generator's counter, the adaptive draft statistics and the metrics), a
+fingerprint of what decoded it, and a checksum over both."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from specq.errors import SpecqError
+from specq.specdec.state import DecodeState
+
+
+class CheckpointError(SpecqError):
+    """A checkpoint that cannot be resumed here: corrupt, or made with another model."""
+
+
+def _canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def fingerprint(model_sha256: str, proposer: str, proposer_file_sha256: str = "") -> str:
+    """What must not change across a resume for the output to stay identical: the
+    weights, and (for seeded sampling, whose draws depend on the drafts) the proposer."""
+    return hashlib.sha256(_canonical([model_sha256, proposer, proposer_file_sha256]).encode()).hexdigest()
+
+
+def encode(state: DecodeState, fp: str) -> str:
+    body = {"state": state.to_dict(), "fingerprint": fp}
+    return _canonical({**body, "checksum": hashlib.sha256(_canonical(body).encode()).hexdigest()})
+
+
+def decode(text: str, expected_fp: str) -> DecodeState:
+    try:
+        doc = json.loads(text)
+        body = {"state": doc["state"], "fingerprint": doc["fingerprint"]}
+        checksum = doc["checksum"]
+    except (ValueError, KeyError, TypeError):
+        raise CheckpointError("checkpoint is not valid JSON with state, fingerprint and checksum") from None
+    if hashlib.sha256(_canonical(body).encode()).hexdigest() != checksum:
+        raise CheckpointError("checkpoint checksum does not match its contents (corrupted)")
+    if body["fingerprint"] != expected_fp:
+        raise CheckpointError(
+            f"checkpoint was made with another model or proposer (fingerprint {body['fingerprint'][:12]}, "
+            f"this worker's is {expected_fp[:12]}); refusing to resume it"
+        )
+    try:
+        return DecodeState.from_dict(body["state"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint state is malformed ({exc.__class__.__name__}: {exc})") from None

@@ -1,0 +1,68 @@
+"""A batch's configuration, fixed at submit and read by every worker, and the
+timing constants of leases, heartbeats and checkpoints (one home for each)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specq.errors import ParameterError
+from specq.jobs.inputs import GenerationDefaults
+
+DEFAULT_QUEUE = "specq"
+BATCH_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+LEASE_TTL_MS = 30_000  # a request whose worker is silent this long is taken over
+HEARTBEAT_S = 5.0  # leases are renewed, and the reaper runs, this often
+MAX_ATTEMPTS = 3  # a request abandoned more often than this (a poison request) fails
+JOB_SECONDS = 1800  # a job hands its requests back and re-enqueues itself after this
+JOB_TIMEOUT_S = JOB_SECONDS + 900  # RQ's hard limit: only reached by a job that hangs
+WORKER_ALIVE_S = 3 * HEARTBEAT_S
+
+
+def check_batch_id(batch_id: str) -> str:
+    if not BATCH_ID_PATTERN.match(batch_id):
+        raise ParameterError(
+            f"batch id {batch_id!r} must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+        )
+    return batch_id
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """What every request of the batch is decoded with. The model is named by path
+    ("" = the default model, found on each machine) and pinned by its sha256: a
+    worker whose file differs refuses the batch."""
+
+    model_path: str
+    model_sha256: str
+    proposer: str = "ngram"
+    draft_model_path: str = ""
+    medusa_heads_path: str = ""
+    defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
+    batch_size: int = 8  # requests decoded together by one worker process
+    checkpoint_tokens: int = 64  # checkpoint a request after this many new tokens...
+    checkpoint_seconds: float = 10.0  # ...or this long since its last checkpoint
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ParameterError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.checkpoint_tokens < 1:
+            raise ParameterError(f"checkpoint tokens must be >= 1, got {self.checkpoint_tokens}")
+        if self.checkpoint_seconds <= 0:
+            raise ParameterError(f"checkpoint seconds must be > 0, got {self.checkpoint_seconds}")
+
+    def engine_key(self) -> tuple[str, ...]:
+        return (self.model_path, self.model_sha256, self.proposer, self.draft_model_path, self.medusa_heads_path)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["defaults"]["stop"] = list(self.defaults.stop)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "BatchConfig":
+        defaults = dict(d["defaults"])
+        defaults["stop"] = tuple(defaults["stop"])
+        return cls(**{**d, "defaults": GenerationDefaults(**defaults)})

@@ -1,0 +1,134 @@
+"""What a worker process keeps between jobs: the engines it has loaded (a model is
+loaded once per process), its identity, its stop flag, and the leases it holds, which
+its heartbeat thread renews while the decode loop runs.
+
+RQ calls the job function by name, so the job reaches this through `current()`; the
+worker installs one at start. Outside a specq worker (a plain `rq worker`), a
+default one is made on first use, without a heartbeat thread: leases then last only
+as long as the decode loop's own renewals keep them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+
+from specq.errors import ModelFileError
+from specq.jobs.checkpoint import fingerprint
+from specq.jobs.config import BatchConfig
+from specq.jobs.store import BatchStore, Lease
+from specq.specdec.engine import Engine
+
+
+@dataclass(frozen=True)
+class LoadedEngine:
+    engine: Engine
+    fingerprint: str
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class Runtime:
+    def __init__(self, worker_id: str | None = None) -> None:
+        self.worker_id = worker_id or new_worker_id()
+        self.stop_requested = threading.Event()
+        self._engines: dict[tuple[str, ...], LoadedEngine] = {}
+        self._lock = threading.Lock()
+        self._held: dict[tuple[str, str], tuple[BatchStore, Lease]] = {}
+        self._lost: set[tuple[str, str]] = set()
+        self.jobs_done = 0
+
+    # --- engines -------------------------------------------------------------
+    def engine_for(self, config: BatchConfig) -> LoadedEngine:
+        key = config.engine_key()
+        if key not in self._engines:
+            self._engines[key] = load_for_batch(config)
+        return self._engines[key]
+
+    # --- leases (shared with the heartbeat thread) ----------------------------
+    def hold(self, store: BatchStore, lease: Lease) -> None:
+        with self._lock:
+            self._held[(store.batch_id, lease.request_id)] = (store, lease)
+            self._lost.discard((store.batch_id, lease.request_id))
+
+    def release(self, batch_id: str, request_id: str) -> None:
+        with self._lock:
+            self._held.pop((batch_id, request_id), None)
+            self._lost.discard((batch_id, request_id))
+
+    def held(self) -> list[tuple[BatchStore, Lease]]:
+        with self._lock:
+            return list(self._held.values())
+
+    def mark_lost(self, batch_id: str, request_id: str) -> None:
+        with self._lock:
+            if (batch_id, request_id) in self._held:
+                self._lost.add((batch_id, request_id))
+
+    def is_lost(self, batch_id: str, request_id: str) -> bool:
+        with self._lock:
+            return (batch_id, request_id) in self._lost
+
+    def renew_all(self, ttl_ms: int) -> int:
+        """Renew every held lease; a lease found lost (this process stalled and the
+        request was taken over) is marked so the decode loop drops the request."""
+        by_store: dict[int, tuple[BatchStore, list[Lease]]] = {}
+        for store, lease in self.held():
+            by_store.setdefault(id(store), (store, []))[1].append(lease)
+        lost = 0
+        for store, leases in by_store.values():
+            for lease, ok in zip(leases, store.renew(leases, ttl_ms)):
+                if not ok:
+                    self.mark_lost(store.batch_id, lease.request_id)
+                    lost += 1
+        return lost
+
+
+def load_for_batch(config: BatchConfig) -> LoadedEngine:
+    """Load the batch's model and proposer; refuse a model file that is not the one
+    the batch was submitted with."""
+    from specq.specdec.loader import default_model_path, load_engine
+
+    engine = load_engine(
+        model_path=config.model_path or default_model_path(),
+        proposer=config.proposer,
+        draft_model_path=config.draft_model_path or None,
+        medusa_heads_path=config.medusa_heads_path or None,
+    )
+    if engine.model.fingerprint != config.model_sha256:
+        raise ModelFileError(
+            f"this machine's model {engine.model.path} (sha256 {engine.model.fingerprint[:12]}) is not the one "
+            f"the batch was submitted with (sha256 {config.model_sha256[:12]})"
+        )
+    proposer_file = config.draft_model_path or config.medusa_heads_path
+    fp = fingerprint(config.model_sha256, config.proposer, file_sha256(proposer_file) if proposer_file else "")
+    return LoadedEngine(engine, fp)
+
+
+_current: Runtime | None = None
+
+
+def install(runtime: Runtime) -> None:
+    global _current
+    _current = runtime
+
+
+def current() -> Runtime:
+    global _current
+    if _current is None:
+        _current = Runtime()
+    return _current

@@ -1,0 +1,165 @@
+"""`specq submit`: validate a whole prompt file against the model's tokenizer and
+context, then write the batch and enqueue its jobs in one MULTI/EXEC transaction, so
+that nothing is enqueued unless everything is (and a second submit of the same file
+to the same batch adds nothing)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import redis
+
+from specq.errors import InputError, ParameterError, SpecqError
+from specq.jobs import keys
+from specq.jobs.config import BatchConfig, check_batch_id
+from specq.jobs.inputs import InvalidLine, PromptSpec, read_jsonl_lenient, to_request
+from specq.jobs.rq_glue import enqueue_batch_jobs
+from specq.specdec.gguf_file import GGUFFile
+from specq.specdec.model import LlamaConfig
+from specq.specdec.tokenizer import Tokenizer
+
+MAX_PARALLEL_JOBS = 64  # at most this many workers decode one batch at once
+
+
+@dataclass
+class SubmitOutcome:
+    batch_id: str
+    added: int = 0
+    already_present: int = 0
+    invalid: list[InvalidLine] = field(default_factory=list)
+    jobs: int = 0
+
+
+def new_batch_id() -> str:
+    return time.strftime("b%Y%m%d-%H%M%S-", time.gmtime()) + uuid.uuid4().hex[:6]
+
+
+def prepare(path: str, config: BatchConfig, model_file: str) -> tuple[list[tuple[int, str, dict]], list[InvalidLine]]:
+    """Parse and tokenize every line: (line, custom_id, spec record) for the valid
+    ones, InvalidLine for the rest. Reads only the tokenizer and the model's
+    configuration, not its weights."""
+    specs, invalid = read_jsonl_lenient(path)
+    f = GGUFFile(model_file)
+    tokenizer = Tokenizer.from_gguf(f)
+    context = LlamaConfig.from_gguf(f).context_length
+    records = []
+    for spec in specs:
+        try:
+            request = to_request(spec, tokenizer, config.defaults)
+            if len(request.prompt_ids) >= context:
+                raise InputError(f"prompt has {len(request.prompt_ids)} tokens; the model's context is {context}")
+        except SpecqError as exc:
+            message = str(exc) if str(exc).startswith(path) else f"{path}: line {spec.line}: {exc}"
+            invalid.append(InvalidLine(spec.line, spec.custom_id, message))
+            continue
+        records.append((spec.line, spec.custom_id, spec_record(spec, request.to_dict())))
+    invalid.sort(key=lambda x: x.line)
+    return records, invalid
+
+
+def spec_record(spec: PromptSpec, request: dict) -> dict:
+    return {"custom_id": spec.custom_id, "line": spec.line, "category": spec.category, "openai": spec.openai,
+            "model": spec.model, "request": request}
+
+
+def canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def submit(
+    client: redis.Redis,
+    path: str,
+    config: BatchConfig,
+    *,
+    model_file: str,
+    batch_id: str | None = None,
+    queue: str,
+    skip_invalid: bool = False,
+) -> SubmitOutcome:
+    batch_id = check_batch_id(batch_id) if batch_id else new_batch_id()
+    records, invalid = prepare(path, config, model_file)
+    if invalid and not skip_invalid:
+        more = f" ({len(invalid)} invalid lines in all; --skip-invalid submits the rest)" if len(invalid) > 1 else ""
+        raise InputError(invalid[0].message + more)
+    if not records and not invalid:
+        raise InputError(f"{path}: no requests (the file is empty)")
+    k = keys.BatchKeys(batch_id)
+    # Invalid lines keep their place in the output order, as failed requests.
+    entries: list[tuple[int, str, str, str | None]] = []  # line, custom_id, spec JSON, error JSON
+    for line, custom_id, record in records:
+        entries.append((line, custom_id, canonical(record), None))
+    used = {custom_id for _, custom_id, _ in records}
+    for bad in invalid:
+        custom_id = bad.custom_id if bad.custom_id and bad.custom_id not in used else f"line-{bad.line}"
+        used.add(custom_id)
+        error = {"custom_id": custom_id, "line": bad.line, "reason": "invalid_request", "message": bad.message}
+        entries.append((bad.line, custom_id, canonical({"custom_id": custom_id, "line": bad.line, "invalid": True}),
+                        json.dumps(error)))
+    entries.sort(key=lambda e: e[0])
+    outcome = SubmitOutcome(batch_id=batch_id, invalid=invalid)
+    with client.pipeline(transaction=True) as pipe:
+        try:
+            # A concurrent submit to the same batch makes EXEC fail instead of interleaving.
+            pipe.watch(k.meta, k.spec)
+            is_new, fresh = _check_existing(pipe, k, config, entries)
+            pipe.multi()
+            if is_new:
+                pipe.hset(k.meta, mapping={"config": canonical(config.to_dict()), "created": f"{time.time():.3f}",
+                                           "queue": queue, "source": path})
+                pipe.zadd(keys.BATCHES, {batch_id: time.time()})
+            valid = [e for e in fresh if e[3] is None]
+            failed = [e for e in fresh if e[3] is not None]
+            if fresh:
+                pipe.rpush(k.ids, *[e[1] for e in fresh])
+                pipe.hset(k.spec, mapping={e[1]: e[2] for e in fresh})
+                pipe.hset(k.state, mapping={e[1]: ("queued" if e[3] is None else "failed") for e in fresh})
+            if valid:
+                pipe.hincrby(k.counts, "queued", len(valid))
+                pipe.rpush(k.pending, *[e[1] for e in valid])
+            if failed:
+                pipe.hincrby(k.counts, "failed", len(failed))
+                pipe.hset(k.error, mapping={e[1]: e[3] for e in failed})
+            n_jobs = min(math.ceil(len(valid) / config.batch_size), MAX_PARALLEL_JOBS)
+            if n_jobs:
+                enqueue_batch_jobs(client, queue, batch_id, n_jobs, pipeline=pipe)
+            pipe.execute()
+        except redis.WatchError:
+            raise ParameterError(f"batch {batch_id} was changed by another submit at the same time; try again") from None
+    outcome.added = len(valid)
+    outcome.already_present = len(entries) - len(fresh)
+    outcome.jobs = n_jobs
+    return outcome
+
+
+def _check_existing(pipe, k: keys.BatchKeys, config: BatchConfig, entries) -> tuple[bool, list]:
+    """(whether the batch is new, the entries not in it yet); refuses a batch made
+    with other options and a custom_id that names a different request (the line
+    number may differ: lines inserted above move it)."""
+    stored = pipe.hget(k.meta, "config")
+    if stored is not None and json.loads(stored) != json.loads(canonical(config.to_dict())):
+        raise ParameterError(
+            f"batch {k.batch_id} exists with different options (model, proposer or generation defaults); "
+            "submit to a new --batch-id"
+        )
+    if stored is None:
+        return True, entries
+    existing = pipe.hmget(k.spec, [e[1] for e in entries])
+    fresh = []
+    for entry, old in zip(entries, existing):
+        if old is None:
+            fresh.append(entry)
+        elif _without_line(old.decode()) != _without_line(entry[2]):
+            raise InputError(
+                f"line {entry[0]}: custom_id {entry[1]!r} is already in batch {k.batch_id} with a different request"
+            )
+    return False, fresh
+
+
+def _without_line(record_json: str) -> dict:
+    record = json.loads(record_json)
+    record.pop("line", None)
+    return record

@@ -1,0 +1,183 @@
+"""Worker processes: RQ's non-forking SimpleWorker (the model is loaded once per
+process and stays loaded between jobs), a heartbeat thread (lease renewal, liveness,
+the reaper), signal handling that hands work back at the next round, and a
+supervisor for N processes on one machine."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Sequence
+
+import redis
+from rq import SimpleWorker
+
+from specq.jobs import keys
+from specq.jobs import runtime as runtime_mod
+from specq.jobs.config import HEARTBEAT_S, LEASE_TTL_MS, WORKER_ALIVE_S
+from specq.jobs.control import reap_all
+from specq.jobs.rq_glue import make_queue
+from specq.jobs.runtime import Runtime
+
+log = logging.getLogger("specq.worker")
+
+
+class SpecqWorker(SimpleWorker):
+    """On SIGTERM or SIGINT, the running job hands its requests back (checkpointed)
+    at the next round, then RQ's warm shutdown ends the worker; a second signal
+    stops it at once. `docker stop` allows 10 s: one round is well within that."""
+
+    def __init__(self, *args, runtime: Runtime, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.runtime = runtime
+
+    def _install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGINT, self._stop_signal)
+        signal.signal(signal.SIGTERM, self._stop_signal)
+
+    def _stop_signal(self, signum, frame) -> None:
+        self.runtime.stop_requested.set()
+        self.request_stop(signum, frame)
+
+
+class Heartbeat(threading.Thread):
+    """Renews this process's leases, records it as alive, and runs the reaper; a
+    Redis outage is logged and retried, never fatal."""
+
+    def __init__(self, client: redis.Redis, runtime: Runtime, queues: Sequence[str]) -> None:
+        super().__init__(name="specq-heartbeat", daemon=True)
+        self.client = client
+        self.runtime = runtime
+        self.queues = list(queues)
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.beat()
+            except (redis.RedisError, OSError) as exc:
+                log.warning("heartbeat failed (%s); retrying", exc.__class__.__name__)
+            self.stopped.wait(HEARTBEAT_S)
+
+    def beat(self) -> None:
+        now = time.time()
+        self.runtime.renew_all(LEASE_TTL_MS)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(keys.WORKERS, {self.runtime.worker_id: now})
+        pipe.hset(keys.worker(self.runtime.worker_id), mapping={
+            "host": socket.gethostname(), "pid": os.getpid(), "queues": ",".join(self.queues),
+            "beat": f"{now:.3f}", "jobs_done": self.runtime.jobs_done,
+            "held": len(self.runtime.held()),
+        })
+        pipe.expire(keys.worker(self.runtime.worker_id), int(WORKER_ALIVE_S * 4))
+        # Forget workers silent for an hour, so the set does not grow forever.
+        pipe.zremrangebyscore(keys.WORKERS, "-inf", now - 3600)
+        pipe.execute()
+        reap_all(self.client)
+
+    def leave(self) -> None:
+        self.stopped.set()
+        try:
+            self.client.zrem(keys.WORKERS, self.runtime.worker_id)
+            self.client.delete(keys.worker(self.runtime.worker_id))
+        except (redis.RedisError, OSError):
+            pass
+
+
+def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = False) -> bool:
+    runtime = Runtime()
+    runtime_mod.install(runtime)
+    heartbeat = Heartbeat(client, runtime, queues)
+    heartbeat.beat()
+    heartbeat.start()
+    worker = SpecqWorker(
+        [make_queue(client, q) for q in queues],
+        connection=client,
+        name=runtime.worker_id,
+        serializer=make_queue(client, queues[0]).serializer,
+        runtime=runtime,
+    )
+    try:
+        return worker.work(burst=burst, logging_level=os.environ.get("SPECQ_LOG_LEVEL", "INFO"))
+    finally:
+        heartbeat.leave()
+
+
+class Supervisor:
+    """N `specq worker` child processes on this machine. A child that dies is
+    restarted (the reaper hands its requests to the others meanwhile), unless it
+    keeps dying right after it starts. On stop(), children get SIGTERM and hand
+    their work back."""
+
+    RESTART_WINDOW_S = 20.0
+    MAX_QUICK_DEATHS = 3
+
+    def __init__(self, argv: list[str], n: int, *, restart: bool, env: dict[str, str] | None = None) -> None:
+        self.argv = argv
+        self.n = n
+        self.restart = restart
+        self.env = env
+        self.children: list[tuple[subprocess.Popen, float]] = []
+        self.quick_deaths = 0
+        self.stopping = False
+
+    def start(self) -> None:
+        self.children = [self._spawn() for _ in range(self.n)]
+
+    def _spawn(self) -> tuple[subprocess.Popen, float]:
+        return subprocess.Popen(self.argv, env=self.env), time.monotonic()
+
+    def poll(self) -> list[int]:
+        """Restart dead children (when allowed); returns the exit codes seen."""
+        codes = []
+        alive = []
+        for proc, started in self.children:
+            code = proc.poll()
+            if code is None:
+                alive.append((proc, started))
+                continue
+            codes.append(code)
+            if self.stopping or not self.restart:
+                continue
+            self.quick_deaths = self.quick_deaths + 1 if time.monotonic() - started < self.RESTART_WINDOW_S else 0
+            if self.quick_deaths < self.MAX_QUICK_DEATHS:
+                log.warning("worker process %d exited with %d; restarting it", proc.pid, code)
+                alive.append(self._spawn())
+            else:
+                log.error("worker processes keep exiting right after they start; not restarting")
+        self.children = alive
+        return codes
+
+    def running(self) -> int:
+        return len(self.children)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self.stopping = True
+        for proc, _ in self.children:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc, _ in self.children:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.children = []
+
+
+def worker_argv(queues: Sequence[str], *, burst: bool) -> list[str]:
+    """The child's command line; the Redis URL goes in its environment instead, where
+    `ps` does not show a password."""
+    argv = [sys.executable, "-m", "specq", "worker"]
+    for q in queues:
+        argv += ["--queue", q]
+    if burst:
+        argv.append("--burst")
+    return argv
