@@ -88,8 +88,7 @@ class BatchRunner:
             while True:
                 if self.runtime.stop_requested.is_set() or time.monotonic() > self.deadline:
                     for rid in list(self.owned):
-                        self._let_go(rid, "queued")
-                        self.summary["handed_back"] += 1
+                        self.summary["handed_back" if self._let_go(rid, "queued") else "lost"] += 1
                     break
                 self._drop_lost()
                 self._apply_flags()
@@ -112,8 +111,8 @@ class BatchRunner:
             owned = self.owned[rid]
             if state.finished:
                 record = result_record(self.engine, owned.spec, state, self.runtime.worker_id)
-                self._settle(rid, "completed", json.dumps(record, ensure_ascii=False), state)
-                self.summary["completed"] += 1
+                written = self._settle(rid, "completed", json.dumps(record, ensure_ascii=False), state)
+                self.summary["completed" if written else "lost"] += 1
             elif (len(state.output_ids) - len(owned.written.output_ids) >= self.config.checkpoint_tokens
                   or now - owned.written_at >= self.config.checkpoint_seconds):
                 payload = checkpoint.encode(state, self.fingerprint)
@@ -152,31 +151,32 @@ class BatchRunner:
             return
         for rid, flag in self.store.flags(list(self.owned)).items():
             if flag in ("paused", "cancelled"):
-                self._let_go(rid, flag)
-                self.summary["released"] += 1
+                self.summary["released" if self._let_go(rid, flag) else "lost"] += 1
 
     def _drop_lost(self) -> None:
         for rid in list(self.owned):
             if self.runtime.is_lost(self.store.batch_id, rid):
                 self._forget(rid)
 
-    def _let_go(self, rid: str, new_state: str, *, write_progress: bool = True) -> None:
+    def _let_go(self, rid: str, new_state: str, *, write_progress: bool = True) -> bool:
         owned = self.owned[rid]
         state = self.decoder.drop(rid) if rid in self.decoder.sessions else owned.written
         if not write_progress:
             state = owned.written
         payload = checkpoint.encode(state, self.fingerprint) if state.output_ids else ""
-        self._settle(rid, new_state, payload, state, dropped=True)
+        return self._settle(rid, new_state, payload, state, dropped=True)
 
-    def _settle(self, rid: str, new_state: str, payload: str, state: DecodeState, *, dropped: bool = False) -> None:
+    def _settle(self, rid: str, new_state: str, payload: str, state: DecodeState, *, dropped: bool = False) -> bool:
+        """False when the write was refused: another worker owns the request now."""
         owned = self.owned.pop(rid)
         if not dropped:
             self.decoder.drop(rid)
         deltas = progress_deltas(owned.written, state)
         if new_state == "completed":
             deltas["completed_tokens"] = len(state.output_ids)  # status estimates time left from it
-        self.store.settle(owned.lease, new_state, payload, deltas)
+        written = self.store.settle(owned.lease, new_state, payload, deltas)
         self.runtime.release(self.store.batch_id, rid)
+        return written
 
     def _fail(self, lease: Lease, spec: dict[str, Any], reason: str, message: str) -> None:
         error = {"custom_id": spec["custom_id"], "line": spec.get("line"), "reason": reason, "message": message}

@@ -3,7 +3,9 @@ timing constants of leases, heartbeats and checkpoints (one home for each)."""
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -13,8 +15,24 @@ from specq.jobs.inputs import GenerationDefaults
 DEFAULT_QUEUE = "specq"
 BATCH_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
-LEASE_TTL_MS = 30_000  # a request whose worker is silent this long is taken over
-HEARTBEAT_S = 5.0  # leases are renewed, and the reaper runs, this often
+def _env_number(name: str, default: float) -> float:
+    """Timing overrides for tests and unusual deployments (SPECQ_LEASE_TTL_MS,
+    SPECQ_HEARTBEAT_S); a malformed value is a mistake worth stopping on."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        # Read at import, before any command can catch it: exit with one line.
+        sys.exit(f"Error: {name} must be a number > 0, got {raw!r}")
+    return value
+
+
+LEASE_TTL_MS = int(_env_number("SPECQ_LEASE_TTL_MS", 30_000))  # a silent worker's requests are taken over after this
+HEARTBEAT_S = _env_number("SPECQ_HEARTBEAT_S", 5.0)  # leases are renewed, and the reaper runs, this often
 MAX_ATTEMPTS = 3  # a request abandoned more often than this (a poison request) fails
 JOB_SECONDS = 1800  # a job hands its requests back and re-enqueues itself after this
 JOB_TIMEOUT_S = JOB_SECONDS + 900  # RQ's hard limit: only reached by a job that hangs

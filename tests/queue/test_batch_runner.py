@@ -1,0 +1,137 @@
+"""The job's decode loop on a real Redis, in process: results equal lone decodes; a
+run interrupted at any round and resumed from its checkpoints (by another runner,
+as another worker would) gives the same output, greedy and seeded sampling; a
+runner whose leases were taken over writes nothing."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from queue_helpers import write_prompts
+from specq.jobs.batch_runner import BatchRunner
+from specq.jobs.config import BatchConfig
+from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
+from specq.jobs.runtime import Runtime, load_for_batch
+from specq.jobs.store import BatchStore
+from specq.jobs.submit import submit
+from specq.specdec.gguf_file import GGUFFile
+
+N_REQUESTS = 5
+
+
+def setup_batch(client, tmp_path, model_path, *, temperature=0.0, max_tokens=40, batch_id="b1"):
+    path = write_prompts(tmp_path / "p.jsonl", N_REQUESTS)
+    config = BatchConfig(
+        model_path=model_path, model_sha256=GGUFFile(model_path).sha256(), proposer="ngram",
+        defaults=GenerationDefaults(max_tokens=max_tokens, temperature=temperature, seed=7),
+        batch_size=3, checkpoint_tokens=4, checkpoint_seconds=60,
+    )
+    submit(client, str(path), config, model_file=model_path, batch_id=batch_id, queue="unused")
+    loaded = load_for_batch(config)
+    specs = read_jsonl(str(path))
+    alone = {s.custom_id: loaded.engine.run(to_request(s, loaded.engine.tokenizer, config.defaults)) for s in specs}
+    return BatchStore(client, batch_id), config, loaded, alone
+
+
+def stop_after_rounds(runner: BatchRunner, n: int) -> None:
+    """Ask the runner to stop (as SIGTERM does) once it has done n rounds."""
+    inner = runner.decoder.round
+    done = [0]
+
+    def counted():
+        out = inner()
+        done[0] += 1
+        if done[0] >= n:
+            runner.runtime.stop_requested.set()
+        return out
+
+    runner.decoder.round = counted
+
+
+def outputs(store: BatchStore) -> dict[str, list[int]]:
+    ids = store.request_ids()
+    return {r: json.loads(raw)["token_ids"] for r, raw in zip(ids, store.results(ids)) if raw}
+
+
+def test_a_runner_completes_every_request_as_a_lone_decode_would(client, tmp_path, long_model_path):
+    store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
+    summary = BatchRunner(store, config, loaded, Runtime("w1"), deadline=time.monotonic() + 600).run()
+    assert summary["completed"] == N_REQUESTS
+    assert outputs(store) == {r: list(s.output_ids) for r, s in alone.items()}
+    assert store.counts()["completed"] == N_REQUESTS
+    stats = store.stats()
+    assert stats["tokens"] == sum(len(s.output_ids) for s in alone.values())
+    assert stats["drafted"] == sum(s.metrics.drafted for s in alone.values())
+    assert stats["accepted"] == sum(s.metrics.accepted for s in alone.values())
+    assert client.llen(store.keys.pending) == 0 and store.running() == []
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+@pytest.mark.parametrize("stop_at", [1, 3, 9])
+def test_interrupted_and_resumed_elsewhere_equals_uninterrupted(client, tmp_path, long_model_path, temperature, stop_at):
+    store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path, temperature=temperature)
+    first = BatchRunner(store, config, loaded, Runtime("w1"), deadline=time.monotonic() + 600)
+    stop_after_rounds(first, stop_at)
+    summary = first.run()
+    assert summary["handed_back"] > 0, "the stop must have caught requests mid-decode"
+    assert store.running() == [] and store.counts()["running"] == 0
+    checkpointed = [r for r in store.request_ids() if store.checkpoint_of(r)]
+    assert checkpointed, "handing back writes a checkpoint of the progress"
+    second = BatchRunner(store, config, loaded, Runtime("w2"), deadline=time.monotonic() + 600)
+    second.run()
+    assert outputs(store) == {r: list(s.output_ids) for r, s in alone.items()}
+    results = {r: json.loads(raw) for r, raw in zip(store.request_ids(), store.results(store.request_ids()))}
+    assert any(results[r]["metrics"]["resume_prefills"] >= 1 for r in checkpointed)
+    assert store.stats()["tokens"] == sum(len(s.output_ids) for s in alone.values())
+
+
+def test_a_runner_that_lost_its_leases_writes_nothing(client, tmp_path, long_model_path):
+    store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
+    zombie_rt = Runtime("zombie")
+    zombie = BatchRunner(store, config, loaded, zombie_rt, deadline=time.monotonic() + 600)
+    # The zombie claims work and decodes two rounds, then "stalls": its leases vanish
+    # and another runner takes its requests over and finishes the batch.
+    zombie._fill()
+    zombie._round()
+    zombie._round()
+    held = list(zombie.owned)
+    assert held
+    for rid in held:
+        client.delete(store.keys.lease(rid))
+        assert store.reap(rid, max_attempts=3) == 1
+    BatchRunner(store, config, loaded, Runtime("healthy"), deadline=time.monotonic() + 600).run()
+    expected = {r: list(s.output_ids) for r, s in alone.items()}
+    assert outputs(store) == expected
+    tokens_before = store.stats()["tokens"]
+    # The zombie wakes up: its writes are refused, its requests forgotten.
+    zombie.run()
+    assert zombie.summary["completed"] == 0 and zombie.summary["lost"] == len(held)
+    assert outputs(store) == expected
+    assert store.stats()["tokens"] == tokens_before
+    assert {json.loads(raw)["worker"] for raw in store.results(held)} == {"healthy"}
+
+
+def test_a_corrupt_checkpoint_fails_only_its_request(client, tmp_path, long_model_path):
+    store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
+    client.hset(store.keys.ckpt, "r001", '{"state": {}, "fingerprint": "x", "checksum": "bad"}')
+    BatchRunner(store, config, loaded, Runtime("w"), deadline=time.monotonic() + 600).run()
+    assert store.state("r001") == "failed"
+    error = json.loads(store.errors()["r001"])
+    assert error["reason"] == "checkpoint" and "checksum" in error["message"]
+    assert set(outputs(store)) == set(alone) - {"r001"}
+
+
+def test_a_checkpoint_from_another_model_is_refused(client, tmp_path, long_model_path, toy_model_path):
+    store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
+    other = load_for_batch(BatchConfig(model_path=toy_model_path, model_sha256=GGUFFile(toy_model_path).sha256()))
+    first = BatchRunner(store, config, loaded, Runtime("w1"), deadline=time.monotonic() + 600)
+    stop_after_rounds(first, 2)
+    first.run()
+    # A worker with a different model: its fingerprint differs, so resuming is refused.
+    BatchRunner(store, config, other, Runtime("w2"), deadline=time.monotonic() + 600).run()
+    errors = {r: json.loads(e) for r, e in store.errors().items()}
+    assert errors, "requests with checkpoints must be refused"
+    assert all("another model" in e["message"] for e in errors.values())

@@ -1,0 +1,142 @@
+"""submit, status, results, pause/resume/cancel through Click's runner against a
+real Redis; jobs run by an in-process RQ worker (the same SimpleWorker a `specq
+worker` process runs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from queue_helpers import write_prompts
+from specq.cli import main
+from specq.jobs.rq_glue import make_queue
+from specq.worker import run_worker
+
+
+def cli(*args: str, ok: bool = True):
+    result = CliRunner().invoke(main, list(args))
+    if ok:
+        assert result.exit_code == 0, result.output + (str(result.exception) if result.exception else "")
+    return result
+
+
+def all_keys(client) -> dict[bytes, bytes]:
+    return {k: client.dump(k) for k in sorted(client.keys("*"))}
+
+
+def test_an_invalid_line_enqueues_nothing_and_names_line_and_field(client, queue_env, tmp_path, long_model_path):
+    path = write_prompts(tmp_path / "p.jsonl", 4)
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"prompt": "x", "temperature": -1}) + "\n")
+    result = cli("submit", str(path), "--model", long_model_path, ok=False)
+    assert result.exit_code == 1
+    assert "line 5" in result.output and "temperature" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert client.dbsize() == 0
+
+
+def test_skip_invalid_submits_the_rest_and_reports_the_bad_line(client, queue_env, tmp_path, long_model_path):
+    path = write_prompts(tmp_path / "p.jsonl", 3, max_tokens=5)
+    with open(path, "a") as fh:
+        fh.write("{not json\n")
+    batch = cli("submit", str(path), "--model", long_model_path, "--skip-invalid", "--batch-id", "sk").output
+    assert batch.strip().splitlines()[-1] == "sk"
+    st = json.loads(cli("status", "sk", "--json").output)
+    assert st["counts"]["queued"] == 3 and st["counts"]["failed"] == 1
+    run_worker(client, ["specq"], burst=True)
+    errors = tmp_path / "errors.jsonl"
+    cli("results", "sk", "-o", str(tmp_path / "out.jsonl"), "--errors", str(errors))
+    (bad,) = [json.loads(l) for l in errors.read_text().splitlines()]
+    assert bad["custom_id"] == "line-4" and "not valid JSON" in bad["error"]["message"]
+    out = [json.loads(l) for l in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [o["custom_id"] for o in out] == ["r000", "r001", "r002"]
+
+
+def test_resubmitting_the_same_file_enqueues_nothing_twice(client, queue_env, tmp_path, long_model_path):
+    path = write_prompts(tmp_path / "p.jsonl", 10)
+    cli("submit", str(path), "--model", long_model_path, "--batch-id", "same")
+    queue = make_queue(client, "specq")
+    jobs = queue.count
+    assert jobs >= 1
+    again = cli("submit", str(path), "--model", long_model_path, "--batch-id", "same", "--json")
+    assert json.loads(again.output.strip().splitlines()[-1])["added"] == 0
+    assert queue.count == jobs
+    assert client.llen("specq:batch:same:pending") == 10
+    # The same custom_id with another prompt is refused, naming it.
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"custom_id": "r003", "prompt": "something else"}) + "\n")
+    refused = cli("submit", str(path), "--model", long_model_path, "--batch-id", "same", ok=False)
+    assert refused.exit_code == 1 and "'r003'" in refused.output
+    # Other options for an existing batch are refused too.
+    write_prompts(path, 10)
+    other = cli("submit", str(path), "--model", long_model_path, "--batch-id", "same", "--max-tokens", "9", ok=False)
+    assert other.exit_code == 1 and "different options" in other.output
+
+
+def test_status_reads_without_changing_anything(client, queue_env, tmp_path, long_model_path):
+    path = write_prompts(tmp_path / "p.jsonl", 4)
+    cli("submit", str(path), "--model", long_model_path, "--batch-id", "ro")
+    before = all_keys(client)
+    cli("status")
+    cli("status", "ro", "--json")
+    cli("results", "ro")
+    assert all_keys(client) == before
+
+
+def test_openai_batch_lines_come_back_in_openai_shape_in_input_order(client, queue_env, tmp_path, long_model_path):
+    path = tmp_path / "openai.jsonl"
+    lines = [
+        {"custom_id": f"task-{i}", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": "smol", "messages": [{"role": "user", "content": f"tell me {i}"}],
+                  "max_completion_tokens": 6 + i}}
+        for i in range(4)
+    ]
+    path.write_text("".join(json.dumps(l) + "\n" for l in lines))
+    cli("submit", str(path), "--model", long_model_path, "--batch-id", "oa")
+    run_worker(client, ["specq"], burst=True)
+    out = tmp_path / "out.jsonl"
+    cli("results", "oa", "-o", str(out))
+    got = [json.loads(l) for l in out.read_text().splitlines()]
+    assert [g["custom_id"] for g in got] == [f"task-{i}" for i in range(4)]
+    for i, g in enumerate(got):
+        assert g["error"] is None and g["response"]["status_code"] == 200
+        body = g["response"]["body"]
+        assert body["object"] == "chat.completion" and body["model"] == "smol"
+        assert body["usage"]["completion_tokens"] == 6 + i == len(g["specq"]["token_ids"])
+        assert body["choices"][0]["finish_reason"] == "length"
+        assert body["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_pause_resume_and_cancel_one_request(client, queue_env, tmp_path, long_model_path):
+    path = write_prompts(tmp_path / "p.jsonl", 4, max_tokens=8)
+    cli("submit", str(path), "--model", long_model_path, "--batch-id", "pr")
+    cli("pause", "pr")
+    assert json.loads(cli("status", "pr", "--json").output)["counts"]["paused"] == 4
+    run_worker(client, ["specq"], burst=True)  # a paused batch gives the worker nothing
+    assert json.loads(cli("status", "pr", "--json").output)["counts"]["completed"] == 0
+    cli("cancel", "pr:r002")
+    cli("resume", "pr")
+    run_worker(client, ["specq"], burst=True)
+    st = json.loads(cli("status", "pr", "--json").output)
+    assert st["counts"]["completed"] == 3 and st["counts"]["cancelled"] == 1 and st["done"]
+    errors = tmp_path / "e.jsonl"
+    cli("results", "pr", "-o", str(tmp_path / "o.jsonl"), "--errors", str(errors))
+    assert [json.loads(l)["custom_id"] for l in errors.read_text().splitlines()] == ["r002"]
+
+
+@pytest.mark.parametrize("target,message", [("nope", "no batch 'nope'"), ("pr2:zz", "no request 'zz'")])
+def test_control_of_unknown_targets_fails_in_one_line(client, queue_env, tmp_path, long_model_path, target, message):
+    path = write_prompts(tmp_path / "p.jsonl", 1)
+    cli("submit", str(path), "--model", long_model_path, "--batch-id", "pr2")
+    result = cli("pause", target, ok=False)
+    assert result.exit_code == 1 and message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_bad_redis_url_is_one_line_without_the_password(queue_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECQ_REDIS_URL", "redis://:hunter2@127.0.0.1:1/0")
+    result = cli("status", ok=False)
+    assert result.exit_code == 1 and "cannot reach Redis" in result.output
+    assert "hunter2" not in result.output
