@@ -50,7 +50,7 @@ def batch_status(client: redis.Redis, batch_id: str, now: float | None = None) -
     tokens = stats.get("tokens", 0.0)
     rate = tokens_per_second(store.rate_samples(), now)
     forwards, drafted = stats.get("target_forwards", 0.0), stats.get("drafted", 0.0)
-    remaining = counts["queued"] + counts["running"]
+    remaining = counts["queued"] + counts["running"] + counts["paused"]
     flags = sorted(store.batch_flags())
     status = {
         "batch_id": batch_id,
@@ -77,7 +77,7 @@ def _eta(counts: dict[str, int], stats: dict[str, float], rate: float, remaining
     already made by the running ones, at the recent rate."""
     if remaining == 0:
         return 0.0
-    if paused or rate <= 0 or counts["completed"] == 0:
+    if paused or counts["queued"] + counts["running"] == 0 or rate <= 0 or counts["completed"] == 0:
         return None
     mean_tokens = stats.get("completed_tokens", 0.0) / counts["completed"]
     in_progress = stats.get("tokens", 0.0) - stats.get("completed_tokens", 0.0)

@@ -1,0 +1,148 @@
+"""Real worker processes against a real Redis, killed with real signals: whatever
+happens to a worker (SIGKILL, SIGTERM, SIGSTOP then SIGCONT) or to `specq run`
+(Ctrl-C), every request completes once, and its output is identical to an
+uninterrupted local decode."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
+from specq.jobs.status import batch_status
+from specq.jobs.store import BatchStore
+
+N = 6
+MAX_TOKENS = 120
+# Small chunks, so a kill always finds checkpoints behind the decode.
+CHUNK = ["--checkpoint-tokens", "6", "--checkpoint-seconds", "0.5", "--batch-size", "3"]
+
+
+@pytest.fixture
+def batch(client, queue_env, tmp_path, long_model_path):
+    """A submitted batch and the outputs an uninterrupted `specq generate` gives."""
+    path = write_prompts(tmp_path / "p.jsonl", N)
+    common = ["--model", long_model_path, "--max-tokens", str(MAX_TOKENS), "--temperature", "0.7", "--seed", "3"]
+    local = specq(["generate", "--input", str(path), "--json", *common], queue_env)
+    expected = {(r := json.loads(line))["custom_id"]: r["token_ids"] for line in local.stdout.splitlines()}
+    specq(["submit", str(path), "--batch-id", "kb", *common, *CHUNK], queue_env)
+    return BatchStore(client, "kb"), expected, path, common
+
+
+def final_outputs(store: BatchStore) -> dict[str, list[int]]:
+    ids = store.request_ids()
+    return {r: json.loads(raw)["token_ids"] for r, raw in zip(ids, store.results(ids)) if raw}
+
+
+def assert_exactly_once(store: BatchStore, expected: dict[str, list[int]]) -> None:
+    assert final_outputs(store) == expected
+    assert store.counts()["completed"] == N
+    # Token counters only grow through fenced writes: a request finished twice, or a
+    # zombie's write accepted, would count its tokens twice.
+    assert store.stats()["tokens"] == sum(len(v) for v in expected.values())
+
+
+def wait_for_checkpoints(store: BatchStore, timeout: float = 120) -> None:
+    wait_until(lambda: store.client.hlen(store.keys.ckpt) >= 2, timeout, "checkpoints")
+
+
+def test_sigkill_mid_batch_loses_nothing(batch, queue_env):
+    store, expected, _, _ = batch
+    first = start_worker(queue_env)
+    wait_for_checkpoints(store)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    assert store.counts()["completed"] < N, "the kill must land mid-batch"
+    second = start_worker(queue_env, "--burst")
+    # The second worker's reaper sees the dead owner (same host) and takes over.
+    assert second.wait(240) == 0, second.stdout.read()
+    assert_exactly_once(store, expected)
+    assert batch_status(store.client, "kb")["resumes"]["crash"] >= 1
+    resumed = [json.loads(r)["metrics"]["resume_prefills"] for r in store.results(store.request_ids())]
+    assert sum(resumed) >= 1
+
+
+def test_sigterm_hands_work_back_at_the_next_round(batch, queue_env):
+    store, expected, _, _ = batch
+    worker = start_worker(queue_env)
+    wait_for_checkpoints(store)
+    assert stop_process(worker, signal.SIGTERM, timeout=10) == 0
+    counts = store.counts()
+    assert counts["running"] == 0 and counts["queued"] > 0
+    assert not store.client.keys("specq:batch:kb:lease:*")
+    assert store.client.llen(store.keys.pending) == counts["queued"]
+    specq(["worker", "--burst"], queue_env)
+    assert_exactly_once(store, expected)
+
+
+def test_a_stopped_worker_is_taken_over_and_its_late_writes_refused(batch, queue_env):
+    store, expected, _, _ = batch
+    zombie = start_worker(queue_env)
+    wait_for_checkpoints(store)
+    zombie.send_signal(signal.SIGSTOP)
+    try:
+        healthy = start_worker(queue_env)
+        wait_until(lambda: store.counts()["completed"] == N, 240, "the healthy worker to finish")
+    finally:
+        zombie.send_signal(signal.SIGCONT)
+    # The zombie wakes up with requests it believes it owns: give it time to try to
+    # write (its heartbeat runs every 0.5 s here, its rounds every few ms).
+    time.sleep(2.0)
+    stop_process(zombie, signal.SIGTERM)
+    stop_process(healthy, signal.SIGTERM)
+    assert_exactly_once(store, expected)
+
+
+def test_pause_and_resume_while_a_worker_runs(batch, queue_env):
+    store, expected, _, _ = batch
+    worker = start_worker(queue_env)
+    try:
+        wait_for_checkpoints(store)
+        specq(["pause", "kb"], queue_env)
+        wait_until(lambda: store.counts()["running"] == 0, 30, "running requests to pause")
+        paused = store.counts()
+        assert paused["paused"] + paused["completed"] == N and paused["paused"] > 0
+        status = json.loads(specq(["status", "kb", "--json"], queue_env).stdout)
+        assert status["flags"] == ["paused"] and status["eta_seconds"] is None
+        specq(["resume", "kb"], queue_env)
+        wait_until(lambda: store.counts()["completed"] == N, 240, "the batch to finish")
+    finally:
+        stop_process(worker)
+    assert_exactly_once(store, expected)
+
+
+def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, long_model_path):
+    path = write_prompts(tmp_path / "p.jsonl", N)
+    common = ["--model", long_model_path, "--max-tokens", str(MAX_TOKENS)]
+    local = specq(["generate", "--input", str(path), "--json", *common], queue_env)
+    expected = [json.loads(line) for line in local.stdout.splitlines()]
+    out = tmp_path / "out.jsonl"
+    run = subprocess.Popen([sys.executable, "-m", "specq", "run", str(path), "-o", str(out), *common, *CHUNK],
+                           env=queue_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def batch_id():
+        ids = [k.decode() for k in client.zrange("specq:batches", 0, -1)]
+        return ids[0] if ids else None
+
+    wait_until(lambda: batch_id() is not None, 60, "the batch")
+    store = BatchStore(client, batch_id())
+    wait_until(lambda: store.counts()["completed"] >= 1 or client.hlen(store.keys.ckpt) >= 2, 120, "progress")
+    run.send_signal(signal.SIGINT)
+    assert run.wait(30) == 130, run.stderr.read()
+    assert not out.exists()
+    done_before = {r: json.loads(raw)["completed_at"] for r, raw in zip(store.request_ids(), store.results(store.request_ids())) if raw}
+    again = specq(["run", str(path), "-o", str(out), *common, *CHUNK], queue_env)
+    assert "continuing batch" in again.stderr
+    got = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["custom_id"] for g in got] == [e["custom_id"] for e in expected]
+    assert [g["specq"]["token_ids"] for g in got] == [e["token_ids"] for e in expected]
+    assert [g["text"] for g in got] == [e["text"] for e in expected]
+    # Requests finished before the interrupt were not decoded again.
+    after = {r: json.loads(raw)["completed_at"] for r, raw in zip(store.request_ids(), store.results(store.request_ids()))}
+    assert all(after[r] == t for r, t in done_before.items())
+    assert store.stats()["tokens"] == sum(len(e["token_ids"]) for e in expected)
