@@ -5,6 +5,7 @@ supervisor for N processes on one machine."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import signal
@@ -91,22 +92,63 @@ class Heartbeat(threading.Thread):
 
 
 def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = False) -> bool:
+    """Work until stopped (or, with burst, until the queues are empty). A Redis outage
+    (a restart, a failover) ends RQ's work loop; this one waits with backoff for Redis
+    to answer again and starts a new one, keeping the loaded model."""
     runtime = Runtime()
     runtime_mod.install(runtime)
+    _stop_on_signals(runtime)
+    _wait_for_redis(client, runtime)
     heartbeat = Heartbeat(client, runtime, queues)
-    heartbeat.beat()
     heartbeat.start()
-    worker = SpecqWorker(
-        [make_queue(client, q) for q in queues],
-        connection=client,
-        name=runtime.worker_id,
-        serializer=make_queue(client, queues[0]).serializer,
-        runtime=runtime,
-    )
+    worked = False
     try:
-        return worker.work(burst=burst, logging_level=os.environ.get("SPECQ_LOG_LEVEL", "INFO"))
+        for attempt in itertools.count():
+            worker = SpecqWorker(
+                [make_queue(client, q) for q in queues],
+                connection=client,
+                name=f"{runtime.worker_id}.{attempt}",  # RQ refuses a name whose last life did not end cleanly
+                serializer=make_queue(client, queues[0]).serializer,
+                runtime=runtime,
+            )
+            try:
+                worked |= worker.work(burst=burst, logging_level=os.environ.get("SPECQ_LOG_LEVEL", "INFO"))
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("lost Redis (%s)", exc.__class__.__name__)
+            _stop_on_signals(runtime)  # RQ's handlers assume its loop is running
+            if runtime.stop_requested.is_set():
+                return worked
+            if _redis_answers(client) and burst:
+                return worked
+            _wait_for_redis(client, runtime)
     finally:
         heartbeat.leave()
+    return worked
+
+
+def _stop_on_signals(runtime: Runtime) -> None:
+    def handler(signum, frame) -> None:
+        runtime.stop_requested.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _redis_answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+def _wait_for_redis(client: redis.Redis, runtime: Runtime, max_wait_s: float = 30.0) -> None:
+    delay = 0.5
+    while not _redis_answers(client):
+        if runtime.stop_requested.is_set():
+            return
+        log.warning("Redis does not answer; retrying in %.1fs", delay)
+        runtime.stop_requested.wait(delay)
+        delay = min(delay * 2, max_wait_s)
 
 
 class Supervisor:

@@ -17,7 +17,7 @@ from typing import Any
 
 from specq.errors import SpecqError
 from specq.jobs import checkpoint
-from specq.jobs.config import HEARTBEAT_S, LEASE_TTL_MS, BatchConfig
+from specq.jobs.config import HEARTBEAT_S, LEASE_TTL_MS, MAX_ATTEMPTS, BatchConfig
 from specq.jobs.runtime import LoadedEngine, Runtime
 from specq.jobs.store import BatchStore, Lease
 from specq.specdec.engine import BatchDecoder, Engine
@@ -77,7 +77,7 @@ class BatchRunner:
         self.deadline = deadline  # time.monotonic() after which the job hands its work back
         self.decoder = BatchDecoder(self.engine)
         self.owned: dict[str, Owned] = {}
-        self.summary = {"completed": 0, "failed": 0, "handed_back": 0, "released": 0, "lost": 0}
+        self.summary = {"completed": 0, "failed": 0, "retried": 0, "handed_back": 0, "released": 0, "lost": 0}
         self._last_renew = time.monotonic()
 
     def run(self) -> dict[str, Any]:
@@ -106,8 +106,13 @@ class BatchRunner:
         return self.summary
 
     def _round(self) -> None:
+        try:
+            results = self.decoder.round()
+        except Exception as exc:  # the engine failed: find out whether one request is to blame
+            self._isolate(exc)
+            return
         now = time.monotonic()
-        for rid, state in self.decoder.round():
+        for rid, state in results:
             owned = self.owned[rid]
             if state.finished:
                 record = result_record(self.engine, owned.spec, state, self.runtime.worker_id)
@@ -125,6 +130,39 @@ class BatchRunner:
             # a plain RQ worker, which has none.
             self.runtime.renew_all(LEASE_TTL_MS)
             self._last_renew = now
+
+    def _isolate(self, exc: Exception) -> None:
+        """Re-run the failed round one request at a time. A request whose own round
+        fails is retried (from its last checkpoint) up to MAX_ATTEMPTS times, then
+        fails with the error, so a prompt that crashes the model cannot block the
+        batch; the others go on. If every request passes alone, the failure was the
+        worker's (memory, say): re-raise, and the job hands everything back."""
+        states = {rid: self.decoder.drop(rid) for rid in list(self.decoder.sessions)}
+        blamed = False
+        for rid, state in states.items():
+            solo = BatchDecoder(self.engine)
+            try:
+                solo.add(rid, state)
+                solo.round()
+            except Exception as solo_exc:
+                blamed = True
+                self._retry_or_fail(rid, solo_exc)
+                continue
+            self.decoder.add(rid, state)  # redo its round with the others
+        if not blamed:
+            raise exc
+
+    def _retry_or_fail(self, rid: str, exc: Exception) -> None:
+        owned = self.owned[rid]
+        message = f"{exc.__class__.__name__}: {exc}"
+        if self.store.bump_attempts(rid) >= MAX_ATTEMPTS:
+            error = {"custom_id": rid, "line": owned.spec.get("line"), "reason": "engine_error", "message": message}
+            self._settle(rid, "failed", json.dumps(error, ensure_ascii=False), owned.written, dropped=True)
+            self.summary["failed"] += 1
+        else:
+            # Back to the front of the pending list, from its last checkpoint.
+            self._settle(rid, "queued", "", owned.written, dropped=True)
+            self.summary["retried"] += 1
 
     def _fill(self) -> None:
         while len(self.decoder) < self.config.batch_size:

@@ -51,6 +51,7 @@ class Runtime:
         self._held: dict[tuple[str, str], tuple[BatchStore, Lease]] = {}
         self._lost: set[tuple[str, str]] = set()
         self.jobs_done = 0
+        self.consecutive_failures = 0  # jobs that failed in a row: the backoff grows with it
 
     # --- engines -------------------------------------------------------------
     def engine_for(self, config: BatchConfig) -> LoadedEngine:

@@ -148,6 +148,9 @@ class BatchStore:
             args=[lease.value, lease.request_id, new_state, payload, f"{time.time():.3f}", json.dumps(deltas)],
         ))
 
+    def bump_attempts(self, request_id: str) -> int:
+        return int(self.client.hincrby(self.keys.attempts, request_id, 1))
+
     # --- control -------------------------------------------------------------
     def reap(self, request_id: str, max_attempts: int) -> int:
         """0: not abandoned; 1: back to pending; 2: failed after too many attempts."""

@@ -135,3 +135,56 @@ def test_a_checkpoint_from_another_model_is_refused(client, tmp_path, long_model
     errors = {r: json.loads(e) for r, e in store.errors().items()}
     assert errors, "requests with checkpoints must be refused"
     assert all("another model" in e["message"] for e in errors.values())
+
+
+def poison_forward(model, bad_token: int):
+    """The model raises on any round whose rows include `bad_token` (a prompt that
+    crashes the model every time)."""
+    inner = model.forward
+
+    def forward(segments):
+        if any(bad_token in seg.token_ids for seg in segments):
+            raise FloatingPointError("injected fault")
+        return inner(segments)
+
+    model.forward = forward
+
+
+def test_a_request_that_crashes_the_model_fails_alone(client, tmp_path, long_model_path):
+    store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
+    spec = store.spec("r002")
+    unique = set(spec["request"]["prompt_ids"]) - {
+        t for r in store.request_ids() if r != "r002" for t in store.spec(r)["request"]["prompt_ids"]}
+    assert unique, "the poison prompt needs a token no other prompt has"
+    poison_forward(loaded.engine.model, min(unique))
+    summary = BatchRunner(store, config, loaded, Runtime("w"), deadline=time.monotonic() + 600).run()
+    assert store.state("r002") == "failed"
+    error = json.loads(store.errors()["r002"])
+    assert error["reason"] == "engine_error" and "injected fault" in error["message"]
+    assert int(client.hget(store.keys.attempts, "r002")) == 3 and summary["retried"] == 2
+    expected = {r: list(s.output_ids) for r, s in alone.items() if r != "r002"}
+    assert outputs(store) == expected
+
+
+def test_a_worker_wide_failure_hands_every_request_back(client, tmp_path, long_model_path):
+    store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
+    runner = BatchRunner(store, config, loaded, Runtime("w"), deadline=time.monotonic() + 600)
+    runner._fill()
+    runner._round()
+    inner = loaded.engine.model.forward
+    calls = {"n": 0}
+
+    def flaky(segments):
+        calls["n"] += 1
+        if len(segments) > 1:  # fails batched, works alone: the worker's fault, not a request's
+            raise MemoryError("injected")
+        return inner(segments)
+
+    loaded.engine.model.forward = flaky
+    with pytest.raises(MemoryError):
+        runner.run()
+    assert store.counts()["queued"] == N_REQUESTS and store.running() == []
+    assert not client.hgetall(store.keys.attempts)
+    loaded.engine.model.forward = inner
+    BatchRunner(store, config, loaded, Runtime("w2"), deadline=time.monotonic() + 600).run()
+    assert outputs(store) == {r: list(s.output_ids) for r, s in alone.items()}
