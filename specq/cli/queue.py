@@ -373,7 +373,8 @@ def run(input_path, output, errors_path, processes, skip_invalid, redis_url, **g
                        "resumed from checkpoints", err=True)
         supervisor = Supervisor(worker_argv([queue], burst=False), processes, restart=True,
                                 env={**os.environ, "SPECQ_REDIS_URL": url})
-        supervisor.start()
+        if not batch_status(client, batch_id)["done"]:
+            supervisor.start()
         try:
             st = _wait_for(client, batch_id, supervisor, batch_status, reap_all)
         except KeyboardInterrupt:
@@ -390,23 +391,29 @@ def _has_errors(st: dict) -> bool:
     return st["counts"]["failed"] + st["counts"]["cancelled"] > 0
 
 
+PROGRESS_EVERY_S = 2.0
+
+
 def _wait_for(client, batch_id, supervisor, batch_status, reap_all) -> dict:
+    """Poll until nothing is left to decode (paused requests stay paused); progress on
+    stderr when it changes, at most every PROGRESS_EVERY_S."""
     last_line = ""
-    last_reap = 0.0
+    last_print = last_reap = 0.0
     while True:
         st = batch_status(client, batch_id)
         c = st["counts"]
         line = (f"{c['completed']}/{st['total']} completed, {c['running']} running, {c['failed']} failed, "
                 f"{st['tokens_per_second']:.1f} tokens/s")
-        if line != last_line:
+        finished = st["done"] or (c["queued"] == c["running"] == 0)
+        if line != last_line and (finished or time.monotonic() - last_print >= PROGRESS_EVERY_S):
             click.echo(line, err=True)
-            last_line = line
-        if st["done"] or (c["queued"] == c["running"] == 0):
+            last_line, last_print = line, time.monotonic()
+        if finished:
             return st
         if time.monotonic() - last_reap > 5.0:
             reap_all(client)
             last_reap = time.monotonic()
         supervisor.poll()
-        if not supervisor.running():
+        if not supervisor.running() and not supervisor.stopping:
             raise click.ClickException("every worker process exited; see the messages above")
         time.sleep(0.5)

