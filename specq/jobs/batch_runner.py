@@ -79,6 +79,26 @@ class BatchRunner:
         self.owned: dict[str, Owned] = {}
         self.summary = {"completed": 0, "failed": 0, "retried": 0, "handed_back": 0, "released": 0, "lost": 0}
         self._last_renew = time.monotonic()
+        # Seconds spent in Redis calls ("store_seconds") and wall seconds of this loop
+        # ("worker_seconds"), each reported with the next write: their ratio is the
+        # share of a worker's time that checkpointing costs.
+        self._store_s = 0.0
+        self._wall_mark = time.perf_counter()
+
+    @contextlib.contextmanager
+    def _redis_time(self):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._store_s += time.perf_counter() - t0
+
+    def _deltas(self, old: DecodeState, new: DecodeState) -> dict[str, float]:
+        deltas = progress_deltas(old, new)
+        now = time.perf_counter()
+        deltas["store_seconds"], self._store_s = round(self._store_s, 6), 0.0
+        deltas["worker_seconds"], self._wall_mark = round(now - self._wall_mark, 6), now
+        return deltas
 
     def run(self) -> dict[str, Any]:
         """Decode until no request is left to claim, or until asked to stop (SIGTERM)
@@ -121,7 +141,9 @@ class BatchRunner:
             elif (len(state.output_ids) - len(owned.written.output_ids) >= self.config.checkpoint_tokens
                   or now - owned.written_at >= self.config.checkpoint_seconds):
                 payload = checkpoint.encode(state, self.fingerprint)
-                if self.store.checkpoint(owned.lease, payload, progress_deltas(owned.written, state), LEASE_TTL_MS):
+                with self._redis_time():
+                    written = self.store.checkpoint(owned.lease, payload, self._deltas(owned.written, state), LEASE_TTL_MS)
+                if written:
                     owned.written, owned.written_at = state, now
                 else:
                     self._forget(rid)
@@ -166,7 +188,8 @@ class BatchRunner:
 
     def _fill(self) -> None:
         while len(self.decoder) < self.config.batch_size:
-            lease = self.store.claim(self.runtime.worker_id, LEASE_TTL_MS)
+            with self._redis_time():
+                lease = self.store.claim(self.runtime.worker_id, LEASE_TTL_MS)
             if lease is None:
                 return
             self.runtime.hold(self.store, lease)
@@ -187,7 +210,9 @@ class BatchRunner:
     def _apply_flags(self) -> None:
         if not self.owned:
             return
-        for rid, flag in self.store.flags(list(self.owned)).items():
+        with self._redis_time():
+            flags = self.store.flags(list(self.owned))
+        for rid, flag in flags.items():
             if flag in ("paused", "cancelled"):
                 self.summary["released" if self._let_go(rid, flag) else "lost"] += 1
 
@@ -209,10 +234,11 @@ class BatchRunner:
         owned = self.owned.pop(rid)
         if not dropped:
             self.decoder.drop(rid)
-        deltas = progress_deltas(owned.written, state)
+        deltas = self._deltas(owned.written, state)
         if new_state == "completed":
             deltas["completed_tokens"] = len(state.output_ids)  # status estimates time left from it
-        written = self.store.settle(owned.lease, new_state, payload, deltas)
+        with self._redis_time():
+            written = self.store.settle(owned.lease, new_state, payload, deltas)
         self.runtime.release(self.store.batch_id, rid)
         return written
 

@@ -140,3 +140,46 @@ def test_a_bad_redis_url_is_one_line_without_the_password(queue_env, tmp_path, m
     result = cli("status", ok=False)
     assert result.exit_code == 1 and "cannot reach Redis" in result.output
     assert "hunter2" not in result.output
+
+
+BAD_FILES = {
+    "malformed JSON": ('{"prompt": "a"}\n{"prompt": \n', "line 2", "not valid JSON"),
+    "unknown field": ('{"prompt": "a", "temprature": 1}\n', "line 1", "'temprature'"),
+    "missing prompt": ('{"custom_id": "x"}\n', "line 1", "'prompt'"),
+    "duplicate custom_id": ('{"custom_id": "a", "prompt": "x"}\n{"custom_id": "a", "prompt": "y"}\n', "line 2", "'a'"),
+    "wrong type": ('{"prompt": 12}\n', "line 1", "'prompt'"),
+    "absurd value": ('{"prompt": "a", "max_tokens": -5}\n', "line 1", "max_tokens"),
+    "empty file": ("", "", "empty"),
+    "not JSONL": ("prompt,max_tokens\nhello,5\n", "line 1", "not valid JSON"),
+    "a JSON array line": ('[{"prompt": "a"}]\n', "line 1", "JSON object"),
+    "bad OpenAI url": ('{"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {"messages": []}}\n',
+                       "line 1", "'url'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_input_is_one_clear_line_and_nothing_is_enqueued(client, queue_env, tmp_path, long_model_path, case):
+    content, where, what = BAD_FILES[case]
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    result = cli("submit", str(path), "--model", long_model_path, ok=False)
+    assert result.exit_code == 1
+    message = result.output.strip()
+    assert len(message.splitlines()) == 1 and message.startswith("Error: ")
+    assert where in message and what in message, message
+    assert client.dbsize() == 0
+
+
+def test_pause_and_resume_one_request(client, queue_env, tmp_path, long_model_path):
+    path = write_prompts(tmp_path / "p.jsonl", 3, max_tokens=4)
+    cli("submit", str(path), "--model", long_model_path, "--batch-id", "one")
+    cli("pause", "one:r001")
+    run_worker(client, ["specq"], burst=True)
+    st = json.loads(cli("status", "one", "--json").output)
+    assert st["counts"]["completed"] == 2 and st["counts"]["paused"] == 1 and not st["done"]
+    cli("resume", "one:r001")
+    run_worker(client, ["specq"], burst=True)
+    st = json.loads(cli("status", "one", "--json").output)
+    assert st["counts"]["completed"] == 3 and st["done"]
+    watched = cli("status", "one", "--watch", "--interval", "0.2")  # returns once the batch is done
+    assert "3/3 finished" in watched.output

@@ -1,0 +1,90 @@
+"""Load figures for the queue on a 10,000-request batch: submit, status, results, and
+the share of a worker's time spent writing checkpoints.
+
+    python scripts/bench_queue.py                 # 10,000 requests, toy model, 2 workers
+    python scripts/bench_queue.py --requests 2000 --workers 1
+
+It starts a private Redis (the embedded server) in a temporary directory unless
+SPECQ_REDIS_URL is set, writes a toy model (the tests' writer) so the decoding part
+takes minutes rather than hours, and runs everything through the `specq` command as a
+user would. Timings are whole commands (including Python start-up), one run each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import redis  # noqa: E402
+
+import toy_gguf  # noqa: E402
+from specq.jobs.connection import EmbeddedRedis  # noqa: E402
+from specq.jobs.store import BatchStore  # noqa: E402
+
+
+def timed(args: list[str], env: dict[str, str]) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "specq", *args], env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"specq {' '.join(args)} failed:\n{proc.stderr}")
+    return elapsed, proc.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        server = None
+        url = os.environ.get("SPECQ_REDIS_URL")
+        if not url:
+            server = EmbeddedRedis(tmp_path / "redis")
+            url = server.ensure_running()
+        env = {**os.environ, "SPECQ_REDIS_URL": url, "SPECQ_LOG_LEVEL": "WARNING"}
+        model = toy_gguf.write_toy_model(tmp_path / "toy.gguf", quiet_end=True)
+        prompts = tmp_path / "prompts.jsonl"
+        with open(prompts, "w") as fh:
+            for i in range(args.requests):
+                fh.write(json.dumps({"custom_id": f"q{i:05d}", "prompt": f"item {i}: " + "tell me more " * (i % 7 + 1)}) + "\n")
+        common = ["--model", model, "--max-tokens", str(args.max_tokens)]
+        report: dict[str, float] = {}
+        report["submit_s"], out = timed(["submit", str(prompts), "--batch-id", "load", *common], env)
+        report["resubmit_s"], _ = timed(["submit", str(prompts), "--batch-id", "load", *common], env)
+        report["status_s"], _ = timed(["status", "load", "--json"], env)
+        t0 = time.perf_counter()
+        timed(["worker", "--burst", "--processes", str(args.workers)], env)
+        report["decode_wall_s"] = time.perf_counter() - t0
+        report["status_done_s"], status = timed(["status", "load", "--json"], env)
+        report["results_s"], _ = timed(["results", "load", "-o", str(tmp_path / "out.jsonl")], env)
+        lines = (tmp_path / "out.jsonl").read_text().splitlines()
+        client = redis.Redis.from_url(url)
+        stats = BatchStore(client, "load").stats()
+        report["requests"] = args.requests
+        report["results_lines"] = len(lines)
+        report["tokens"] = stats.get("tokens", 0)
+        report["worker_seconds_summed"] = round(stats.get("worker_seconds", 0.0), 2)
+        report["redis_seconds_summed"] = round(stats.get("store_seconds", 0.0), 2)
+        if stats.get("worker_seconds"):
+            report["redis_share_of_worker_time"] = round(stats.get("store_seconds", 0.0) / stats["worker_seconds"], 4)
+        report["redis_used_memory_mb"] = round(client.info("memory")["used_memory"] / 1e6, 1)
+        print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in report.items()}, indent=2))
+        if server:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
