@@ -164,7 +164,7 @@ class Supervisor:
         self.argv = argv
         self.n = n
         self.restart = restart
-        self.env = env
+        self.env = threads_per_process(dict(os.environ if env is None else env), n)
         self.children: list[tuple[subprocess.Popen, float]] = []
         self.quick_deaths = 0
         self.stopping = False
@@ -212,6 +212,18 @@ class Supervisor:
                 proc.kill()
                 proc.wait()
         self.children = []
+
+
+THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def threads_per_process(env: dict[str, str], n_processes: int) -> dict[str, str]:
+    """Share the cores among the processes: a kernel's threads must all be running at
+    once, and with more threads than cores every product waits for the scheduler
+    (measured: a 2-thread numba product of a small matrix took 8 ms instead of 5 us
+    while another process kept both cores busy). Variables the user set are kept."""
+    per = str(max(1, (os.cpu_count() or 1) // n_processes))
+    return {**{v: per for v in THREAD_VARIABLES}, **env}
 
 
 def worker_argv(queues: Sequence[str], *, burst: bool) -> list[str]:

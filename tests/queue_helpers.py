@@ -11,6 +11,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from specq.jobs.batch_runner import BatchRunner
+from specq.jobs.config import BatchConfig
+from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
+from specq.jobs.runtime import load_for_batch
+from specq.jobs.store import BatchStore
+from specq.jobs.submit import submit
+from specq.specdec.gguf_file import GGUFFile
+
 
 def write_prompts(path: Path, n: int, **fields) -> Path:
     with open(path, "w") as fh:
@@ -46,3 +54,44 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str, interva
             return
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# --- the decode loop in process: a submitted batch and what lone decodes give ---
+
+N_REQUESTS = 5
+
+
+def setup_batch(client, tmp_path, model_path, *, temperature=0.0, max_tokens=40, batch_id="b1"):
+    path = write_prompts(tmp_path / "p.jsonl", N_REQUESTS)
+    config = BatchConfig(
+        model_path=model_path, model_sha256=GGUFFile(model_path).sha256(), proposer="ngram",
+        defaults=GenerationDefaults(max_tokens=max_tokens, temperature=temperature, seed=7),
+        batch_size=3, checkpoint_tokens=4, checkpoint_seconds=60,
+    )
+    submit(client, str(path), config, model_file=model_path, batch_id=batch_id, queue="unused")
+    loaded = load_for_batch(config)
+    specs = read_jsonl(str(path))
+    alone = {s.custom_id: loaded.engine.run(to_request(s, loaded.engine.tokenizer, config.defaults)) for s in specs}
+    return BatchStore(client, batch_id), config, loaded, alone
+
+
+def stop_after_rounds(runner: BatchRunner, n: int) -> None:
+    """Ask the runner to stop (as SIGTERM does) once it has done n rounds."""
+    inner = runner.decoder.round
+    done = [0]
+
+    def counted():
+        out = inner()
+        done[0] += 1
+        if done[0] >= n:
+            runner.runtime.stop_requested.set()
+        return out
+
+    runner.decoder.round = counted
+
+
+def outputs(store: BatchStore) -> dict[str, list[int]]:
+    ids = store.request_ids()
+    return {r: json.loads(raw)["token_ids"] for r, raw in zip(ids, store.results(ids)) if raw}
+
+

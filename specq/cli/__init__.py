@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from specq.cli.local import bench, generate
+from specq.cli.ops import metrics
 from specq.cli.queue import cancel, pause, results, resume, run, status, submit, worker
 
 
@@ -22,5 +23,5 @@ def main() -> None:
     """
 
 
-for command in (generate, bench, submit, status, pause, resume, cancel, results, worker, run):
+for command in (generate, bench, submit, status, pause, resume, cancel, results, worker, run, metrics):
     main.add_command(command)

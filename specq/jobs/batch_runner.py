@@ -17,6 +17,7 @@ from typing import Any
 
 from specq.errors import SpecqError
 from specq.jobs import checkpoint
+from specq.jobs.histograms import PendingCounts
 from specq.jobs.config import HEARTBEAT_S, LEASE_TTL_MS, MAX_ATTEMPTS, BatchConfig
 from specq.jobs.runtime import LoadedEngine, Runtime
 from specq.jobs.store import BatchStore, Lease
@@ -84,6 +85,7 @@ class BatchRunner:
         # share of a worker's time that checkpointing costs.
         self._store_s = 0.0
         self._wall_mark = time.perf_counter()
+        self.pending_counts = PendingCounts()
 
     @contextlib.contextmanager
     def _redis_time(self):
@@ -98,6 +100,8 @@ class BatchRunner:
         now = time.perf_counter()
         deltas["store_seconds"], self._store_s = round(self._store_s, 6), 0.0
         deltas["worker_seconds"], self._wall_mark = round(now - self._wall_mark, 6), now
+        for name, n in self.pending_counts.drain().items():
+            deltas[name] = deltas.get(name, 0) + n
         return deltas
 
     def run(self) -> dict[str, Any]:
@@ -108,6 +112,7 @@ class BatchRunner:
             while True:
                 if self.runtime.stop_requested.is_set() or time.monotonic() > self.deadline:
                     for rid in list(self.owned):
+                        self.pending_counts.add("resumes_preempt")
                         self.summary["handed_back" if self._let_go(rid, "queued") else "lost"] += 1
                     break
                 self._drop_lost()
@@ -126,32 +131,52 @@ class BatchRunner:
         return self.summary
 
     def _round(self) -> None:
+        before = {rid: len(session.state.output_ids) for rid, session in self.decoder.sessions.items()}
+        t0 = time.perf_counter()
         try:
             results = self.decoder.round()
         except Exception as exc:  # the engine failed: find out whether one request is to blame
             self._isolate(exc)
             return
+        round_s = time.perf_counter() - t0
         now = time.monotonic()
         for rid, state in results:
             owned = self.owned[rid]
+            self._observe_latency(before[rid], len(state.output_ids), round_s)
             if state.finished:
+                self.pending_counts.observe("request_duration_seconds", state.metrics.decode_seconds)
                 record = result_record(self.engine, owned.spec, state, self.runtime.worker_id)
                 written = self._settle(rid, "completed", json.dumps(record, ensure_ascii=False), state)
                 self.summary["completed" if written else "lost"] += 1
             elif (len(state.output_ids) - len(owned.written.output_ids) >= self.config.checkpoint_tokens
                   or now - owned.written_at >= self.config.checkpoint_seconds):
                 payload = checkpoint.encode(state, self.fingerprint)
+                t_write = time.perf_counter()
                 with self._redis_time():
                     written = self.store.checkpoint(owned.lease, payload, self._deltas(owned.written, state), LEASE_TTL_MS)
+                # Counted with the next write (this one's latency is known only now).
+                self.pending_counts.add("checkpoint_writes")
+                self.pending_counts.observe("checkpoint_write_seconds", time.perf_counter() - t_write)
                 if written:
                     owned.written, owned.written_at = state, now
                 else:
+                    self.store.count("fenced_writes_refused")  # a zombie is worth an operator's attention
                     self._forget(rid)
         if now - self._last_renew >= HEARTBEAT_S:
             # Also renewed by the worker's heartbeat thread; this covers a job run by
             # a plain RQ worker, which has none.
             self.runtime.renew_all(LEASE_TTL_MS)
             self._last_renew = now
+
+    def _observe_latency(self, n_before: int, n_after: int, round_s: float) -> None:
+        """A prefill round gives the time to first token; later rounds give each token
+        they emitted the round's time divided among them. With batching, a round's
+        time is that of the shared forward."""
+        if n_before == 0:
+            self.pending_counts.observe("time_to_first_token_seconds", round_s)
+        elif n_after > n_before:
+            n_new = n_after - n_before
+            self.pending_counts.observe("inter_token_latency_seconds", round_s / n_new, n_new)
 
     def _isolate(self, exc: Exception) -> None:
         """Re-run the failed round one request at a time. A request whose own round
@@ -179,10 +204,12 @@ class BatchRunner:
         message = f"{exc.__class__.__name__}: {exc}"
         if self.store.bump_attempts(rid) >= MAX_ATTEMPTS:
             error = {"custom_id": rid, "line": owned.spec.get("line"), "reason": "engine_error", "message": message}
+            self.pending_counts.add("failed_engine_error")
             self._settle(rid, "failed", json.dumps(error, ensure_ascii=False), owned.written, dropped=True)
             self.summary["failed"] += 1
         else:
             # Back to the front of the pending list, from its last checkpoint.
+            self.pending_counts.add("retries")
             self._settle(rid, "queued", "", owned.written, dropped=True)
             self.summary["retried"] += 1
 
@@ -199,6 +226,8 @@ class BatchRunner:
                 saved = self.store.checkpoint_of(rid)
                 if saved is not None:
                     state = checkpoint.decode(saved, self.fingerprint)
+                    # Resuming re-runs a prefill over everything committed but the last token.
+                    self.pending_counts.add("recomputed_tokens", len(state.all_ids) - 1)
                 else:
                     state = self.engine.start(GenerationRequest.from_dict(spec["request"]))
             except SpecqError as exc:
@@ -239,12 +268,14 @@ class BatchRunner:
             deltas["completed_tokens"] = len(state.output_ids)  # status estimates time left from it
         with self._redis_time():
             written = self.store.settle(owned.lease, new_state, payload, deltas)
+        if not written:
+            self.store.count("fenced_writes_refused")
         self.runtime.release(self.store.batch_id, rid)
         return written
 
     def _fail(self, lease: Lease, spec: dict[str, Any], reason: str, message: str) -> None:
         error = {"custom_id": spec["custom_id"], "line": spec.get("line"), "reason": reason, "message": message}
-        self.store.settle(lease, "failed", json.dumps(error, ensure_ascii=False), {})
+        self.store.settle(lease, "failed", json.dumps(error, ensure_ascii=False), {f"failed_{reason}": 1})
         self.runtime.release(self.store.batch_id, lease.request_id)
         self.summary["failed"] += 1
 

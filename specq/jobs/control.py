@@ -89,6 +89,8 @@ def resume(target: Target) -> dict[str, int]:
     if transient:
         client.hdel(store.keys.attempts, *transient)
     moved = store.transition(candidates, ("paused", "failed"), "queued", push=True)
+    if moved:
+        store.count("resumes_manual", len(moved))
     ids = target.request_ids()
     # Queued requests whose job was lost (an interrupted submit) get pushed again: a
     # duplicate in the pending list is skipped by the claim.

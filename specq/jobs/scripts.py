@@ -132,6 +132,7 @@ redis.call('SREM', KEYS[3], rid)
 redis.call('HINCRBY', KEYS[8], 'resumes_crash', 1)
 if redis.call('HINCRBY', KEYS[5], rid, 1) > tonumber(ARGV[2]) then
   set_state(KEYS[1], KEYS[2], rid, 'failed')
+  redis.call('HINCRBY', KEYS[8], 'failed_abandoned', 1)
   redis.call('HSET', KEYS[6], rid, ARGV[3])
   return 2
 end

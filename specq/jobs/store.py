@@ -148,6 +148,10 @@ class BatchStore:
             args=[lease.value, lease.request_id, new_state, payload, f"{time.time():.3f}", json.dumps(deltas)],
         ))
 
+    def count(self, name: str, n: float = 1) -> None:
+        """Add to a batch counter outside a fenced write (events no lease covers)."""
+        self.client.hincrbyfloat(self.keys.stats, name, n)
+
     def bump_attempts(self, request_id: str) -> int:
         return int(self.client.hincrby(self.keys.attempts, request_id, 1))
 

@@ -122,6 +122,7 @@ def submit(
                 pipe.rpush(k.pending, *[e[1] for e in valid])
             if failed:
                 pipe.hincrby(k.counts, "failed", len(failed))
+                pipe.hincrbyfloat(k.stats, "failed_invalid_request", len(failed))
                 pipe.hset(k.error, mapping={e[1]: e[3] for e in failed})
             n_jobs = min(math.ceil(len(valid) / config.batch_size), MAX_PARALLEL_JOBS)
             if n_jobs:

@@ -10,51 +10,11 @@ import time
 
 import pytest
 
-from queue_helpers import write_prompts
+from queue_helpers import N_REQUESTS, outputs, setup_batch, stop_after_rounds
 from specq.jobs.batch_runner import BatchRunner
 from specq.jobs.config import BatchConfig
-from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
 from specq.jobs.runtime import Runtime, load_for_batch
-from specq.jobs.store import BatchStore
-from specq.jobs.submit import submit
 from specq.specdec.gguf_file import GGUFFile
-
-N_REQUESTS = 5
-
-
-def setup_batch(client, tmp_path, model_path, *, temperature=0.0, max_tokens=40, batch_id="b1"):
-    path = write_prompts(tmp_path / "p.jsonl", N_REQUESTS)
-    config = BatchConfig(
-        model_path=model_path, model_sha256=GGUFFile(model_path).sha256(), proposer="ngram",
-        defaults=GenerationDefaults(max_tokens=max_tokens, temperature=temperature, seed=7),
-        batch_size=3, checkpoint_tokens=4, checkpoint_seconds=60,
-    )
-    submit(client, str(path), config, model_file=model_path, batch_id=batch_id, queue="unused")
-    loaded = load_for_batch(config)
-    specs = read_jsonl(str(path))
-    alone = {s.custom_id: loaded.engine.run(to_request(s, loaded.engine.tokenizer, config.defaults)) for s in specs}
-    return BatchStore(client, batch_id), config, loaded, alone
-
-
-def stop_after_rounds(runner: BatchRunner, n: int) -> None:
-    """Ask the runner to stop (as SIGTERM does) once it has done n rounds."""
-    inner = runner.decoder.round
-    done = [0]
-
-    def counted():
-        out = inner()
-        done[0] += 1
-        if done[0] >= n:
-            runner.runtime.stop_requested.set()
-        return out
-
-    runner.decoder.round = counted
-
-
-def outputs(store: BatchStore) -> dict[str, list[int]]:
-    ids = store.request_ids()
-    return {r: json.loads(raw)["token_ids"] for r, raw in zip(ids, store.results(ids)) if raw}
-
 
 def test_a_runner_completes_every_request_as_a_lone_decode_would(client, tmp_path, long_model_path):
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)

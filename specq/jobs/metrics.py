@@ -1,0 +1,128 @@
+"""The Prometheus view of a whole deployment, read from Redis at each scrape with
+plain reads (no side effects): queue-wide figures from specq's keys, and worker
+counters that every worker process adds to its batches' counters with its fenced
+writes, so any number of processes on any number of machines appear.
+
+Names follow Prometheus conventions (specq_ prefix, base units, _total counters) and
+mirror vLLM's speculative-decoding metrics so existing dashboards carry over. Labels
+are model, proposer, queue, state, position, reason and kind: never a job or request
+id. Counters are summed over the batches Redis still holds, so deleting a batch
+makes them drop; Prometheus's rate() treats a drop as a counter reset.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from typing import Iterator
+
+import redis
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from specq.jobs.histograms import BUCKETS, cumulative
+from specq.jobs.status import batch_ids, workers_alive
+from specq.jobs.store import STATES, BatchStore
+
+FAILURE_KINDS = ("invalid_request", "checkpoint", "engine_error", "abandoned")
+RESUME_REASONS = {"crash": "resumes_crash", "preempt": "resumes_preempt", "manual": "resumes_manual"}
+HISTOGRAM_HELP = {
+    "time_to_first_token_seconds": "Seconds of a request's first (prefill) round.",
+    "inter_token_latency_seconds": "Seconds per emitted token: a round's time divided among the tokens it emitted.",
+    "request_duration_seconds": "Seconds of decoding per completed request (over all its workers).",
+    "checkpoint_write_seconds": "Seconds per fenced checkpoint write.",
+}
+
+
+def model_label(model_path: str) -> str:
+    return os.path.basename(model_path) if model_path else "default"
+
+
+class SpecqCollector(Collector):
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def collect(self) -> Iterator:
+        sums: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        by_state: dict[tuple[str, str], int] = defaultdict(int)
+        for batch_id in batch_ids(self.client):
+            store = BatchStore(self.client, batch_id)
+            config = store.config()
+            if not config:
+                continue  # deleted while we read
+            labels = (model_label(config.get("model_path", "")), config.get("proposer", ""))
+            for name, value in store.stats().items():
+                sums[labels][name] += value
+            queue = store.meta().get("queue", "")
+            for state, n in store.counts().items():
+                by_state[(queue, state)] += n
+        yield from self._spec_decode(sums)
+        yield from self._generation(sums)
+        yield from self._reliability(sums, by_state)
+
+    def _spec_decode(self, sums) -> Iterator:
+        drafts = CounterMetricFamily("specq_spec_decode_num_drafts", "Rounds that verified at least one draft token.",
+                                     labels=["model", "proposer"])
+        draft_tokens = CounterMetricFamily("specq_spec_decode_num_draft_tokens", "Draft tokens verified.",
+                                           labels=["model", "proposer"])
+        accepted = CounterMetricFamily("specq_spec_decode_num_accepted_tokens", "Draft tokens accepted.",
+                                       labels=["model", "proposer"])
+        per_pos = CounterMetricFamily("specq_spec_decode_num_accepted_tokens_per_pos",
+                                      "Draft tokens accepted at each draft position (0 = first).",
+                                      labels=["model", "proposer", "position"])
+        for (model, proposer), s in sorted(sums.items()):
+            drafts.add_metric([model, proposer], s.get("drafted_pos_0", 0.0))
+            draft_tokens.add_metric([model, proposer], s.get("drafted", 0.0))
+            accepted.add_metric([model, proposer], s.get("accepted", 0.0))
+            # Every drafted position gets a series, zero acceptances included.
+            positions = sorted({int(k.rsplit("_", 1)[1]) for k in s if k.startswith(("accepted_pos_", "drafted_pos_"))})
+            for pos in positions:
+                per_pos.add_metric([model, proposer, str(pos)], s.get(f"accepted_pos_{pos}", 0.0))
+        yield from (drafts, draft_tokens, accepted, per_pos)
+
+    def _generation(self, sums) -> Iterator:
+        generated = CounterMetricFamily("specq_generation_tokens", "Tokens generated (committed and checkpointed).",
+                                        labels=["model", "proposer"])
+        recomputed = CounterMetricFamily("specq_recomputed_tokens",
+                                         "Tokens re-run through the model to rebuild caches after a resume.",
+                                         labels=["model", "proposer"])
+        forwards = CounterMetricFamily("specq_target_forwards", "Target model forwards (rounds).",
+                                       labels=["model", "proposer"])
+        for (model, proposer), s in sorted(sums.items()):
+            generated.add_metric([model, proposer], s.get("tokens", 0.0))
+            recomputed.add_metric([model, proposer], s.get("recomputed_tokens", 0.0))
+            forwards.add_metric([model, proposer], s.get("target_forwards", 0.0))
+        yield from (generated, recomputed, forwards)
+        for name in BUCKETS:
+            family = HistogramMetricFamily(f"specq_{name}", HISTOGRAM_HELP[name], labels=["model", "proposer"])
+            for (model, proposer), s in sorted(sums.items()):
+                buckets, total = cumulative(name, s)
+                family.add_metric([model, proposer], buckets, total)
+            yield family
+
+    def _reliability(self, sums, by_state) -> Iterator:
+        requests = GaugeMetricFamily("specq_requests", "Requests by state.", labels=["queue", "state"])
+        for (queue, state), n in sorted(by_state.items()):
+            requests.add_metric([queue, state], n)
+        workers = GaugeMetricFamily("specq_workers_alive", "Worker processes with a recent heartbeat.")
+        workers.add_metric([], len(workers_alive(self.client, time.time())))
+        resumes = CounterMetricFamily("specq_resumes", "Requests resumed from a checkpoint, by reason.",
+                                      labels=["model", "proposer", "reason"])
+        checkpoints = CounterMetricFamily("specq_checkpoint_writes", "Fenced checkpoint writes.",
+                                          labels=["model", "proposer"])
+        refused = CounterMetricFamily("specq_fenced_writes_refused",
+                                      "Writes refused because another worker owned the request (zombie workers).",
+                                      labels=["model", "proposer"])
+        retries = CounterMetricFamily("specq_retries", "Requests retried after a failed round.",
+                                      labels=["model", "proposer"])
+        failures = CounterMetricFamily("specq_failures", "Requests failed, by kind.", labels=["model", "proposer", "kind"])
+        for (model, proposer), s in sorted(sums.items()):
+            for reason, field in RESUME_REASONS.items():
+                resumes.add_metric([model, proposer, reason], s.get(field, 0.0))
+            checkpoints.add_metric([model, proposer], s.get("checkpoint_writes", 0.0))
+            refused.add_metric([model, proposer], s.get("fenced_writes_refused", 0.0))
+            retries.add_metric([model, proposer], s.get("retries", 0.0))
+            for kind in FAILURE_KINDS:
+                failures.add_metric([model, proposer, kind], s.get(f"failed_{kind}", 0.0))
+        yield from (requests, workers, resumes, checkpoints, refused, retries, failures)
