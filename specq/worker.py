@@ -75,6 +75,7 @@ class Heartbeat(threading.Thread):
             "host": socket.gethostname(), "pid": os.getpid(), "queues": ",".join(self.queues),
             "beat": f"{now:.3f}", "jobs_done": self.runtime.jobs_done,
             "held": len(self.runtime.held()),
+            "breaker": self.runtime.breaker.state, "last_error": self.runtime.breaker.last_error[:500],
         })
         pipe.expire(keys.worker(self.runtime.worker_id), int(WORKER_ALIVE_S * 4))
         # Forget workers silent for an hour, so the set does not grow forever.
@@ -124,6 +125,25 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
     finally:
         heartbeat.leave()
     return worked
+
+
+def check_health(client: redis.Redis, host: str | None = None) -> tuple[bool, str]:
+    """For a container's health check: healthy when some worker process on this host
+    has a fresh heartbeat and none has its circuit breaker open."""
+    host = host or socket.gethostname()
+    now = time.time()
+    mine = []
+    for raw in client.zrangebyscore(keys.WORKERS, "-inf", "+inf"):
+        info = {k.decode(): v.decode() for k, v in client.hgetall(keys.worker(raw.decode())).items()}
+        if info.get("host") == host:
+            mine.append(info)
+    fresh = [w for w in mine if now - float(w.get("beat", 0)) <= WORKER_ALIVE_S]
+    if not fresh:
+        return False, f"no worker on {host} has a heartbeat from the last {WORKER_ALIVE_S:.0f}s"
+    sick = [w for w in fresh if w.get("breaker") == "open"]
+    if sick:
+        return False, f"circuit breaker open on {host} (pid {sick[0].get('pid')}): {sick[0].get('last_error', '')}"
+    return True, f"{len(fresh)} worker process(es) on {host} healthy"
 
 
 def _stop_on_signals(runtime: Runtime) -> None:

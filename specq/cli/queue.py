@@ -155,7 +155,8 @@ def format_batch(st: dict) -> str:
         "  " + "  ".join(f"{name} {c[name]}" for name in c),
         f"  {st['tokens']} tokens, {st['tokens_per_second']:.1f} tokens/s, tau {tau}, acceptance {acc}, "
         f"resumed after a crash {st['resumes']['crash']}, time left {_duration(st['eta_seconds'])}",
-    ])
+    ] + ([f"  {st['proposer_fallbacks']} requests decoded without the proposer (it failed to load on a worker)"]
+         if st["proposer_fallbacks"] else []))
 
 
 @click.command()
@@ -288,8 +289,10 @@ def results(batch_id, output, errors_path, redis_url) -> None:
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes on this machine, each with its own copy of the model.")
 @click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
+@click.option("--check", is_flag=True,
+              help="Health check: exit 0 if this machine's workers have fresh heartbeats and no open breaker.")
 @redis_option
-def worker(queues, processes, burst, redis_url) -> None:
+def worker(queues, processes, burst, check, redis_url) -> None:
     """Run worker processes: any number, on any number of machines, against one Redis.
 
     \b
@@ -297,11 +300,15 @@ def worker(queues, processes, burst, redis_url) -> None:
     SPECQ_REDIS_URL=rediss://:secret@queue.example:6380/0 specq worker --queue nightly
     """
     from specq.jobs.connection import resolve_url
-    from specq.worker import Supervisor, run_worker, worker_argv
+    from specq.worker import Supervisor, check_health, run_worker, worker_argv
 
     with user_errors():
         url = resolve_url(redis_url)
         client = _connect(url)
+        if check:
+            healthy, message = check_health(client)
+            click.echo(message, err=not healthy)
+            sys.exit(0 if healthy else 1)
         if processes == 1:
             run_worker(client, list(queues), burst=burst)
             return

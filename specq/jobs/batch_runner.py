@@ -74,6 +74,7 @@ class BatchRunner:
         self.config = config
         self.engine = loaded.engine
         self.fingerprint = loaded.fingerprint
+        self.degraded = loaded.degraded
         self.runtime = runtime
         self.deadline = deadline  # time.monotonic() after which the job hands its work back
         self.decoder = BatchDecoder(self.engine)
@@ -233,6 +234,8 @@ class BatchRunner:
             except SpecqError as exc:
                 self._fail(lease, spec, "checkpoint" if saved else "invalid_request", str(exc))
                 continue
+            if self.degraded:
+                self.pending_counts.add("proposer_fallbacks")
             self.owned[rid] = Owned(lease, spec, state, time.monotonic())
             self.decoder.add(rid, state)  # a resumed state re-runs one prefill here
 

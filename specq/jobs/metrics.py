@@ -117,6 +117,9 @@ class SpecqCollector(Collector):
         retries = CounterMetricFamily("specq_retries", "Requests retried after a failed round.",
                                       labels=["model", "proposer"])
         failures = CounterMetricFamily("specq_failures", "Requests failed, by kind.", labels=["model", "proposer", "kind"])
+        fallbacks = CounterMetricFamily("specq_proposer_fallbacks",
+                                        "Requests decoded without their proposer, which failed to load on a worker.",
+                                        labels=["model", "proposer"])
         for (model, proposer), s in sorted(sums.items()):
             for reason, field in RESUME_REASONS.items():
                 resumes.add_metric([model, proposer, reason], s.get(field, 0.0))
@@ -125,4 +128,5 @@ class SpecqCollector(Collector):
             retries.add_metric([model, proposer], s.get("retries", 0.0))
             for kind in FAILURE_KINDS:
                 failures.add_metric([model, proposer, kind], s.get(f"failed_{kind}", 0.0))
-        yield from (requests, workers, resumes, checkpoints, refused, retries, failures)
+            fallbacks.add_metric([model, proposer], s.get("proposer_fallbacks", 0.0))
+        yield from (requests, workers, resumes, checkpoints, refused, retries, failures, fallbacks)

@@ -17,7 +17,8 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from specq.errors import ModelFileError
+from specq.errors import ModelFileError, SpecqError
+from specq.jobs.breaker import Breaker
 from specq.jobs.checkpoint import fingerprint
 from specq.jobs.config import BatchConfig
 from specq.jobs.store import BatchStore, Lease
@@ -28,6 +29,8 @@ from specq.specdec.engine import Engine
 class LoadedEngine:
     engine: Engine
     fingerprint: str
+    # Why this worker decodes without the batch's proposer ("" when it has it).
+    degraded: str = ""
 
 
 def new_worker_id() -> str:
@@ -51,7 +54,7 @@ class Runtime:
         self._held: dict[tuple[str, str], tuple[BatchStore, Lease]] = {}
         self._lost: set[tuple[str, str]] = set()
         self.jobs_done = 0
-        self.consecutive_failures = 0  # jobs that failed in a row: the backoff grows with it
+        self.breaker = Breaker()
 
     # --- engines -------------------------------------------------------------
     def engine_for(self, config: BatchConfig) -> LoadedEngine:
@@ -101,23 +104,32 @@ class Runtime:
 
 def load_for_batch(config: BatchConfig) -> LoadedEngine:
     """Load the batch's model and proposer; refuse a model file that is not the one
-    the batch was submitted with."""
-    from specq.specdec.loader import default_model_path, load_engine
+    the batch was submitted with. A proposer that cannot be loaded here (a missing
+    or corrupt heads file, a broken draft model) degrades to plain decoding: slower,
+    and still exact, since the target model alone decides every token."""
+    from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer
+    from specq.specdec.proposers.none import NoProposer
 
-    engine = load_engine(
-        model_path=config.model_path or default_model_path(),
-        proposer=config.proposer,
-        draft_model_path=config.draft_model_path or None,
-        medusa_heads_path=config.medusa_heads_path or None,
-    )
+    model, tokenizer = load_model_and_tokenizer(config.model_path or default_model_path())
+    degraded = ""
+    try:
+        proposer = make_proposer(config.proposer, model, tokenizer,
+                                 draft_model_path=config.draft_model_path or None,
+                                 medusa_heads_path=config.medusa_heads_path or None)
+    except SpecqError as exc:
+        proposer, degraded = NoProposer(), f"proposer {config.proposer!r} unavailable ({exc}); decoding without it"
+    engine = Engine(model, tokenizer, proposer)
     if engine.model.fingerprint != config.model_sha256:
         raise ModelFileError(
             f"this machine's model {engine.model.path} (sha256 {engine.model.fingerprint[:12]}) is not the one "
             f"the batch was submitted with (sha256 {config.model_sha256[:12]})"
         )
+    # From the batch's configuration, not from what loaded: a degraded worker may
+    # resume the batch's checkpoints (greedy output stays identical; seeded sampling
+    # keeps the target's distribution but draws other tokens without the drafts).
     proposer_file = config.draft_model_path or config.medusa_heads_path
-    fp = fingerprint(config.model_sha256, config.proposer, file_sha256(proposer_file) if proposer_file else "")
-    return LoadedEngine(engine, fp)
+    file_sha = file_sha256(proposer_file) if proposer_file and os.path.isfile(proposer_file) else proposer_file
+    return LoadedEngine(engine, fingerprint(config.model_sha256, config.proposer, file_sha), degraded)
 
 
 _current: Runtime | None = None

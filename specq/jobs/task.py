@@ -16,8 +16,6 @@ from specq.jobs.config import JOB_SECONDS, BatchConfig
 from specq.jobs.rq_glue import enqueue_batch_jobs
 from specq.jobs.store import BatchStore
 
-MAX_BACKOFF_S = 60.0
-
 
 def work_on_batch(batch_id: str) -> dict[str, Any]:
     client = get_current_job().connection
@@ -27,23 +25,28 @@ def work_on_batch(batch_id: str) -> dict[str, Any]:
     if not client.llen(store.keys.pending):
         return {"batch": batch_id, "skipped": "nothing pending"}
     runtime = runtime_mod.current()
-    config = BatchConfig.from_dict(store.config())
-    loaded = runtime.engine_for(config)
-    runner = BatchRunner(store, config, loaded, runtime, deadline=time.monotonic() + JOB_SECONDS)
+    queue = store.meta().get("queue", "specq")
+    if runtime.breaker.state == "open":
+        # Sick: give the job to a healthy worker, and take nothing until the probe.
+        enqueue_batch_jobs(client, queue, batch_id, 1)
+        runtime.breaker.wait_until_probe(runtime.stop_requested)
+        return {"batch": batch_id, "skipped": "circuit breaker open"}
     try:
+        config = BatchConfig.from_dict(store.config())
+        loaded = runtime.engine_for(config)
+        runner = BatchRunner(store, config, loaded, runtime, deadline=time.monotonic() + JOB_SECONDS)
         summary = runner.run()
-    except Exception:
-        # The worker failed, not a request: its requests are pending again. Leave a
-        # job for them, and back off so this worker does not take it straight back.
-        runtime.consecutive_failures += 1
+    except Exception as exc:
+        # The worker failed, not a request (a request's own failures are handled in
+        # the runner): its requests are pending again; leave a job for them.
+        runtime.breaker.record_failure(f"{exc.__class__.__name__}: {exc}")
         with contextlib.suppress(Exception):
-            enqueue_batch_jobs(client, store.meta().get("queue", "specq"), batch_id, 1)
-        time.sleep(min(2.0 ** runtime.consecutive_failures, MAX_BACKOFF_S))
+            enqueue_batch_jobs(client, queue, batch_id, 1)
         raise
-    runtime.consecutive_failures = 0
+    runtime.breaker.record_success()
     if summary["handed_back"]:
         # Its requests are pending again; the jobs that could take them may all be
         # gone, so this job leaves a successor behind.
-        enqueue_batch_jobs(client, store.meta().get("queue", "specq"), batch_id, 1)
+        enqueue_batch_jobs(client, queue, batch_id, 1)
     runtime.jobs_done += 1
     return {"batch": batch_id, **summary}
