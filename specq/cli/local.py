@@ -12,6 +12,7 @@ import click
 
 from specq.cli.options import DEFAULT_BATCH_SIZE, defaults_from, generation_options, model_options, option_check
 from specq.errors import SpecqError
+from specq.jsonl import dumps_line
 from specq.jobs.inputs import GenerationDefaults, PromptSpec, read_jsonl, to_request
 from specq.specdec.engine import Engine
 from specq.specdec.proposers import PROPOSERS
@@ -119,7 +120,7 @@ def _decode_batch(engine: Engine, specs: list[PromptSpec], states: list[DecodeSt
         while next_out in done:
             spec, final = specs[next_out], done.pop(next_out)
             if as_json:
-                click.echo(json.dumps(result_record(engine, spec, final), ensure_ascii=False))
+                click.echo(dumps_line(result_record(engine, spec, final)))
             else:
                 click.echo(engine.text(final), color=True)
             _summary(spec, final)

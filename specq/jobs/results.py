@@ -11,6 +11,7 @@ import tempfile
 from typing import Any, Iterator
 
 from specq.jobs.store import BatchStore
+from specq.jsonl import dumps_line
 
 
 def _request_id(batch_id: str, custom_id: str) -> str:
@@ -93,7 +94,7 @@ def collect(store: BatchStore) -> tuple[list[str], list[str]]:
     outputs, errors = [], []
     for _, out, err in iter_results(store):
         if out is not None:
-            outputs.append(json.dumps(out, ensure_ascii=False) + "\n")
+            outputs.append(dumps_line(out) + "\n")
         if err is not None:
-            errors.append(json.dumps(err, ensure_ascii=False) + "\n")
+            errors.append(dumps_line(err) + "\n")
     return outputs, errors

@@ -98,3 +98,19 @@ def _answers(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+def test_every_metric_the_dashboard_queries_exists(client):
+    import re
+    from pathlib import Path
+
+    from specq.jobs.metrics import SpecqCollector
+
+    names = set()
+    for family in SpecqCollector(client).collect():
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(family.type, [""])
+        names |= {family.name + s for s in suffixes}
+    dashboard = json.loads((Path(__file__).parents[2] / "docs" / "grafana" / "specq-dashboard.json").read_text())
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"specq_[a-z_]+", target["expr"])}
+    assert queried and queried <= names, sorted(queried - names)
