@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from rq.timeouts import JobTimeoutException
+
 from specq.errors import SpecqError
 from specq.jobs import checkpoint
 from specq.jobs.histograms import PendingCounts
@@ -137,6 +139,8 @@ class BatchRunner:
         try:
             results = self.decoder.round()
         except Exception as exc:  # the engine failed: find out whether one request is to blame
+            if isinstance(exc, JobTimeoutException):  # RQ's hard limit, not the engine's fault
+                raise
             self._isolate(exc)
             return
         round_s = time.perf_counter() - t0
@@ -193,6 +197,8 @@ class BatchRunner:
                 solo.add(rid, state)
                 solo.round()
             except Exception as solo_exc:
+                if isinstance(solo_exc, JobTimeoutException):
+                    raise
                 blamed = True
                 self._retry_or_fail(rid, solo_exc)
                 continue
@@ -237,7 +243,12 @@ class BatchRunner:
             if self.degraded:
                 self.pending_counts.add("proposer_fallbacks")
             self.owned[rid] = Owned(lease, spec, state, time.monotonic())
-            self.decoder.add(rid, state)  # a resumed state re-runs one prefill here
+            try:
+                self.decoder.add(rid, state)  # a resumed state re-runs one prefill here
+            except Exception as exc:
+                if isinstance(exc, JobTimeoutException):
+                    raise
+                self._retry_or_fail(rid, exc)
 
     def _apply_flags(self) -> None:
         if not self.owned:

@@ -110,8 +110,16 @@ def poison_forward(model, bad_token: int):
     model.forward = forward
 
 
-def test_a_request_that_crashes_the_model_fails_alone(client, tmp_path, long_model_path):
+@pytest.mark.parametrize("when", ["first prefill", "resume prefill"])
+def test_a_request_that_crashes_the_model_fails_alone(client, tmp_path, long_model_path, when):
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
+    if when == "resume prefill":
+        # Every request has a checkpoint before the fault appears: resuming re-runs a
+        # prefill when the request joins the batch, and that is where it fails.
+        first = BatchRunner(store, config, loaded, Runtime("w0"), deadline=time.monotonic() + 600)
+        stop_after_rounds(first, 12)
+        first.run()
+        assert store.checkpoint_of("r002") is not None
     spec = store.spec("r002")
     unique = set(spec["request"]["prompt_ids"]) - {
         t for r in store.request_ids() if r != "r002" for t in store.spec(r)["request"]["prompt_ids"]}
