@@ -13,7 +13,7 @@ import click
 import redis
 
 from specq.cli.options import DEFAULT_BATCH_SIZE, defaults_from, generation_options, model_options, redis_option
-from specq.errors import ParameterError, SpecqError
+from specq.errors import ModelFileError, ParameterError, SpecqError
 from specq.jobs.config import DEFAULT_QUEUE, BatchConfig, check_batch_id
 
 
@@ -39,10 +39,12 @@ def _connect(redis_url: str | None) -> redis.Redis:
 def _batch_config(model_path, proposer, draft_model_path, medusa_heads_path, defaults, batch_size,
                   checkpoint_tokens, checkpoint_seconds) -> tuple[BatchConfig, str]:
     """The batch's configuration and the model file it was checked against."""
-    from specq.specdec.gguf_file import GGUFFile
+    from specq.jobs.runtime import file_sha256
     from specq.specdec.loader import default_model_path
 
     model_file = os.path.abspath(model_path) if model_path else default_model_path()
+    if not os.path.isfile(model_file):
+        raise ModelFileError(f"model file not found: {model_path}")
     if proposer == "draft" and not draft_model_path:
         raise ParameterError("proposer 'draft' needs --draft-model PATH")
     if proposer == "medusa" and not medusa_heads_path:
@@ -52,7 +54,8 @@ def _batch_config(model_path, proposer, draft_model_path, medusa_heads_path, def
             raise ParameterError(f"{label} file not found: {path}")
     config = BatchConfig(
         model_path=os.path.abspath(model_path) if model_path else "",
-        model_sha256=GGUFFile(model_file).sha256(),
+        # The bytes' hash, without parsing the file: submit parses it once, in prepare().
+        model_sha256=file_sha256(model_file),
         proposer=proposer,
         draft_model_path=os.path.abspath(draft_model_path) if draft_model_path else "",
         medusa_heads_path=os.path.abspath(medusa_heads_path) if medusa_heads_path else "",

@@ -183,3 +183,10 @@ def test_pause_and_resume_one_request(client, queue_env, tmp_path, long_model_pa
     assert st["counts"]["completed"] == 3 and st["done"]
     watched = cli("status", "one", "--watch", "--interval", "0.2")  # returns once the batch is done
     assert "3/3 finished" in watched.output
+
+
+def test_a_missing_model_file_is_one_line(client, queue_env, tmp_path):
+    path = write_prompts(tmp_path / "p.jsonl", 2)
+    result = cli("submit", str(path), "--model", str(tmp_path / "nope.gguf"), ok=False)
+    assert result.exit_code == 1 and "model file not found" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and client.dbsize() == 0
