@@ -158,7 +158,7 @@ def format_batch(st: dict) -> str:
         "  " + "  ".join(f"{name} {c[name]}" for name in c),
         f"  {st['tokens']} tokens, {st['tokens_per_second']:.1f} tokens/s, tau {tau}, acceptance {acc}, "
         f"resumed after a crash {st['resumes']['crash']}, time left {_duration(st['eta_seconds'])}",
-    ] + ([f"  {st['proposer_fallbacks']} requests decoded without the proposer (it failed to load on a worker)"]
+    ] + ([f"  {st['proposer_fallbacks']} requests went on without drafts (the proposer failed on a worker)"]
          if st["proposer_fallbacks"] else []))
 
 

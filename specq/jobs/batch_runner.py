@@ -77,6 +77,7 @@ class BatchRunner:
         self.engine = loaded.engine
         self.fingerprint = loaded.fingerprint
         self.degraded = loaded.degraded
+        self.guard = loaded.guard
         self.runtime = runtime
         self.deadline = deadline  # time.monotonic() after which the job hands its work back
         self.decoder = BatchDecoder(self.engine)
@@ -103,6 +104,8 @@ class BatchRunner:
         now = time.perf_counter()
         deltas["store_seconds"], self._store_s = round(self._store_s, 6), 0.0
         deltas["worker_seconds"], self._wall_mark = round(now - self._wall_mark, 6), now
+        if self.guard is not None:
+            self.pending_counts.add("proposer_errors", self.guard.take_failures())
         for name, n in self.pending_counts.drain().items():
             deltas[name] = deltas.get(name, 0) + n
         return deltas

@@ -118,8 +118,9 @@ class SpecqCollector(Collector):
                                       labels=["model", "proposer"])
         failures = CounterMetricFamily("specq_failures", "Requests failed, by kind.", labels=["model", "proposer", "kind"])
         fallbacks = CounterMetricFamily("specq_proposer_fallbacks",
-                                        "Requests decoded without their proposer, which failed to load on a worker.",
-                                        labels=["model", "proposer"])
+                                        "Requests that went on without drafts: the proposer failed to load on a "
+                                        "worker (reason load) or failed while drafting (reason error).",
+                                        labels=["model", "proposer", "reason"])
         for (model, proposer), s in sorted(sums.items()):
             for reason, field in RESUME_REASONS.items():
                 resumes.add_metric([model, proposer, reason], s.get(field, 0.0))
@@ -128,5 +129,6 @@ class SpecqCollector(Collector):
             retries.add_metric([model, proposer], s.get("retries", 0.0))
             for kind in FAILURE_KINDS:
                 failures.add_metric([model, proposer, kind], s.get(f"failed_{kind}", 0.0))
-            fallbacks.add_metric([model, proposer], s.get("proposer_fallbacks", 0.0))
+            fallbacks.add_metric([model, proposer, "load"], s.get("proposer_fallbacks", 0.0))
+            fallbacks.add_metric([model, proposer, "error"], s.get("proposer_errors", 0.0))
         yield from (requests, workers, resumes, checkpoints, refused, retries, failures, fallbacks)

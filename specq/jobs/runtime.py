@@ -21,6 +21,7 @@ from specq.errors import ModelFileError, SpecqError
 from specq.jobs.breaker import Breaker
 from specq.jobs.checkpoint import fingerprint
 from specq.jobs.config import BatchConfig
+from specq.jobs.guarded_proposer import GuardedProposer
 from specq.jobs.store import BatchStore, Lease
 from specq.specdec.engine import Engine
 
@@ -31,6 +32,7 @@ class LoadedEngine:
     fingerprint: str
     # Why this worker decodes without the batch's proposer ("" when it has it).
     degraded: str = ""
+    guard: GuardedProposer | None = None  # counts drafting failures during decoding
 
 
 def new_worker_id() -> str:
@@ -118,7 +120,8 @@ def load_for_batch(config: BatchConfig) -> LoadedEngine:
                                  medusa_heads_path=config.medusa_heads_path or None)
     except SpecqError as exc:
         proposer, degraded = NoProposer(), f"proposer {config.proposer!r} unavailable ({exc}); decoding without it"
-    engine = Engine(model, tokenizer, proposer)
+    guard = None if degraded or config.proposer == "none" else GuardedProposer(proposer)
+    engine = Engine(model, tokenizer, guard or proposer)
     if engine.model.fingerprint != config.model_sha256:
         raise ModelFileError(
             f"this machine's model {engine.model.path} (sha256 {engine.model.fingerprint[:12]}) is not the one "
@@ -129,7 +132,7 @@ def load_for_batch(config: BatchConfig) -> LoadedEngine:
     # keeps the target's distribution but draws other tokens without the drafts).
     proposer_file = config.draft_model_path or config.medusa_heads_path
     file_sha = file_sha256(proposer_file) if proposer_file and os.path.isfile(proposer_file) else proposer_file
-    return LoadedEngine(engine, fingerprint(config.model_sha256, config.proposer, file_sha), degraded)
+    return LoadedEngine(engine, fingerprint(config.model_sha256, config.proposer, file_sha), degraded, guard)
 
 
 _current: Runtime | None = None

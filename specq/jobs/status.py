@@ -68,7 +68,7 @@ def batch_status(client: redis.Redis, batch_id: str, now: float | None = None) -
         "acceptance_rate": round(stats.get("accepted", 0.0) / drafted, 3) if drafted else None,
         "resumes": {"crash": int(stats.get("resumes_crash", 0)), "preempt": int(stats.get("resumes_preempt", 0)),
                     "manual": int(stats.get("resumes_manual", 0)), "prefills": int(stats.get("resume_prefills", 0))},
-        "proposer_fallbacks": int(stats.get("proposer_fallbacks", 0)),
+        "proposer_fallbacks": int(stats.get("proposer_fallbacks", 0) + stats.get("proposer_errors", 0)),
         "eta_seconds": _eta(counts, stats, rate, remaining, paused="paused" in flags),
     }
     return status
