@@ -50,9 +50,7 @@ def pause(target: Target) -> dict[str, int]:
     else:
         store.client.hset(store.keys.flags, "paused", "1")
     moved = store.transition(target.request_ids(), ("queued",), "paused")
-    running = [r for r in target.request_ids() if store.state(r) == "running"] if target.request_id else None
-    return {"paused_now": len(moved),
-            "running_until_next_round": len(running) if running is not None else store.counts()["running"]}
+    return {"paused_now": len(moved), "running_until_next_round": _running(target)}
 
 
 def cancel(target: Target) -> dict[str, int]:
@@ -62,7 +60,14 @@ def cancel(target: Target) -> dict[str, int]:
     else:
         store.client.hset(store.keys.flags, "cancelled", "1")
     moved = store.transition(target.request_ids(), ("queued", "paused"), "cancelled")
-    return {"cancelled_now": len(moved), "running_until_next_round": store.counts()["running"]}
+    return {"cancelled_now": len(moved), "running_until_next_round": _running(target)}
+
+
+def _running(target: Target) -> int:
+    """Requests a worker decodes now: they take the flag after their current round."""
+    if target.request_id:
+        return int(target.store.state(target.request_id) == "running")
+    return target.store.counts()["running"]
 
 
 def resume(target: Target) -> dict[str, int]:
