@@ -88,18 +88,7 @@ def submit(
     if not records and not invalid:
         raise InputError(f"{path}: no requests (the file is empty)")
     k = keys.BatchKeys(batch_id)
-    # Invalid lines keep their place in the output order, as failed requests.
-    entries: list[tuple[int, str, str, str | None]] = []  # line, custom_id, spec JSON, error JSON
-    for line, custom_id, record in records:
-        entries.append((line, custom_id, canonical(record), None))
-    used = {custom_id for _, custom_id, _ in records}
-    for bad in invalid:
-        custom_id = bad.custom_id if bad.custom_id and bad.custom_id not in used else f"line-{bad.line}"
-        used.add(custom_id)
-        error = {"custom_id": custom_id, "line": bad.line, "reason": "invalid_request", "message": bad.message}
-        entries.append((bad.line, custom_id, canonical({"custom_id": custom_id, "line": bad.line, "invalid": True}),
-                        json.dumps(error)))
-    entries.sort(key=lambda e: e[0])
+    entries = _entries(records, invalid)
     outcome = SubmitOutcome(batch_id=batch_id, invalid=invalid)
     with client.pipeline(transaction=True) as pipe:
         try:
@@ -134,6 +123,22 @@ def submit(
     outcome.already_present = len(entries) - len(fresh)
     outcome.jobs = n_jobs
     return outcome
+
+
+def _entries(records, invalid: list[InvalidLine]) -> list[tuple[int, str, str, str | None]]:
+    """(line, custom_id, spec JSON, error JSON or None) in line order: invalid lines
+    keep their place in the output order, as failed requests."""
+    entries: list[tuple[int, str, str, str | None]] = [
+        (line, custom_id, canonical(record), None) for line, custom_id, record in records
+    ]
+    used = {custom_id for _, custom_id, _ in records}
+    for bad in invalid:
+        custom_id = bad.custom_id if bad.custom_id and bad.custom_id not in used else f"line-{bad.line}"
+        used.add(custom_id)
+        error = {"custom_id": custom_id, "line": bad.line, "reason": "invalid_request", "message": bad.message}
+        entries.append((bad.line, custom_id, canonical({"custom_id": custom_id, "line": bad.line, "invalid": True}),
+                        json.dumps(error)))
+    return sorted(entries, key=lambda e: e[0])
 
 
 def _check_existing(pipe, k: keys.BatchKeys, config: BatchConfig, entries) -> tuple[bool, list]:
