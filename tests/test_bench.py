@@ -19,7 +19,7 @@ def test_bench_reports_every_config_and_category(toy_model_path, tmp_path):
     result = CliRunner().invoke(
         main,
         ["bench", "--input", str(prompts), "--model", toy_model_path, "--proposers", "ngram", "--k", "2,4",
-         "--repeat", "2", "--limit", "2", "--json"],
+         "--repeat", "2", "--limit", "2", "--json", "--plot", str(tmp_path / "charts")],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -34,6 +34,11 @@ def test_bench_reports_every_config_and_category(toy_model_path, tmp_path):
             assert r["tau"] >= 1.0 and len(r["accepted_per_position"]) <= int(config[-1])
     assert set(report["verify_cost"]) == {"3", "5"}
     assert "tok/s" in result.stderr and "verify cost" in result.stderr
+    charts = sorted(p.name for p in (tmp_path / "charts").iterdir())
+    assert charts == ["acceptance_per_position.png", "speedup_per_category.png", "tokens_per_s_vs_k.png"]
+    for name in charts:
+        data = (tmp_path / "charts" / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000  # a real image, not an empty canvas
 
 
 def test_bench_refuses_unknown_proposers_and_bad_lists(toy_model_path):

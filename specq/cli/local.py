@@ -196,18 +196,28 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
 @click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False))
 @click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="The full report as JSON on stdout.")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False),
+              help="Write PNG charts here (tokens/s against k, speedup per category, acceptance per position).")
 def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adaptive, draft_model_path,
-          medusa_heads_path, as_json) -> None:
+          medusa_heads_path, as_json, plot_dir) -> None:
     """Measure speculative decoding against plain decoding on one loaded model
     (greedy; tokens/s, speedup, tau, acceptance, exactness), as ratios from one run.
 
     \b
     specq bench --repeat 3
     specq bench --proposers ngram,draft --draft-model small.gguf --k 2,4 --json > bench.json
+    specq bench --k 1,2,3,4 --plot docs/bench
     """
     from specq.bench import BenchConfig, format_table, run_bench
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer
 
+    if plot_dir:
+        from specq.bench_plot import _pyplot
+
+        try:
+            _pyplot()  # refuse a missing matplotlib before the long run, not after
+        except SpecqError as exc:
+            raise click.ClickException(str(exc)) from None
     try:
         specs = read_jsonl(input_path)
         if limit:
@@ -234,5 +244,10 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
         click.echo("interrupted", err=True)
         sys.exit(130)
     click.echo(format_table(report), err=True)
+    if plot_dir:
+        from specq.bench_plot import write_plots
+
+        for path in write_plots(report.to_dict(), plot_dir):
+            click.echo(f"wrote {path}", err=True)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
