@@ -98,12 +98,13 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
     to answer again and starts a new one, keeping the loaded model."""
     runtime = Runtime()
     runtime_mod.install(runtime)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     _stop_on_signals(runtime)
-    _wait_for_redis(client, runtime)
     heartbeat = Heartbeat(client, runtime, queues)
-    heartbeat.start()
     worked = False
     try:
+        _wait_for_redis(client, runtime)
+        heartbeat.start()
         for attempt in itertools.count():
             worker = SpecqWorker(
                 [make_queue(client, q) for q in queues],
@@ -124,6 +125,8 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
             _wait_for_redis(client, runtime)
     finally:
         heartbeat.leave()
+        for sig, handler in previous.items():  # an embedding program gets its handlers back
+            signal.signal(sig, handler)
     return worked
 
 
