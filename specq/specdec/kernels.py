@@ -24,18 +24,25 @@ KERNEL_MAX_ROWS = 16
 
 
 def matmul_t(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """x [n, n_in] float32, w [n_out, n_in] float32 -> x @ w.T, [n, n_out] float32."""
+    """x [n, n_in] float32, w [n_out, n_in] float32 -> x @ w.T, [n, n_out] float32.
+
+    Every row gets the same bits whatever rows come with it, at any n: past
+    KERNEL_MAX_ROWS the kernel runs on chunks rather than handing the product to
+    BLAS, whose rounding depends on the other rows. Otherwise a request's output
+    would depend on which requests shared its forward (a batch refilled in another
+    order, a resume on another worker) through near-ties. A long prefill that wants
+    BLAS's speed must be multiplied alone (the model does that)."""
     n = x.shape[0]
     w = np.ascontiguousarray(w, dtype=np.float32)
     if n == 1:
         out = np.empty(w.shape[0], dtype=np.float32)
         _row_times_weights(np.ascontiguousarray(x[0], dtype=np.float32), w, out)
         return out[None, :]
-    if n <= KERNEL_MAX_ROWS:
-        out = np.empty((n, w.shape[0]), dtype=np.float32)
-        _rows_times_weights(np.ascontiguousarray(x, dtype=np.float32), w, out)
-        return out
-    return x @ w.T
+    out = np.empty((n, w.shape[0]), dtype=np.float32)  # [n, n_out]
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    for start in range(0, n, KERNEL_MAX_ROWS):
+        _rows_times_weights(x[start:start + KERNEL_MAX_ROWS], w, out[start:start + KERNEL_MAX_ROWS])
+    return out
 
 
 # Explicit signatures compile at import (once per install: the machine code is cached

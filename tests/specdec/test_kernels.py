@@ -23,10 +23,14 @@ def test_a_row_gets_the_same_bits_whatever_rows_come_with_it():
     decoding through rounding in these products."""
     rng = np.random.default_rng(0)
     w = rng.standard_normal((1000, 576), dtype=np.float32)
-    x = rng.standard_normal((KERNEL_MAX_ROWS, 576), dtype=np.float32)
-    alone = np.stack([matmul_t(x[r : r + 1], w)[0] for r in range(KERNEL_MAX_ROWS)])
-    for n in range(2, KERNEL_MAX_ROWS + 1):
+    rows = 3 * KERNEL_MAX_ROWS + 5  # past the kernel's own width: batched rounds get there
+    x = rng.standard_normal((rows, 576), dtype=np.float32)
+    alone = np.stack([matmul_t(x[r : r + 1], w)[0] for r in range(rows)])
+    for n in range(2, rows + 1):
         np.testing.assert_array_equal(matmul_t(x[:n], w), alone[:n])
+    # Any company, in any order: a row's bits are its own.
+    order = rng.permutation(rows)
+    np.testing.assert_array_equal(matmul_t(x[order], w), alone[order])
 
 
 def test_non_contiguous_rows_are_accepted():
