@@ -27,6 +27,9 @@ from specq.specdec.engine import BatchDecoder, Engine
 from specq.specdec.state import DecodeState, GenerationRequest
 
 
+FLAG_CHECK_S = 0.25  # pause and cancel take effect within this, plus one round
+
+
 @dataclass
 class Owned:
     lease: Lease
@@ -84,6 +87,7 @@ class BatchRunner:
         self.owned: dict[str, Owned] = {}
         self.summary = {"completed": 0, "failed": 0, "retried": 0, "handed_back": 0, "released": 0, "lost": 0}
         self._last_renew = time.monotonic()
+        self._last_flag_check = float("-inf")
         # Seconds spent in Redis calls ("store_seconds") and wall seconds of this loop
         # ("worker_seconds"), each reported with the next write: their ratio is the
         # share of a worker's time that checkpointing costs.
@@ -254,8 +258,12 @@ class BatchRunner:
                 self._retry_or_fail(rid, exc)
 
     def _apply_flags(self) -> None:
-        if not self.owned:
+        # Once per FLAG_CHECK_S, not every round: a small model's rounds take a few
+        # milliseconds, and a Redis round trip each would be a large share of them.
+        now = time.monotonic()
+        if not self.owned or now - self._last_flag_check < FLAG_CHECK_S:
             return
+        self._last_flag_check = now
         with self._redis_time():
             flags = self.store.flags(list(self.owned))
         for rid, flag in flags.items():
