@@ -104,8 +104,12 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
     worked = False
     try:
         _wait_for_redis(client, runtime)
+        if runtime.stop_requested.is_set():
+            return worked
         heartbeat.start()
         for attempt in itertools.count():
+            if runtime.stop_requested.is_set():  # a signal while Redis was away
+                return worked
             worker = SpecqWorker(
                 [make_queue(client, q) for q in queues],
                 connection=client,
@@ -164,7 +168,7 @@ def _redis_answers(client: redis.Redis) -> bool:
         return False
 
 
-def _wait_for_redis(client: redis.Redis, runtime: Runtime, max_wait_s: float = 30.0) -> None:
+def _wait_for_redis(client: redis.Redis, runtime: Runtime, max_wait_s: float = 5.0) -> None:
     delay = 0.5
     while not _redis_answers(client):
         if runtime.stop_requested.is_set():

@@ -302,16 +302,18 @@ def worker(queues, processes, burst, check, redis_url) -> None:
     specq worker --processes 2
     SPECQ_REDIS_URL=rediss://:secret@queue.example:6380/0 specq worker --queue nightly
     """
-    from specq.jobs.connection import resolve_url
+    from specq.jobs.connection import client_for, resolve_url
     from specq.worker import Supervisor, check_health, run_worker, worker_argv
 
     with user_errors():
         url = resolve_url(redis_url)
-        client = _connect(url)
         if check:
-            healthy, message = check_health(client)
+            healthy, message = check_health(_connect(url))
             click.echo(message, err=not healthy)
             sys.exit(0 if healthy else 1)
+        # No PING first: a worker started while Redis restarts (or before it, in a
+        # compose file) waits for it, logging each retry, instead of exiting.
+        client = client_for(url)
         if processes == 1:
             run_worker(client, list(queues), burst=burst)
             return

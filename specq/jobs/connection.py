@@ -58,11 +58,20 @@ def resolve_url(url: str | None) -> str:
     return EmbeddedRedis(data_dir()).ensure_running()
 
 
+def client_for(url: str) -> redis.Redis:
+    """A client (bytes responses, as RQ needs), not yet connected: a worker waits for
+    Redis to answer instead of giving up when it starts during a restart."""
+    try:
+        return redis.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
+    except ValueError as exc:
+        raise RedisUnavailable(f"bad Redis URL {redact(url)!r}: {exc}") from None
+
+
 def connect(url: str | None = None) -> redis.Redis:
-    """A client (bytes responses, as RQ needs) that has answered a PING."""
+    """A client that has answered a PING."""
     resolved = resolve_url(url)
     try:
-        client = redis.Redis.from_url(resolved, socket_connect_timeout=5, health_check_interval=30)
+        client = client_for(resolved)
         client.ping()
     except redis.AuthenticationError:
         raise RedisUnavailable(f"Redis at {redact(resolved)} refused the password") from None
