@@ -7,7 +7,8 @@ import click
 
 from specq.cli.local import bench, generate
 from specq.cli.ops import metrics
-from specq.cli.queue import cancel, pause, results, resume, run, status, submit, worker
+from specq.cli.queue import cancel, pause, results, resume, status, submit, worker
+from specq.cli.run_command import run
 
 
 @click.group()

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from specq.jobs.histograms import BUCKETS, cumulative
 from specq.jobs.status import batch_ids, workers_alive
-from specq.jobs.store import STATES, BatchStore
+from specq.jobs.store import BatchStore
 
 FAILURE_KINDS = ("invalid_request", "checkpoint", "engine_error", "abandoned")
 RESUME_REASONS = {"crash": "resumes_crash", "preempt": "resumes_preempt", "manual": "resumes_manual"}

@@ -1,0 +1,117 @@
+"""`specq run`: the one-command path, resumable by running it again."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+
+import click
+
+from specq.cli.options import defaults_from, generation_options, model_options, redis_option
+from specq.cli.queue import _batch_config, _connect, _submit, _with, _write_results, batch_options, user_errors
+from specq.jobs.config import BatchConfig
+
+
+def run_batch_id(input_path: str, config: BatchConfig) -> str:
+    """The same file with the same options is the same batch: running again continues it."""
+    digest = hashlib.sha256()
+    with open(input_path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    digest.update(json.dumps(config.to_dict(), sort_keys=True).encode())
+    return "run-" + digest.hexdigest()[:16]
+
+
+@click.command()
+@click.argument("input_path", metavar="FILE.jsonl", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Results file [default: FILE.results.jsonl].")
+@click.option("--errors", "errors_path", type=click.Path(dir_okay=False),
+              help="Errors file [default: FILE.errors.jsonl, written only if there are errors].")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
+@model_options
+@generation_options
+@_with(batch_options)
+@click.option("--skip-invalid", is_flag=True)
+@redis_option
+def run(input_path, output, errors_path, processes, skip_invalid, redis_url, **gen) -> None:
+    """Submit, run local workers until the batch is done, write the results. Run it
+    again after an interruption and it continues from the checkpoints.
+
+    \b
+    specq run examples/prompts.jsonl -o results.jsonl
+    """
+    from specq.jobs.connection import resolve_url
+    from specq.jobs.control import reap_all
+    from specq.jobs.control import resolve as resolve_target
+    from specq.jobs.control import resume as do_resume
+    from specq.jobs.status import batch_status
+    from specq.worker import Supervisor, worker_argv
+
+    stem = input_path[:-6] if input_path.endswith(".jsonl") else input_path
+    output = output or f"{stem}.results.jsonl"
+    errors_path = errors_path or f"{stem}.errors.jsonl"
+    with user_errors():
+        url = resolve_url(redis_url)
+        client = _connect(url)
+        probe, _ = _batch_config(gen["model_path"], gen["proposer"], gen["draft_model_path"], gen["medusa_heads_path"],
+                                 defaults_from(**{k: gen[k] for k in ("max_tokens", "temperature", "top_p", "top_k",
+                                                                      "seed", "stop", "accept", "k", "adaptive",
+                                                                      "raw_prompt")}),
+                                 gen["batch_size"], gen["checkpoint_tokens"], gen["checkpoint_seconds"])
+        batch_id = run_batch_id(input_path, probe)
+        queue = f"specq-run-{batch_id}"
+        outcome = _submit(client, input_path, batch_id, queue, skip_invalid, gen)
+        if outcome.already_present:
+            # A previous run was interrupted: its requests resume from their checkpoints.
+            resumed = do_resume(resolve_target(client, batch_id))
+            click.echo(f"continuing batch {batch_id}: {resumed['resumed'] + resumed['abandoned']} requests "
+                       "resumed from checkpoints", err=True)
+        supervisor = Supervisor(worker_argv([queue], burst=False), processes, restart=True,
+                                env={**os.environ, "SPECQ_REDIS_URL": url})
+        if not batch_status(client, batch_id)["done"]:
+            supervisor.start()
+        try:
+            st = _wait_for(client, batch_id, supervisor, batch_status, reap_all)
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted: workers are checkpointing; run the same command again to continue", err=True)
+            supervisor.stop()
+            sys.exit(130)
+        supervisor.stop()
+        n_out, n_err = _write_results(client, batch_id, output, errors_path if _has_errors(st) else None)
+    click.echo(f"batch {batch_id}: {n_out} results in {output}" + (f", {n_err} errors in {errors_path}" if n_err else ""),
+               err=True)
+
+
+def _has_errors(st: dict) -> bool:
+    return st["counts"]["failed"] + st["counts"]["cancelled"] > 0
+
+
+PROGRESS_EVERY_S = 2.0
+
+
+def _wait_for(client, batch_id, supervisor, batch_status, reap_all) -> dict:
+    """Poll until nothing is left to decode (paused requests stay paused); progress on
+    stderr when it changes, at most every PROGRESS_EVERY_S."""
+    last_line = ""
+    last_print = last_reap = 0.0
+    while True:
+        st = batch_status(client, batch_id)
+        c = st["counts"]
+        line = (f"{c['completed']}/{st['total']} completed, {c['running']} running, {c['failed']} failed, "
+                f"{st['tokens_per_second']:.1f} tokens/s")
+        finished = st["done"] or (c["queued"] == c["running"] == 0)
+        if line != last_line and (finished or time.monotonic() - last_print >= PROGRESS_EVERY_S):
+            click.echo(line, err=True)
+            last_line, last_print = line, time.monotonic()
+        if finished:
+            return st
+        if time.monotonic() - last_reap > 5.0:
+            reap_all(client)
+            last_reap = time.monotonic()
+        supervisor.poll()
+        if not supervisor.running() and not supervisor.stopping:
+            raise click.ClickException("every worker process exited; see the messages above")
+        time.sleep(0.5)
