@@ -1,4 +1,5 @@
-"""Reading GGUF files: metadata as plain Python values, tensors as float32 arrays.
+"""Reading GGUF files: metadata as plain Python values, tensors as float32 arrays or
+as their stored bytes (for the kernels that compute from quantized blocks).
 
 GGUF lists dimensions innermost first (ne0, ne1, ...); gguf's reader already hands
 back data shaped in numpy order, so a weight stored as [n_in, n_out] in GGUF arrives
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
+from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize
 
 from specq.errors import ModelFileError
@@ -34,6 +36,16 @@ class TensorInfo:
     name: str
     shape: tuple[int, ...]  # numpy order (outermost first)
     type_name: str
+
+
+@dataclass(frozen=True)
+class RawTensor:
+    """A tensor's data exactly as stored: no dequantization, no copy (memory-mapped)."""
+
+    name: str
+    type_name: str  # GGML type, e.g. "Q4_1"
+    shape: tuple[int, ...]  # numpy order (outermost first), in values
+    data: np.ndarray  # uint8 [rows, bytes per row]: rows = product of shape[:-1]
 
 
 class GGUFFile:
@@ -90,11 +102,7 @@ class GGUFFile:
 
     def tensor(self, name: str) -> np.ndarray:
         """The tensor as a float32 array in numpy order."""
-        t = self._tensor(name)
-        if t.tensor_type not in SUPPORTED_TYPES:
-            raise ModelFileError(
-                f"unsupported tensor type {t.tensor_type.name} for {name!r} in {self.path}"
-            )
+        t = self._supported_tensor(name)
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))
         if t.tensor_type == GGMLQuantizationType.F32:
             data = np.array(t.data, dtype=np.float32)
@@ -102,7 +110,30 @@ class GGUFFile:
             data = dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32, copy=False)
         return data.reshape(shape)
 
+    def raw_tensor(self, name: str) -> RawTensor:
+        """The tensor's stored bytes, one row of blocks per innermost row of values."""
+        t = self._supported_tensor(name)
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        block_size, block_bytes = GGML_QUANT_SIZES[t.tensor_type]
+        n_rows = int(np.prod(shape[:-1], dtype=np.int64))
+        row_bytes = shape[-1] // block_size * block_bytes
+        data = np.asarray(t.data).reshape(-1).view(np.uint8)  # F32/F16 arrive typed: their bytes
+        if shape[-1] % block_size or data.size != n_rows * row_bytes:
+            raise ModelFileError(
+                f"tensor {name!r} in {self.path}: {data.size} bytes are not a {t.tensor_type.name} "
+                f"tensor of shape {shape} (whole blocks of {block_size} values, {block_bytes} bytes each)"
+            )
+        return RawTensor(name=name, type_name=t.tensor_type.name, shape=shape, data=data.reshape(n_rows, row_bytes))
+
     def _tensor(self, name: str) -> Any:
         if name not in self._tensors:
             raise ModelFileError(f"GGUF file {self.path} lacks tensor {name!r}")
         return self._tensors[name]
+
+    def _supported_tensor(self, name: str) -> Any:
+        t = self._tensor(name)
+        if t.tensor_type not in SUPPORTED_TYPES:
+            raise ModelFileError(
+                f"unsupported tensor type {t.tensor_type.name} for {name!r} in {self.path}"
+            )
+        return t

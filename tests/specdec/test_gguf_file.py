@@ -77,6 +77,36 @@ def test_quantized_types_are_not_lossless(toy_model_file):
     assert np.abs(GGUFFile(path).tensor("blk.0.ffn_up.weight") - want).max() > 1e-3
 
 
+@pytest.mark.parametrize("type_name", ["F32", "F16", "Q8_0", "Q4_1", "Q6_K"])
+def test_raw_tensor_is_the_stored_bytes(toy_model_file, type_name):
+    path = toy_model_file(**_toy_kwargs(type_name))
+    f = GGUFFile(path)
+    stored = {t.name: t for t in GGUFReader(path).tensors}
+    for name in ("blk.0.ffn_down.weight", "token_embd.weight", "blk.0.attn_norm.weight"):
+        raw = f.raw_tensor(name)
+        info = f.tensor_info(name)
+        assert (raw.name, raw.type_name, raw.shape) == (name, info.type_name, info.shape)
+        block_size, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType[raw.type_name]]
+        rows = int(np.prod(raw.shape[:-1]))  # a vector is one row
+        assert raw.data.dtype == np.uint8
+        assert raw.data.shape == (rows, raw.shape[-1] // block_size * block_bytes), name
+        assert raw.data.tobytes() == np.asarray(stored[name].data).tobytes(), name
+        # The bytes decode to what tensor() returns: nothing was converted on the way.
+        decoded = dequantize(raw.data, GGMLQuantizationType[raw.type_name]).reshape(raw.shape)
+        np.testing.assert_array_equal(decoded, f.tensor(name), err_msg=name)
+
+
+def test_raw_tensor_errors_name_the_tensor_and_type(toy_model_file):
+    path = toy_model_file(d_ffn=256, tensor_types={"blk.1.ffn_down.weight": "IQ2_XXS"})
+    f = GGUFFile(path)
+    with pytest.raises(ModelFileError, match="IQ2_XXS") as excinfo:
+        f.raw_tensor("blk.1.ffn_down.weight")
+    assert "blk.1.ffn_down.weight" in str(excinfo.value) and path in str(excinfo.value)
+    with pytest.raises(ModelFileError, match="blk.9.attn_q.weight"):
+        f.raw_tensor("blk.9.attn_q.weight")
+    assert f.raw_tensor("blk.1.ffn_up.weight").type_name == "F32"
+
+
 def test_metadata_as_plain_values(toy_model_path):
     f = GGUFFile(toy_model_path)
     assert f.get("general.architecture") == "llama"
