@@ -111,10 +111,11 @@ class BatchDecoder:
     """A changing set of requests decoded together, one shared target forward per
     round; the caller adds and drops requests between rounds (to refill, pause or
     cancel). Each request makes the decisions it would make alone (its own proposer
-    session, draws and acceptance); only the dense products are shared. Rows come
-    out bit-identical to a lone decode while a round has at most KERNEL_MAX_ROWS
-    rows in all; past that (a prompt joining the batch) BLAS computes them, and
-    rounding may differ in the last bits."""
+    session, draws and acceptance); only the dense products are shared. A prompt
+    of products.BULK_ROWS rows or more is multiplied on its own; the other rows come
+    out bit-identical to a lone decode with a quantized model (the default) at any
+    row count, and with float32 weights while they are at most KERNEL_MAX_ROWS in
+    all (past that BLAS computes them, and rounding may differ in the last bits)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

@@ -5,18 +5,26 @@ cache. Rows of all segments share the dense matrix products (the batched
 verification pass); attention runs per segment against that segment's cache.
 The cache is written by position, so rolling back rejected draft tokens costs
 nothing: the next forward simply overwrites those slots.
+
+Weight matrices stored as Q4_1 or Q8_0 (the default model's types) stay quantized,
+as qkernels.QuantizedMatrix, and the products read their blocks: a decode step is
+bound by streaming the weights, and these are 4 to 6 times fewer bytes than float32.
+Other types are dequantized to float32 at load. specq.specdec.products picks the
+kernel for each product and row.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
-from specq.specdec.kernels import matmul_t
+from specq.specdec.products import RowPlan, Weight, dequantized, embed, n_values
+from specq.specdec.qkernels import TYPES as QUANTIZED_TYPES
+from specq.specdec.qkernels import QuantizedMatrix
 
 ARCHITECTURE = "llama"
 
@@ -66,30 +74,52 @@ class LlamaConfig:
 @dataclass(frozen=True)
 class LayerWeights:
     """One block's weights in GGUF's (n_out, n_in) layout: products are x @ w.T
-    (kernels.matmul_t), which suits both BLAS and the few-row kernel."""
+    (specq.specdec.products), which suits every kernel."""
 
     attn_norm: np.ndarray  # [d]
-    w_qkv: np.ndarray  # [(Hq + 2 Hkv) * hd, d]: q, k, v projections fused into one product
-    w_out: np.ndarray  # [d, Hq * hd]
+    w_qkv: Weight  # [(Hq + 2 Hkv) * hd, d]: q, k, v projections fused into one product
+    w_out: Weight  # [d, Hq * hd]
     ffn_norm: np.ndarray  # [d]
-    w_gate_up: np.ndarray  # [2 * ffn, d]: gate and up fused into one product
-    w_down: np.ndarray  # [d, ffn]
+    w_gate_up: Weight  # [2 * ffn, d]: gate and up fused into one product
+    w_down: Weight  # [d, ffn]
 
 
 @dataclass(frozen=True)
 class LlamaWeights:
-    token_embedding: np.ndarray  # [vocab, d]
+    token_embedding: Weight  # [vocab, d]
     layers: tuple[LayerWeights, ...]
     output_norm: np.ndarray  # [d]
-    w_output: np.ndarray  # [vocab, d]; the embedding itself when tied (no copy)
+    w_output: Weight  # [vocab, d]; the embedding itself when tied (no copy)
+
+    def dequantized(self) -> "LlamaWeights":
+        """The same model with every matrix in float32 (the reference for the
+        quantized products; about 4 to 6 times the memory)."""
+        tied = self.w_output is self.token_embedding
+        embedding = dequantized(self.token_embedding)
+        layers = tuple(
+            replace(lw, **{k: dequantized(getattr(lw, k)) for k in ("w_qkv", "w_out", "w_gate_up", "w_down")})
+            for lw in self.layers
+        )
+        output = embedding if tied else dequantized(self.w_output)
+        return replace(self, token_embedding=embedding, layers=layers, w_output=output)
 
 
 def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
-    def matrix(name: str, n_out: int, n_in: int) -> np.ndarray:
-        w = f.tensor(name)  # [n_out, n_in]
-        if w.shape != (n_out, n_in):
-            raise ModelFileError(f"tensor {name!r} has shape {w.shape}, expected {(n_out, n_in)}")
-        return w
+    def matrix(name: str, n_out: int, n_in: int) -> Weight:
+        info = f.tensor_info(name)
+        if info.shape != (n_out, n_in):
+            raise ModelFileError(f"tensor {name!r} has shape {info.shape}, expected {(n_out, n_in)}")
+        if info.type_name in QUANTIZED_TYPES:  # kept as blocks: the products read them
+            raw = f.raw_tensor(name)
+            return QuantizedMatrix.from_gguf_bytes(raw.data, raw.type_name, raw.shape)
+        return np.ascontiguousarray(f.tensor(name))  # [n_out, n_in] float32
+
+    def fused(parts: list[Weight]) -> Weight:
+        """Rows stacked into one matrix: one product instead of several. Quantized
+        parts of one type stay quantized; a mix of types is stacked in float32."""
+        if all(isinstance(p, QuantizedMatrix) and p.type_name == parts[0].type_name for p in parts):
+            return QuantizedMatrix.concat(parts)
+        return np.concatenate([dequantized(p) for p in parts], axis=0)
 
     def vector(name: str, n: int) -> np.ndarray:
         v = f.tensor(name).reshape(-1)
@@ -109,11 +139,11 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
         layers.append(
             LayerWeights(
                 attn_norm=vector(p + "attn_norm.weight", d),
-                w_qkv=np.concatenate([wq, wk, wv], axis=0),
-                w_out=np.ascontiguousarray(matrix(p + "attn_output.weight", d, cfg.n_heads * hd)),
+                w_qkv=fused([wq, wk, wv]),
+                w_out=matrix(p + "attn_output.weight", d, cfg.n_heads * hd),
                 ffn_norm=vector(p + "ffn_norm.weight", d),
-                w_gate_up=np.concatenate([gate, up], axis=0),
-                w_down=np.ascontiguousarray(matrix(p + "ffn_down.weight", d, cfg.d_ffn)),
+                w_gate_up=fused([gate, up]),
+                w_down=matrix(p + "ffn_down.weight", d, cfg.d_ffn),
             )
         )
     embedding = matrix("token_embd.weight", cfg.vocab_size, d)
@@ -122,7 +152,7 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
         token_embedding=embedding,
         layers=tuple(layers),
         output_norm=vector("output_norm.weight", d),
-        w_output=np.ascontiguousarray(output),
+        w_output=output,
     )
 
 
@@ -235,9 +265,16 @@ class LlamaModel:
     @property
     def n_parameters(self) -> int:
         w = self.weights
-        layers = sum(x.size for lw in w.layers for x in (lw.attn_norm, lw.w_qkv, lw.w_out, lw.ffn_norm, lw.w_gate_up, lw.w_down))
+        layers = sum(
+            n_values(x) for lw in w.layers for x in (lw.attn_norm, lw.w_qkv, lw.w_out, lw.ffn_norm, lw.w_gate_up, lw.w_down)
+        )
         tied = w.w_output is w.token_embedding
-        return w.token_embedding.size + layers + w.output_norm.size + (0 if tied else w.w_output.size)
+        head = 0 if tied else n_values(w.w_output)
+        return n_values(w.token_embedding) + layers + w.output_norm.size + head
+
+    def dequantized(self) -> "LlamaModel":
+        """This model computing in float32 from the same values (for comparisons)."""
+        return LlamaModel(self.config, self.weights.dequantized(), path=self.path, fingerprint=self.fingerprint)
 
     def new_cache(self, capacity: int = 256) -> KVCache:
         return KVCache(self.config, capacity)
@@ -258,10 +295,11 @@ class LlamaModel:
         positions = np.concatenate([np.arange(s.start, s.start + s.n) for s in segments])
         bounds = np.cumsum([0] + [s.n for s in segments])
 
-        x = w.token_embedding[ids]  # [rows, d]
+        plan = RowPlan([s.n for s in segments])  # a prompt's rows by BLAS, the others by the kernels
+        x = embed(w.token_embedding, ids)  # [rows, d]
         for layer_idx, lw in enumerate(w.layers):
             h = _rms_norm(x, lw.attn_norm, cfg.rms_eps)
-            qkv = matmul_t(h, lw.w_qkv)  # [rows, (Hq + 2 Hkv) * hd]
+            qkv = plan.linear(h, lw.w_qkv)  # [rows, (Hq + 2 Hkv) * hd]
             q = self._rope.apply(qkv[:, : n_q * hd].reshape(-1, n_q, hd), positions)
             k = self._rope.apply(qkv[:, n_q * hd : (n_q + n_kv) * hd].reshape(-1, n_kv, hd), positions)
             v = qkv[:, (n_q + n_kv) * hd :].reshape(-1, n_kv, hd)
@@ -269,17 +307,19 @@ class LlamaModel:
             for s_idx, seg in enumerate(segments):
                 rows = slice(bounds[s_idx], bounds[s_idx + 1])
                 attn[rows] = self._attend(seg, layer_idx, q[rows], k[rows], v[rows])
-            x = x + matmul_t(attn, lw.w_out)
+            x = x + plan.linear(attn, lw.w_out)  # [rows, d]
             h = _rms_norm(x, lw.ffn_norm, cfg.rms_eps)
-            gate_up = matmul_t(h, lw.w_gate_up)  # [rows, 2 * ffn]
-            x = x + matmul_t(_silu(gate_up[:, : cfg.d_ffn]) * gate_up[:, cfg.d_ffn :], lw.w_down)
+            gate_up = plan.linear(h, lw.w_gate_up)  # [rows, 2 * ffn]
+            x = x + plan.linear(_silu(gate_up[:, : cfg.d_ffn]) * gate_up[:, cfg.d_ffn :], lw.w_down)  # [rows, d]
 
         hidden = _rms_norm(x, w.output_norm, cfg.rms_eps)  # [rows, d]
         outputs = []
         for s_idx, seg in enumerate(segments):
             seg_hidden = hidden[bounds[s_idx] : bounds[s_idx + 1]]
             head_in = seg_hidden if seg.all_logits else seg_hidden[-1:]
-            outputs.append(SegmentOutput(logits=matmul_t(head_in, w.w_output), hidden=seg_hidden))
+            # Per segment, as the head's rows depend on all_logits: a long one by BLAS.
+            logits = RowPlan([len(head_in)]).linear(head_in, w.w_output)  # [n | 1, vocab]
+            outputs.append(SegmentOutput(logits=logits, hidden=seg_hidden))
         return outputs
 
     def _attend(self, seg: Segment, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:

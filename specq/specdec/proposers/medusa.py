@@ -15,8 +15,8 @@ from gguf import GGUFWriter
 
 from specq.errors import ModelFileError
 from specq.specdec.gguf_file import GGUFFile
-from specq.specdec.kernels import matmul_t
 from specq.specdec.model import LlamaModel
+from specq.specdec.products import linear
 from specq.specdec.proposers.base import Draft, ProposeContext
 from specq.specdec.rng import DRAW_PROPOSE, uniform
 from specq.specdec.sampling import probabilities, sample
@@ -101,7 +101,7 @@ class MedusaProposer:
         if k <= 0:
             return Draft()
         head_hidden = self.heads.hidden(ctx.last_hidden)[:k]  # [k, d]
-        logits = matmul_t(head_hidden, self.model.weights.w_output)  # [k, V]: the target's own head
+        logits = linear(head_hidden, self.model.weights.w_output)  # [k, V]: the target's own head
         if not (ctx.stochastic or ctx.want_p_draft):
             return Draft(tokens=tuple(int(t) for t in logits.argmax(axis=1)))
         p_draft = probabilities(logits, ctx.params)  # [k, V]
