@@ -259,12 +259,15 @@ def _write_results(client, batch_id: str, output: str | None, errors_path: str |
     if not store.exists():
         raise ParameterError(f"no batch {batch_id!r}")
     outputs, errors = collect(store)
-    if output and output != "-":
-        write_atomically(output, outputs)
-    else:
-        click.echo("".join(outputs), nl=False)
-    if errors_path:
-        write_atomically(errors_path, errors)
+    try:
+        if output and output != "-":
+            write_atomically(output, outputs)
+        else:
+            click.echo("".join(outputs), nl=False)
+        if errors_path:
+            write_atomically(errors_path, errors)
+    except OSError as exc:
+        raise ParameterError(f"cannot write {exc.filename or output}: {exc.strerror}") from None
     return len(outputs), len(errors)
 
 

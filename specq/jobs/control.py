@@ -43,22 +43,25 @@ def resolve(client: redis.Redis, target: str) -> Target:
     return Target(store, request_id or None)
 
 
-def pause(target: Target) -> dict[str, int]:
+def _raise_flag(target: Target, flag: str) -> None:
+    """On the request, or on the whole batch; the claim script and the decode loop read it."""
     store = target.store
     if target.request_id:
-        store.client.hset(store.keys.req_flags, target.request_id, "paused")
+        store.client.hset(store.keys.req_flags, target.request_id, flag)
     else:
-        store.client.hset(store.keys.flags, "paused", "1")
+        store.client.hset(store.keys.flags, flag, "1")
+
+
+def pause(target: Target) -> dict[str, int]:
+    store = target.store
+    _raise_flag(target, "paused")
     moved = store.transition(target.request_ids(), ("queued",), "paused")
     return {"paused_now": len(moved), "running_until_next_round": _running(target)}
 
 
 def cancel(target: Target) -> dict[str, int]:
     store = target.store
-    if target.request_id:
-        store.client.hset(store.keys.req_flags, target.request_id, "cancelled")
-    else:
-        store.client.hset(store.keys.flags, "cancelled", "1")
+    _raise_flag(target, "cancelled")
     moved = store.transition(target.request_ids(), ("queued", "paused"), "cancelled")
     return {"cancelled_now": len(moved), "running_until_next_round": _running(target)}
 

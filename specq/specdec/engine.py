@@ -113,9 +113,8 @@ class BatchDecoder:
     cancel). Each request makes the decisions it would make alone (its own proposer
     session, draws and acceptance); only the dense products are shared. A prompt
     of products.BULK_ROWS rows or more is multiplied on its own; the other rows come
-    out bit-identical to a lone decode with a quantized model (the default) at any
-    row count, and with float32 weights while they are at most KERNEL_MAX_ROWS in
-    all (past that BLAS computes them, and rounding may differ in the last bits)."""
+    out bit-identical to a lone decode at any row count (both kernels give a row the
+    same bits whatever rows come with it)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine

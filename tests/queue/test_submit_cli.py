@@ -190,3 +190,11 @@ def test_a_missing_model_file_is_one_line(client, queue_env, tmp_path):
     result = cli("submit", str(path), "--model", str(tmp_path / "nope.gguf"), ok=False)
     assert result.exit_code == 1 and "model file not found" in result.output
     assert len(result.output.strip().splitlines()) == 1 and client.dbsize() == 0
+
+
+def test_results_into_a_missing_directory_is_one_line(client, queue_env, tmp_path, long_model_path):
+    path = write_prompts(tmp_path / "p.jsonl", 1)
+    cli("submit", str(path), "--model", long_model_path, "--batch-id", "nodir")
+    result = cli("results", "nodir", "-o", str(tmp_path / "missing" / "out.jsonl"), ok=False)
+    assert result.exit_code == 1 and "cannot write" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
