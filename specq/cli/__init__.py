@@ -9,6 +9,7 @@ from specq.cli.local import bench, generate
 from specq.cli.ops import metrics
 from specq.cli.queue import cancel, pause, results, resume, status, submit, worker
 from specq.cli.run_command import run
+from specq.cli.training import train_heads
 
 
 @click.group()
@@ -24,5 +25,5 @@ def main() -> None:
     """
 
 
-for command in (generate, bench, submit, status, pause, resume, cancel, results, worker, run, metrics):
+for command in (generate, bench, submit, status, pause, resume, cancel, results, worker, run, metrics, train_heads):
     main.add_command(command)

@@ -38,7 +38,7 @@ def _connect(redis_url: str | None) -> redis.Redis:
 def _batch_config(model_path, proposer, draft_model_path, medusa_heads_path, defaults, batch_size,
                   checkpoint_tokens, checkpoint_seconds) -> tuple[BatchConfig, str]:
     """The batch's configuration and the model file it was checked against."""
-    from specq.jobs.runtime import file_sha256
+    from specq.specdec.gguf_file import file_sha256
     from specq.specdec.loader import default_model_path
 
     model_file = os.path.abspath(model_path) if model_path else default_model_path()

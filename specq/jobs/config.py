@@ -37,6 +37,10 @@ MAX_ATTEMPTS = 3  # a request abandoned more often than this (a poison request) 
 JOB_SECONDS = 1800  # a job hands its requests back and re-enqueues itself after this
 JOB_TIMEOUT_S = JOB_SECONDS + 900  # RQ's hard limit: only reached by a job that hangs
 WORKER_ALIVE_S = 3 * HEARTBEAT_S
+# A request's key/value cache is allocated for prompt + max_tokens up front (about
+# 46 KB a token for the default model), so an unbounded max_tokens lets one line
+# claim gigabytes of a worker's memory; submit refuses lines above this.
+MAX_OUTPUT_TOKENS = int(_env_number("SPECQ_MAX_OUTPUT_TOKENS", 4096))
 
 
 def check_batch_id(batch_id: str) -> str:

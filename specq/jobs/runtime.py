@@ -10,7 +10,6 @@ as long as the decode loop's own renewals keep them.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import threading
@@ -24,6 +23,7 @@ from specq.jobs.config import BatchConfig
 from specq.jobs.guarded_proposer import GuardedProposer
 from specq.jobs.store import BatchStore, Lease
 from specq.specdec.engine import Engine
+from specq.specdec.gguf_file import file_sha256
 
 
 @dataclass(frozen=True)
@@ -37,14 +37,6 @@ class LoadedEngine:
 
 def new_worker_id() -> str:
     return f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Runtime:

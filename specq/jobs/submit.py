@@ -15,7 +15,7 @@ import redis
 
 from specq.errors import InputError, ParameterError, SpecqError
 from specq.jobs import keys
-from specq.jobs.config import BatchConfig, check_batch_id
+from specq.jobs.config import MAX_OUTPUT_TOKENS, BatchConfig, check_batch_id
 from specq.jobs.inputs import InvalidLine, PromptSpec, read_jsonl_lenient, to_request
 from specq.jobs.rq_glue import enqueue_batch_jobs
 from specq.specdec.gguf_file import GGUFFile
@@ -42,6 +42,11 @@ def prepare(path: str, config: BatchConfig, model_file: str) -> tuple[list[tuple
     """Parse and tokenize every line: (line, custom_id, spec record) for the valid
     ones, InvalidLine for the rest. Reads only the tokenizer and the model's
     configuration, not its weights."""
+    if config.defaults.max_tokens > MAX_OUTPUT_TOKENS:
+        raise ParameterError(
+            f"--max-tokens {config.defaults.max_tokens} is above this deployment's limit of {MAX_OUTPUT_TOKENS}"
+            " (SPECQ_MAX_OUTPUT_TOKENS)"
+        )
     specs, invalid = read_jsonl_lenient(path)
     f = GGUFFile(model_file)
     tokenizer = Tokenizer.from_gguf(f)
@@ -52,6 +57,11 @@ def prepare(path: str, config: BatchConfig, model_file: str) -> tuple[list[tuple
             request = to_request(spec, tokenizer, config.defaults)
             if len(request.prompt_ids) >= context:
                 raise InputError(f"prompt has {len(request.prompt_ids)} tokens; the model's context is {context}")
+            if request.max_tokens > MAX_OUTPUT_TOKENS:
+                raise InputError(
+                    f"max_tokens {request.max_tokens} is above this deployment's limit of {MAX_OUTPUT_TOKENS}"
+                    " (SPECQ_MAX_OUTPUT_TOKENS)"
+                )
         except SpecqError as exc:
             message = str(exc) if str(exc).startswith(path) else f"{path}: line {spec.line}: {exc}"
             invalid.append(InvalidLine(spec.line, spec.custom_id, message))

@@ -48,6 +48,14 @@ class RawTensor:
     data: np.ndarray  # uint8 [rows, bytes per row]: rows = product of shape[:-1]
 
 
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 class GGUFFile:
     """A GGUF file opened for reading; tensors are dequantized on request."""
 
@@ -78,11 +86,7 @@ class GGUFFile:
     def sha256(self) -> str:
         """Hex digest of the whole file: identifies the exact weights (heads files and
         checkpoints record it so that they are never used with another model)."""
-        digest = hashlib.sha256()
-        with open(self.path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 22), b""):
-                digest.update(block)
-        return digest.hexdigest()
+        return file_sha256(self.path)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)

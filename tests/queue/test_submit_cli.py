@@ -150,6 +150,7 @@ BAD_FILES = {
     "wrong type": ('{"prompt": 12}\n', "line 1", "'prompt'"),
     "absurd value": ('{"prompt": "a", "max_tokens": -5}\n', "line 1", "max_tokens"),
     "empty file": ("", "", "empty"),
+    "too many output tokens": ('{"prompt": "a"}\n{"prompt": "b", "max_tokens": 4097}\n', "line 2", "limit of 4096"),
     "not JSONL": ("prompt,max_tokens\nhello,5\n", "line 1", "not valid JSON"),
     "a JSON array line": ('[{"prompt": "a"}]\n', "line 1", "JSON object"),
     "bad OpenAI url": ('{"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {"messages": []}}\n',
@@ -167,6 +168,15 @@ def test_bad_input_is_one_clear_line_and_nothing_is_enqueued(client, queue_env, 
     message = result.output.strip()
     assert len(message.splitlines()) == 1 and message.startswith("Error: ")
     assert where in message and what in message, message
+    assert client.dbsize() == 0
+
+
+def test_a_max_tokens_flag_above_the_limit_is_one_line(client, queue_env, tmp_path, long_model_path):
+    path = write_prompts(tmp_path / "p.jsonl", 2)
+    result = cli("submit", str(path), "--model", long_model_path, "--max-tokens", "5000", ok=False)
+    assert result.exit_code == 1 and result.output.strip().splitlines() == [
+        "Error: --max-tokens 5000 is above this deployment's limit of 4096 (SPECQ_MAX_OUTPUT_TOKENS)"
+    ]
     assert client.dbsize() == 0
 
 

@@ -1,0 +1,58 @@
+"""`specq train-heads`: Medusa heads for a model, trained by self-distillation."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import click
+
+from specq.errors import SpecqError
+from specq.training.heads import TrainConfig
+
+
+@click.command("train-heads")
+@click.argument("prompts_path", metavar="PROMPTS.jsonl", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="Heads file to write (GGUF).")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False),
+              help="Target GGUF (default: SmolLM2-135M-Instruct).")
+@click.option("--heads", "n_heads", type=click.IntRange(1, 8), default=4, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=2), help="Cap on each answer's length (default: the lines').")
+@click.option("--epochs", type=click.IntRange(min=1), default=TrainConfig.epochs, show_default=True)
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=TrainConfig.learning_rate,
+              show_default=True)
+@click.option("--seed", type=int, default=TrainConfig.seed, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Answers decoded together while distilling.")
+@click.option("--work-dir", type=click.Path(file_okay=False), default=".specq-train", show_default=True,
+              help="Answers and features kept between runs: an interrupted run continues.")
+def train_heads(prompts_path, out_path, model_path, n_heads, max_tokens, epochs, learning_rate, seed, batch_size,
+                work_dir) -> None:
+    """Train Medusa heads on the model's own answers to PROMPTS.jsonl.
+
+    \b
+    specq train-heads examples/train_prompts.jsonl -o heads.gguf
+    specq generate --proposer medusa --medusa-heads heads.gguf --prompt "..."
+    """
+    from specq.specdec.loader import load_engine
+    from specq.training.run import train_medusa
+
+    out_dir = os.path.dirname(os.path.abspath(out_path))
+    if not os.path.isdir(out_dir):
+        raise click.ClickException(f"cannot write {out_path}: no directory {out_dir}")
+    started = time.perf_counter()
+
+    def say(message: str) -> None:
+        click.echo(f"[{time.perf_counter() - started:7.1f}s] {message}", err=True)
+
+    try:
+        engine = load_engine(model_path=model_path, proposer="none")
+        report = train_medusa(
+            engine, prompts_path, out_path, work_dir, n_heads=n_heads, max_tokens=max_tokens, batch_size=batch_size,
+            config=TrainConfig(epochs=epochs, learning_rate=learning_rate, seed=seed), say=say,
+        )
+    except SpecqError as exc:
+        raise click.ClickException(str(exc)) from None
+    top1 = ", ".join(f"{x:.3f}" for x in report.held_out.top1)
+    say(f"wrote {out_path}: {n_heads} heads, held-out top-1 {top1}")
