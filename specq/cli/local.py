@@ -186,7 +186,7 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
 @click.option("--input", "input_path", type=click.Path(dir_okay=False), default="examples/bench_prompts.jsonl",
               show_default=True, help="JSONL prompts; an optional 'category' field groups the results.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Target GGUF (default: SmolLM2-135M-Instruct).")
-@click.option("--proposers", default="ngram", show_default=True, callback=_proposer_list,
+@click.option("--proposers", default="auto", show_default=True, callback=_proposer_list,
               help="Comma-separated proposers to compare with plain decoding.")
 @click.option("--k", "ks", default="3,5", show_default=True, callback=_int_list, help="Comma-separated draft lengths.")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
@@ -209,7 +209,7 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
     specq bench --k 1,2,3,4 --plot docs/bench
     """
     from specq.bench import BenchConfig, format_table, run_bench
-    from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer
+    from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer, resolve_proposer
 
     if plot_dir:
         from specq.bench_plot import _pyplot
@@ -226,6 +226,8 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
             specs = [replace(s, overrides={**s.overrides, "max_tokens": max_tokens}) for s in specs]
         model, tokenizer = load_model_and_tokenizer(model_path or default_model_path())
         proposer_cache: dict = {}
+        # Reported by what they are ("auto" is hybrid or ngram, depending on the heads).
+        proposers = list(dict.fromkeys(resolve_proposer(p, model.fingerprint, medusa_heads_path) for p in proposers))
 
         def proposer_for(name: str):
             if name not in proposer_cache:

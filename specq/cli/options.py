@@ -39,11 +39,12 @@ def _stack(*decorators):
 model_options = _stack(
     click.option("--model", "model_path", type=click.Path(dir_okay=False),
                  help="Target GGUF (default: SmolLM2-135M-Instruct)."),
-    click.option("--proposer", type=click.Choice(PROPOSERS), default="ngram", show_default=True),
+    click.option("--proposer", type=click.Choice(PROPOSERS), default="auto", show_default=True,
+                 help="auto: Medusa heads with prompt lookup (hybrid) when heads fit the model, else ngram."),
     click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False),
                  help="GGUF draft model for --proposer draft."),
     click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False),
-                 help="Heads file for --proposer medusa."),
+                 help="Heads file for medusa/hybrid (default: the shipped heads, when they fit the model)."),
 )
 
 generation_options = _stack(

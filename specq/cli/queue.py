@@ -39,22 +39,24 @@ def _batch_config(model_path, proposer, draft_model_path, medusa_heads_path, def
                   checkpoint_tokens, checkpoint_seconds) -> tuple[BatchConfig, str]:
     """The batch's configuration and the model file it was checked against."""
     from specq.specdec.gguf_file import file_sha256
-    from specq.specdec.loader import default_model_path
+    from specq.specdec.loader import default_model_path, resolve_proposer, shipped_heads_for
 
     model_file = os.path.abspath(model_path) if model_path else default_model_path()
     if not os.path.isfile(model_file):
         raise ModelFileError(f"model file not found: {model_path}")
     if proposer == "draft" and not draft_model_path:
         raise ParameterError("proposer 'draft' needs --draft-model PATH")
-    if proposer == "medusa" and not medusa_heads_path:
-        raise ParameterError("proposer 'medusa' needs --medusa-heads PATH")
     for label, path in (("draft model", draft_model_path), ("Medusa heads", medusa_heads_path)):
         if path and not os.path.isfile(path):
             raise ParameterError(f"{label} file not found: {path}")
+    # The bytes' hash, without parsing the file: submit parses it once, in prepare().
+    model_sha256 = file_sha256(model_file)
+    proposer = resolve_proposer(proposer, model_sha256, medusa_heads_path)
+    if proposer in ("medusa", "hybrid") and not (medusa_heads_path or shipped_heads_for(model_sha256)):
+        raise ParameterError(f"proposer {proposer!r} needs --medusa-heads PATH (no shipped heads fit this model)")
     config = BatchConfig(
         model_path=os.path.abspath(model_path) if model_path else "",
-        # The bytes' hash, without parsing the file: submit parses it once, in prepare().
-        model_sha256=file_sha256(model_file),
+        model_sha256=model_sha256,
         proposer=proposer,
         draft_model_path=os.path.abspath(draft_model_path) if draft_model_path else "",
         medusa_heads_path=os.path.abspath(medusa_heads_path) if medusa_heads_path else "",

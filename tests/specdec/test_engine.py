@@ -12,7 +12,9 @@ import pytest
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_engine, load_model_and_tokenizer
-from specq.specdec.proposers import DraftModelProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer
+from specq.specdec.proposers import (
+    DraftModelProposer, HybridProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer,
+)
 from specq.specdec.model import Segment
 from specq.specdec.sampling import SamplingParams, probabilities
 from specq.specdec.state import DecodeState, GenerationRequest
@@ -55,6 +57,7 @@ def proposers(toy, other_toy):
         "draft_same": DraftModelProposer(model),
         "draft_other": DraftModelProposer(other_toy[0]),
         "medusa": MedusaProposer(model, random_heads(model)),
+        "hybrid": HybridProposer(NgramProposer(), MedusaProposer(model, random_heads(model))),
     }
 
 
@@ -77,7 +80,7 @@ def plain_greedy(model, prompt_ids, n):
     return out
 
 
-@pytest.mark.parametrize("name", ["none", "ngram", "draft_same", "draft_other", "medusa"])
+@pytest.mark.parametrize("name", ["none", "ngram", "draft_same", "draft_other", "medusa", "hybrid"])
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_speculative_greedy_equals_plain_greedy(toy, other_toy, name, k):
     model, tokenizer = toy
@@ -115,7 +118,7 @@ def test_a_draft_identical_to_the_target_accepts_every_drafted_token(toy):
         assert m.drafted > 0 and m.accepted == m.drafted, params
 
 
-@pytest.mark.parametrize("name", ["none", "ngram", "draft_other", "medusa"])
+@pytest.mark.parametrize("name", ["none", "ngram", "draft_other", "medusa", "hybrid"])
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_resume_after_every_round_equals_an_uninterrupted_run(toy, other_toy, name, temperature):
     model, tokenizer = toy
@@ -250,7 +253,7 @@ def test_load_engine_refuses_mismatched_proposers(toy_model_path, toy_model_file
         load_engine(model_path=toy_model_path, proposer="draft")
 
 
-@pytest.mark.parametrize("name", ["draft_other", "ngram", "medusa"])
+@pytest.mark.parametrize("name", ["draft_other", "ngram", "medusa", "hybrid"])
 def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(toy, other_toy, name):
     """End to end through the engine (seeded draws, draft rows, warping of both
     distributions): the two tokens of a speculative round follow the target's own
@@ -288,7 +291,7 @@ def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(t
     assert stat < chi_square_critical(dof), f"chi-square {stat:.1f} on {dof} dof"
 
 
-@pytest.mark.parametrize("name", ["ngram", "draft_other", "medusa"])
+@pytest.mark.parametrize("name", ["ngram", "draft_other", "medusa", "hybrid"])
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_batched_decoding_equals_each_request_alone(toy, other_toy, name, temperature):
     """Ragged batches (prefills beside verification rounds of different lengths, slots

@@ -2,13 +2,16 @@
 
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer, ProposerSession
 from specq.specdec.proposers.draft_model import DraftModelProposer
+from specq.specdec.proposers.hybrid import HybridProposer
 from specq.specdec.proposers.medusa import MedusaHeads, MedusaProposer
 from specq.specdec.proposers.ngram import NgramProposer
 from specq.specdec.proposers.none import NoProposer
 
-PROPOSERS = ("ngram", "draft", "medusa", "none")
+# "auto": Medusa heads with prompt lookup (hybrid) when heads that fit the model are
+# given or shipped, prompt lookup alone otherwise.
+PROPOSERS = ("auto", "hybrid", "ngram", "medusa", "draft", "none")
 
 __all__ = [
-    "PROPOSERS", "Draft", "DraftModelProposer", "MedusaHeads", "MedusaProposer",
+    "PROPOSERS", "Draft", "DraftModelProposer", "HybridProposer", "MedusaHeads", "MedusaProposer",
     "NgramProposer", "NoProposer", "ProposeContext", "Proposer", "ProposerSession",
 ]

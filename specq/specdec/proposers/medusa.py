@@ -83,6 +83,11 @@ class MedusaHeads:
         return h[None, :] + z / (1.0 + np.exp(-z))
 
 
+def heads_target(path: str) -> str:
+    """The sha256 of the model a heads file was trained for (reads only its header)."""
+    return str(GGUFFile(path).get("medusa.target.sha256", ""))
+
+
 class MedusaProposer:
     name = "medusa"
     # Each head adds one row to a product with the output head; the few-row kernel
