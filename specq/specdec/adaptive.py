@@ -21,9 +21,12 @@ DECAY = 0.9  # weight of the past per drafting round: about the last 10 of them 
 IDLE_DECAY = 0.95
 PRIOR_ACCEPTED = 1.0  # pseudo-counts: a fresh request assumes c_i = 0.5
 PRIOR_REACHED = 2.0
-# A verification row's cost relative to a one-row forward, measured with the few-row
-# kernel on the default model: 3 rows 1.22x, 5 rows 1.42x (docs/performance.md).
-ROW_COST = 0.1
+# A verification row's cost relative to a one-row forward, measured on the default
+# model computing from its quantized blocks: 3 rows 1.44x, 5 rows 1.98x of a 1-row
+# step (docs/performance.md). The kernel is bound by arithmetic at a few rows, so
+# each row costs about a quarter of a step (it was 0.1 with float32 products, which
+# were bound by streaming the weights).
+ROW_COST = 0.24
 
 
 @dataclass(frozen=True)
