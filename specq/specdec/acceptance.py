@@ -45,6 +45,25 @@ def accept_greedy(draft: Sequence[int], target_logits: np.ndarray) -> Verdict:
     return Verdict(n, int(target_argmax[n]))
 
 
+def accept_tree_greedy(
+    draft: Sequence[int], parents: Sequence[int], target_logits: np.ndarray
+) -> tuple[list[int], int]:
+    """The longest root path of a tree draft whose every token is the target's argmax
+    after its ancestors, and the target's argmax after the path. Row 0 of the logits
+    is the root (the committed text), row i + 1 is draft token i. As with a chain,
+    the committed tokens are exactly those plain greedy decoding emits."""
+    target_argmax = target_logits.argmax(axis=1)
+    path: list[int] = []
+    at = -1  # the node whose row's argmax is the next token to match
+    while True:
+        wanted = target_argmax[at + 1]
+        child = next((i for i, p in enumerate(parents) if p == at and draft[i] == wanted), None)
+        if child is None:
+            return path, int(wanted)
+        path.append(child)
+        at = child
+
+
 def accept_sample(
     draft: Sequence[int],
     p_draft: np.ndarray | None,

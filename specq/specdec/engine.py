@@ -19,7 +19,7 @@ from typing import Hashable, Iterator, Sequence
 import numpy as np
 
 from specq.errors import ParameterError
-from specq.specdec.acceptance import accept, resolve_rule
+from specq.specdec.acceptance import accept, accept_tree_greedy, resolve_rule
 from specq.specdec.adaptive import choose_k
 from specq.specdec.model import LlamaModel, Segment, SegmentOutput
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
@@ -199,11 +199,18 @@ class DecodeSession:
                     params=req.sampling,
                     stochastic=self.rule == "sample" and not req.sampling.greedy,
                     want_p_draft=self.rule == "sample",
+                    tree_ok=self.rule == "greedy",
+                    # A tree's rows take cache slots up to len(ids) - 1 + rows, inside the context.
+                    max_rows=self.model.config.context_length - len(ids),
                 ),
                 k,
             )
-        assert len(draft.tokens) <= k, "a proposer returned more tokens than asked"
-        segment = Segment(self.cache, (ids[-1],) + draft.tokens, len(ids) - 1)
+        assert draft.depth <= k, "a proposer returned more tokens than asked"
+        parents = None
+        if draft.parents is not None:
+            assert self.rule == "greedy" and len(draft.tokens) <= self.model.config.context_length - len(ids)
+            parents = (-1,) + tuple(p + 1 for p in draft.parents)  # draft token i is row i + 1
+        segment = Segment(self.cache, (ids[-1],) + draft.tokens, len(ids) - 1, parents=parents)
         return PlannedRound(draft, segment, perf_counter() - t0)
 
     def finish(self, planned: "PlannedRound", out: SegmentOutput, forward_s: float) -> DecodeState:
@@ -213,15 +220,23 @@ class DecodeSession:
         draft = planned.draft
         n_out = len(state.output_ids)
         t0 = perf_counter()
-        verdict = accept(self.rule, draft.tokens, draft.p_draft, out.logits, req.sampling, self._uniforms(n_out))
+        if draft.parents is None:
+            verdict = accept(self.rule, draft.tokens, draft.p_draft, out.logits, req.sampling, self._uniforms(n_out))
+            n_accepted, next_token = verdict.n_accepted, verdict.next_token
+            accepted, last_row = draft.tokens[:n_accepted], n_accepted
+        else:
+            path, next_token = accept_tree_greedy(draft.tokens, draft.parents, out.logits)
+            n_accepted, accepted = len(path), tuple(draft.tokens[i] for i in path)
+            last_row = path[-1] + 1 if path else 0
+            self._compact(planned.segment.start, [i + 1 for i in path])
         verify_s = forward_s + perf_counter() - t0
-        # Row n_accepted predicted the emitted token: its hidden state is what the
-        # next round's proposer (Medusa heads) starts from.
-        self.last_hidden = out.hidden[-1] if n_out == 0 else out.hidden[verdict.n_accepted]
-        new_tokens = draft.tokens[: verdict.n_accepted] + (verdict.next_token,)
+        # The last accepted row predicted the emitted token: its hidden state is what
+        # the next round's proposer (Medusa heads) starts from.
+        self.last_hidden = out.hidden[-1] if n_out == 0 else out.hidden[last_row]
+        new_tokens = accepted + (next_token,)
         metrics = state.metrics.after_round(
-            n_drafted=len(draft.tokens),
-            n_accepted=verdict.n_accepted,
+            n_drafted=draft.depth,
+            n_accepted=n_accepted,
             n_emitted=len(new_tokens),
             propose_s=planned.propose_s,
             verify_s=0.0 if n_out == 0 else verify_s,
@@ -230,9 +245,17 @@ class DecodeSession:
             metrics = replace(metrics, prefill_seconds=metrics.prefill_seconds + verify_s)
         self.state = replace(
             self._commit(new_tokens, metrics),
-            acceptance=state.acceptance.after_round(len(draft.tokens), verdict.n_accepted),
+            acceptance=state.acceptance.after_round(draft.depth, n_accepted),
         )
         return self.state
+
+    def _compact(self, start: int, rows: list[int]) -> None:
+        """Move an accepted tree path's keys and values (rows in slots start + row) to
+        the slots of their positions, start + depth, as a chain would have left them.
+        Their keys were rotated for those positions already."""
+        moves = [(start + row, start + depth) for depth, row in enumerate(rows, start=1) if row != depth]
+        if moves:
+            self.cache.move([m[0] for m in moves], [m[1] for m in moves])
 
     def _resume_prefill(self) -> None:
         """Rebuild the cache for every committed token but the last (which, as after

@@ -188,19 +188,56 @@ class KVCache:
             new_values.append(v)
         self.keys, self.values, self.capacity = new_keys, new_values, new_cap
 
+    def move(self, sources: Sequence[int], targets: Sequence[int]) -> None:
+        """Copy the keys and values at slots `sources` to slots `targets` (an accepted
+        path of a verified tree, to the consecutive slots of its positions). Each
+        target must be below every later source, so no copy reads a moved slot."""
+        src, dst = np.asarray(sources), np.asarray(targets)
+        for layer in range(self._cfg.n_layers):
+            self.keys[layer][:, dst] = self.keys[layer][:, src]
+            self.values[layer][:, dst] = self.values[layer][:, src]
+
 
 @dataclass
 class Segment:
-    """New tokens of one sequence: token i sits at position start + i."""
+    """New tokens of one sequence: token i sits at position start + i, in cache slot
+    start + i. A tree segment (`parents` given) holds alternatives: row i's parent is
+    row parents[i] (row 0, the root, has -1), it sits at position start + its depth,
+    and it attends to the cache before `start` and to its own ancestors only."""
 
     cache: KVCache
     token_ids: Sequence[int]
     start: int
     all_logits: bool = True  # False: only the last row's logits (prefill)
+    parents: Sequence[int] | None = None
+
+    def positions(self) -> np.ndarray:
+        if self.parents is None:
+            return np.arange(self.start, self.start + self.n)
+        return self.start + tree_depths(self.parents)
+
+    def visible(self) -> np.ndarray:
+        """[n, n]: may row i see row j of this segment (causal, or ancestor-or-self)."""
+        if self.parents is None:
+            return np.tri(self.n, dtype=bool)
+        seen = np.eye(self.n, dtype=bool)
+        for i, parent in enumerate(self.parents):
+            if parent >= 0:
+                seen[i] |= seen[parent]
+        return seen
 
     @property
     def n(self) -> int:
         return len(self.token_ids)
+
+
+def tree_depths(parents: Sequence[int]) -> np.ndarray:
+    """Depth of every row of a tree given as parent indices (each parent earlier)."""
+    depths = np.zeros(len(parents), dtype=np.int64)
+    for i, parent in enumerate(parents):
+        assert (i == 0) == (parent < 0) and parent < i, "row 0 is the only root; parents come first"
+        depths[i] = depths[parent] + 1 if parent >= 0 else 0
+    return depths
 
 
 @dataclass
@@ -292,7 +329,7 @@ class LlamaModel:
             assert seg.n > 0, "a segment needs at least one token"
             seg.cache.reserve(seg.start + seg.n)
         ids = np.concatenate([np.asarray(s.token_ids, dtype=np.int64) for s in segments])
-        positions = np.concatenate([np.arange(s.start, s.start + s.n) for s in segments])
+        positions = np.concatenate([s.positions() for s in segments])
         bounds = np.cumsum([0] + [s.n for s in segments])
 
         plan = RowPlan([s.n for s in segments])  # a prompt's rows by BLAS, the others by the kernels
@@ -338,9 +375,11 @@ class LlamaModel:
         scores = qg @ keys.transpose(0, 2, 1) * np.float32(1.0 / np.sqrt(cfg.head_dim))  # [Hkv, G*n, T]
         scores = scores.reshape(cfg.n_kv_heads, group, n, end)
         if n > 1:
-            # Row i sits at position start + i and may see positions <= start + i.
-            future = np.arange(end)[None, :] > (seg.start + np.arange(n))[:, None]  # [n, T]
-            scores = np.where(future, -np.inf, scores)
+            # Every row sees the whole cache before the segment; within it, row i sees
+            # rows <= i (a chain) or its ancestors (a tree).
+            hidden_from = np.zeros((n, end), dtype=bool)
+            hidden_from[:, seg.start :] = ~seg.visible()
+            scores = np.where(hidden_from, -np.inf, scores)
         scores = scores - scores.max(axis=-1, keepdims=True)
         probs = np.exp(scores)
         probs /= probs.sum(axis=-1, keepdims=True)

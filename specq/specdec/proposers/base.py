@@ -13,13 +13,29 @@ from specq.specdec.sampling import SamplingParams
 @dataclass(frozen=True)
 class Draft:
     """k proposed tokens and, for a stochastic proposer, the distribution each was
-    drawn from. `p_draft` None means one-hot: the proposer was deterministic."""
+    drawn from. `p_draft` None means one-hot: the proposer was deterministic.
+
+    A tree draft (`parents` given) holds alternatives: token i continues token
+    parents[i], or the committed text when that is -1; parents come before their
+    children. Only the greedy rule verifies trees."""
 
     tokens: tuple[int, ...] = ()
     p_draft: np.ndarray | None = None  # [k, V], or None
+    parents: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         assert self.p_draft is None or self.p_draft.shape[0] == len(self.tokens)
+        assert self.parents is None or (len(self.parents) == len(self.tokens) and self.p_draft is None)
+
+    @property
+    def depth(self) -> int:
+        """The most tokens this draft can add: its length, or its tree's depth."""
+        if self.parents is None:
+            return len(self.tokens)
+        depths: list[int] = []
+        for parent in self.parents:
+            depths.append(depths[parent] + 1 if parent >= 0 else 1)
+        return max(depths, default=0)
 
 
 @dataclass(frozen=True)
@@ -34,6 +50,8 @@ class ProposeContext:
     params: SamplingParams
     stochastic: bool  # draw drafts from the draft distribution (the sample rule) rather than argmax
     want_p_draft: bool  # the acceptance rule needs p_draft
+    tree_ok: bool = False  # the rule is greedy, which verifies tree drafts
+    max_rows: int = 0  # a tree may have at most this many tokens (cache and context room); 0: k
 
 
 class ProposerSession(Protocol):
