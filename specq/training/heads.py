@@ -136,22 +136,31 @@ def top_tokens(h: np.ndarray, output_head: np.ndarray, w: np.ndarray, b: np.ndar
     return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
 
 
-def accuracy(features: Features, output_head: np.ndarray, w: np.ndarray, b: np.ndarray,
-             chunk_rows: int = 1024) -> HeadAccuracy:
-    """Top-1 and top-5 over the full vocabulary, as the proposer will choose."""
-    result = HeadAccuracy()
+def label_ranks(features: Features, output_head: np.ndarray, w: np.ndarray, b: np.ndarray,
+                chunk_rows: int = 1024) -> np.ndarray:
+    """[rows, n_heads]: where each head ranks its label over the full vocabulary (0 =
+    its argmax; ties to the lower id, as the proposer orders them), NO_LABEL where
+    the row has no label for that head."""
+    ranks = np.full(features.labels.shape, NO_LABEL, dtype=np.int64)
+    ids = np.arange(output_head.shape[0])
     for i in range(w.shape[0]):
         has = np.flatnonzero(features.labels[:, i] != NO_LABEL)
-        hit1 = hit5 = 0
         for start in range(0, len(has), chunk_rows):
             rows = has[start : start + chunk_rows]
             logits = head_hidden(features.hidden[rows], w[i], b[i]) @ output_head.T  # [r, V]
-            top5 = np.argpartition(-logits, 5, axis=1)[:, :5]
             label = features.labels[rows, i]
-            hit5 += int((top5 == label[:, None]).any(axis=1).sum())
-            hit1 += int((logits.argmax(axis=1) == label).sum())
-        n = len(has)
-        result.top1.append(hit1 / n if n else 0.0)
-        result.top5.append(hit5 / n if n else 0.0)
+            value = logits[np.arange(len(rows)), label][:, None]
+            ranks[rows, i] = (logits > value).sum(axis=1) + ((logits == value) & (ids < label[:, None])).sum(axis=1)
+    return ranks
+
+
+def accuracy(ranks: np.ndarray) -> HeadAccuracy:
+    """Top-1 and top-5 per head, over the rows with a label."""
+    result = HeadAccuracy()
+    for i in range(ranks.shape[1]):
+        has = ranks[:, i] != NO_LABEL
+        n = int(has.sum())
+        result.top1.append(float((ranks[has, i] == 0).mean()) if n else 0.0)
+        result.top5.append(float((ranks[has, i] < 5).mean()) if n else 0.0)
         result.rows.append(n)
     return result

@@ -18,11 +18,14 @@ from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import file_sha256
 from specq.specdec.products import dequantized
-from specq.specdec.proposers import MedusaHeads, NoProposer
+from specq.specdec.adaptive import ROW_COST
+from specq.specdec.proposers import MedusaHeads, MedusaProposer, NoProposer
+from specq.specdec.proposers.medusa import format_tree
 from specq.specdec.sampling import SamplingParams
 from specq.training.distill import distill
 from specq.training.features import Features, collect_features
-from specq.training.heads import HeadAccuracy, TrainConfig, accuracy, train_heads
+from specq.training.heads import HeadAccuracy, TrainConfig, accuracy, label_ranks, train_heads
+from specq.training.tree_shape import TreeChoice, choose_tree
 
 HELD_OUT_EVERY = 10  # every 10th answer (in file order) is held out for the accuracy figures
 
@@ -34,6 +37,7 @@ class TrainingReport:
     held_out_rows: int
     held_out: HeadAccuracy
     config: TrainConfig
+    tree: TreeChoice
 
 
 def train_medusa(
@@ -72,9 +76,13 @@ def train_medusa(
     output_head = dequantized(engine.model.weights.w_output)
     w, b = train_heads(train, output_head, config,
                        progress=_every(200, lambda s, n, loss: say(f"step {s}/{n}: loss {loss:.3f}")))
-    scores = accuracy(held_out, output_head, w, b)
+    ranks = label_ranks(held_out, output_head, w, b)
+    scores = accuracy(ranks)
     for i, (t1, t5) in enumerate(zip(scores.top1, scores.top5)):
         say(f"head {i}: held-out top-1 {t1:.3f}, top-5 {t5:.3f} ({scores.rows[i]} rows)")
+    tree = choose_tree(ranks, ROW_COST, MedusaProposer.draft_cost)
+    say(f"tree: {len(tree.paths)} nodes, {tree.tokens_per_round:.2f} tokens a round expected, "
+        f"{tree.tokens_per_cost:.2f} per step-cost against {tree.chain_tokens_per_cost:.2f} for the best chain")
 
     metadata = {
         "training_prompts": os.path.basename(prompts_path),
@@ -85,9 +93,15 @@ def train_medusa(
         "held_out_top1": ",".join(f"{x:.4f}" for x in scores.top1),
         "held_out_top5": ",".join(f"{x:.4f}" for x in scores.top5),
         "config": ",".join(f"{k}={v}" for k, v in asdict(config).items()),
+        "tree_expected_tokens_per_round": f"{tree.tokens_per_round:.4f}",
+        "tree_expected_tokens_per_cost": f"{tree.tokens_per_cost:.4f}",
+        "chain_expected_tokens_per_cost": f"{tree.chain_tokens_per_cost:.4f}",
+        "row_cost": str(ROW_COST),
     }
+    if tree.paths:  # none: drafting did not pay on the held-out answers; a chain is used
+        metadata["tree"] = format_tree(tree.paths)
     MedusaHeads(weights=w, biases=b, target_fingerprint=engine.model.fingerprint, metadata=metadata).save(out_path)
-    return TrainingReport(len(answers), len(train), len(held_out), scores, config)
+    return TrainingReport(len(answers), len(train), len(held_out), scores, config, tree)
 
 
 def _features(engine, answers, answers_path, work_dir, n_heads, say) -> Features:

@@ -15,7 +15,7 @@ from specq.specdec.products import dequantized
 from specq.specdec.proposers import MedusaHeads
 from specq.training.distill import read_answers
 from specq.training.features import NO_LABEL, collect_features
-from specq.training.heads import TrainConfig, accuracy, loss_and_grads, train_heads
+from specq.training.heads import TrainConfig, accuracy, label_ranks, loss_and_grads, train_heads
 
 
 def test_gradients_match_finite_differences():
@@ -81,10 +81,19 @@ def test_training_learns_what_it_was_shown(toy_model_path, tmp_path):
     reqs = [(s.custom_id, "", to_request(s, engine.tokenizer, GenerationDefaults())) for s in specs]
     feats = collect_features(engine.model, distill(engine, reqs, str(tmp_path / "a.jsonl")), n_heads=2)
     head = dequantized(engine.model.weights.w_output)
-    zero = accuracy(feats, head, np.zeros((2, feats.hidden.shape[1], feats.hidden.shape[1]), np.float32),
-                    np.zeros((2, feats.hidden.shape[1]), np.float32))
+    zero = accuracy(label_ranks(feats, head, np.zeros((2, feats.hidden.shape[1], feats.hidden.shape[1]), np.float32),
+                                np.zeros((2, feats.hidden.shape[1]), np.float32)))
     w, b = train_heads(feats, head, TrainConfig(epochs=30, learning_rate=3e-3, batch_rows=64))
-    trained = accuracy(feats, head, w, b)
+    ranks = label_ranks(feats, head, w, b)
+    trained = accuracy(ranks)
+    # The ranks agree with the order the proposer drafts in.
+    from specq.specdec.proposers.medusa import top_ranked
+    from specq.training.heads import head_hidden
+    rows = np.flatnonzero(feats.labels[:, 0] != NO_LABEL)[:50]
+    top = top_ranked(head_hidden(feats.hidden[rows], w[0], b[0]) @ head.T, 3)
+    for row, ranked in zip(rows, top):
+        r = ranks[row, 0]
+        assert (r < 3) == (feats.labels[row, 0] in ranked) and (r >= 3 or ranked[r] == feats.labels[row, 0])
     for i in range(2):
         assert trained.top1[i] > zero.top1[i] + 0.2, (trained.top1, zero.top1)
         assert trained.top5[i] >= trained.top1[i]
@@ -112,6 +121,7 @@ def test_the_command_is_reproducible_resumes_and_writes_loadable_heads(toy_model
     heads.check_target(model)
     assert heads.n_heads == 3 and heads.metadata["answers"] == "40"
     assert len(heads.metadata["held_out_top1"].split(",")) == 3
+    assert float(heads.metadata["tree_expected_tokens_per_round"]) >= 1.0
     assert os.path.getsize(tmp_path / "a.gguf") < 10e6
 
 
@@ -128,3 +138,18 @@ def test_bad_input_is_one_line(toy_model_path, tmp_path):
         assert result.exit_code == 1 and "Traceback" not in result.output
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error: ") and what in lines[0], result.output
+
+
+def test_the_tree_is_the_most_frequent_paths_at_the_size_that_pays_best():
+    from specq.training.tree_shape import choose_tree, path_frequencies
+
+    # 10 positions: the true path's ranks per head.
+    ranks = np.array([[0, 0, 0]] * 5 + [[0, 1, NO_LABEL]] * 2 + [[1, 0, 0]] * 2 + [[3, 0, 0]])
+    counts = path_frequencies(ranks, max_rank=8)
+    assert counts[(0,)] == 7 and counts[(0, 0)] == 5 and counts[(0, 1)] == 2 and counts[(1,)] == 2
+    free = choose_tree(ranks, row_cost=0.0, head_cost=0.0)  # rows cost nothing: every seen path
+    assert set(free.paths) == set(counts) and free.tokens_per_round == 1 + sum(counts.values()) / 10
+    costly = choose_tree(ranks, row_cost=0.3, head_cost=0.0)
+    assert costly.paths == [(0,), (0, 0), (0, 0, 0)]  # (0,1) at 0.2 is not worth 0.3 of a step
+    assert costly.tokens_per_cost == costly.chain_tokens_per_cost == (1 + 1.7) / 1.9
+    assert choose_tree(ranks, row_cost=2.0, head_cost=0.0).paths == []  # drafting never pays
