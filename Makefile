@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specq-installed
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean heads
 
 install: $(STAMP)
 
@@ -26,6 +26,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# Reproduce the shipped Medusa heads: the model's own greedy answers to the training
+# prompts, then the heads (docs/medusa.md). About an hour on 2 cores; rerunning after
+# an interruption continues from .specq-train/.
+HEADS := specq/data/smollm2-135m-instruct.medusa.gguf
+heads: $(STAMP)
+	$(BIN)/specq train-heads examples/train_prompts.jsonl -o $(HEADS)
 
 clean:
 	rm -rf $(VENV)

@@ -36,25 +36,29 @@ def collect_features(
     answers: Sequence[Answer],
     n_heads: int,
     progress: Callable[[int, int], None] = lambda done, total: None,
+    per_forward: int = 8,
 ) -> Features:
-    """One prefill per answer over prompt + answer (the prompt's rows are needed as
-    attention context; only the answer's rows, from the prompt's last, are kept)."""
+    """Prefills over prompt + answer, `per_forward` answers sharing a forward (each
+    weight is dequantized once per forward for long segments). The prompt's rows are
+    needed as attention context; only the answer's rows, from the prompt's last, are
+    kept."""
     hidden, labels, owner = [], [], []
-    for index, ans in enumerate(answers):
-        seq = np.asarray(ans.prompt_ids + ans.output_ids, dtype=np.int64)
-        first = len(ans.prompt_ids) - 1  # predicts the answer's first token
-        last = len(seq) - 3  # the last row with a label for head 0 (token last + 2)
-        if last < first:
-            progress(index + 1, len(answers))
-            continue
-        cache = model.new_cache(len(seq))
-        (out,) = model.forward([Segment(cache, seq[: last + 1].tolist(), 0, all_logits=False)])
-        rows = np.arange(first, last + 1)
-        hidden.append(out.hidden[first:])
-        wanted = rows[:, None] + 2 + np.arange(n_heads)[None, :]  # [rows, n_heads]
-        labels.append(np.where(wanted < len(seq), seq[np.minimum(wanted, len(seq) - 1)], NO_LABEL))
-        owner.append(np.full(len(rows), index))
-        progress(index + 1, len(answers))
+    usable = [(i, a) for i, a in enumerate(answers) if len(a.output_ids) >= 2]
+    for group_start in range(0, len(usable), per_forward):
+        group = usable[group_start : group_start + per_forward]
+        segments = []
+        for _, ans in group:
+            seq = ans.prompt_ids + ans.output_ids
+            segments.append(Segment(model.new_cache(len(seq)), list(seq[:-2]), 0, all_logits=False))
+        for (index, ans), out in zip(group, model.forward(segments)):
+            seq = np.asarray(ans.prompt_ids + ans.output_ids, dtype=np.int64)
+            first = len(ans.prompt_ids) - 1  # predicts the answer's first token
+            rows = np.arange(first, len(seq) - 2)  # the last row with a label for head 0 predicts seq[-2]
+            hidden.append(out.hidden[first:])
+            wanted = rows[:, None] + 2 + np.arange(n_heads)[None, :]  # [rows, n_heads]
+            labels.append(np.where(wanted < len(seq), seq[np.minimum(wanted, len(seq) - 1)], NO_LABEL))
+            owner.append(np.full(len(rows), index))
+        progress(min(group_start + per_forward, len(usable)), len(usable))
     d = model.config.d_model
     if not hidden:
         return Features(np.zeros((0, d), np.float32), np.zeros((0, n_heads), np.int64), np.zeros(0, np.int64))
