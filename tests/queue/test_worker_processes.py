@@ -103,7 +103,14 @@ def test_pause_and_resume_while_a_worker_runs(batch, queue_env):
     worker = start_worker(queue_env)
     try:
         wait_for_checkpoints(store)
-        specq(["pause", "kb"], queue_env)
+        # Held still while the pause command starts (a second or so of Python start-up,
+        # in which a fast engine could finish the whole batch); the flag is then read
+        # within a quarter of a second of waking, with most of the batch still to do.
+        worker.send_signal(signal.SIGSTOP)
+        try:
+            specq(["pause", "kb"], queue_env)
+        finally:
+            worker.send_signal(signal.SIGCONT)
         wait_until(lambda: store.counts()["running"] == 0, 30, "running requests to pause")
         paused = store.counts()
         assert paused["paused"] + paused["completed"] == N and paused["paused"] > 0
