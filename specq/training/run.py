@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from specq.errors import InputError
 from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import file_sha256
@@ -71,6 +72,13 @@ def train_medusa(
     features = _features(engine, answers, answers_path, work_dir, n_heads, say)
     held = (features.answer % HELD_OUT_EVERY) == HELD_OUT_EVERY - 1
     train, held_out = features.subset(~held), features.subset(held)
+    if not len(train) or not len(held_out):
+        # Every 10th answer is held out for the accuracy figures and the tree: fewer
+        # than 10 answers of 2+ tokens leave nothing to measure with.
+        raise InputError(
+            f"{prompts_path}: the answers give {len(train)} training and {len(held_out)} held-out positions; "
+            f"train-heads needs at least {HELD_OUT_EVERY} prompts whose answers have 2 or more tokens"
+        )
     say(f"features: {len(train)} training rows, {len(held_out)} held out")
 
     output_head = dequantized(engine.model.weights.w_output)

@@ -51,8 +51,6 @@ def _prompts(path, n=40, max_tokens=30):
 def test_features_line_up_hidden_states_with_later_tokens(toy_model_path, tmp_path):
     engine = load_engine(model_path=toy_model_path, proposer="none")
     from specq.training.distill import distill
-    from specq.training.run import train_medusa  # noqa: F401  (the module imports cleanly)
-
     from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
     specs = read_jsonl(_prompts(tmp_path / "p.jsonl", n=3, max_tokens=12))
     reqs = [(s.custom_id, "", to_request(s, engine.tokenizer, GenerationDefaults())) for s in specs]
@@ -131,12 +129,13 @@ def test_bad_input_is_one_line(toy_model_path, tmp_path):
     for args, what in [
         ([str(bad), "-o", str(tmp_path / "h.gguf")], "line 2"),
         ([str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "h.gguf")], "missing.jsonl"),
+        ([_prompts(tmp_path / "few.jsonl", n=4), "-o", str(tmp_path / "h.gguf")], "at least 10 prompts"),
         ([_prompts(tmp_path / "p.jsonl"), "-o", str(tmp_path / "no" / "h.gguf")], "no directory"),
     ]:
         result = CliRunner().invoke(main, ["train-heads", *args, "--model", toy_model_path,
                                            "--work-dir", str(tmp_path / "w")])
         assert result.exit_code == 1 and "Traceback" not in result.output
-        lines = result.output.strip().splitlines()
+        lines = [line for line in result.output.strip().splitlines() if not line.startswith("[")]  # not progress
         assert len(lines) == 1 and lines[0].startswith("Error: ") and what in lines[0], result.output
 
 
