@@ -31,13 +31,20 @@ from specq.jobs.connection import EmbeddedRedis  # noqa: E402
 from specq.jobs.store import BatchStore  # noqa: E402
 
 
-def timed(args: list[str], env: dict[str, str]) -> tuple[float, str]:
+def timed(args: list[str], env: dict[str, str]) -> tuple[float, str, float]:
+    """(wall seconds, stdout, peak resident MB) of one whole `specq` command; the peak
+    is the largest of the command's processes (its worker children included)."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "specq", *args], env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.exit(f"specq {' '.join(args)} failed:\n{proc.stderr}")
-    return elapsed, proc.stdout
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "specq", *args], env=env, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.exit(f"specq {' '.join(args)} failed:\n{err.read()}")
+        # ru_maxrss of a process counts the largest of its waited-for children too.
+        return elapsed, out.read(), usage.ru_maxrss / 1024
 
 
 def main() -> None:
@@ -62,14 +69,14 @@ def main() -> None:
                 fh.write(json.dumps({"custom_id": f"q{i:05d}", "prompt": f"item {i}: " + "tell me more " * (i % 7 + 1)}) + "\n")
         common = ["--model", model, "--max-tokens", str(args.max_tokens)]
         report: dict[str, float] = {}
-        report["submit_s"], out = timed(["submit", str(prompts), "--batch-id", "load", *common], env)
-        report["resubmit_s"], _ = timed(["submit", str(prompts), "--batch-id", "load", *common], env)
-        report["status_s"], _ = timed(["status", "load", "--json"], env)
-        t0 = time.perf_counter()
-        timed(["worker", "--burst", "--processes", str(args.workers)], env)
-        report["decode_wall_s"] = time.perf_counter() - t0
-        report["status_done_s"], status = timed(["status", "load", "--json"], env)
-        report["results_s"], _ = timed(["results", "load", "-o", str(tmp_path / "out.jsonl")], env)
+        report["submit_s"], _, report["submit_peak_rss_mb"] = timed(["submit", str(prompts), "--batch-id", "load", *common], env)
+        report["resubmit_s"], _, _ = timed(["submit", str(prompts), "--batch-id", "load", *common], env)
+        report["status_s"], _, _ = timed(["status", "load", "--json"], env)
+        report["decode_wall_s"], _, report["worker_peak_rss_mb"] = timed(
+            ["worker", "--burst", "--processes", str(args.workers)], env)
+        report["status_done_s"], _, _ = timed(["status", "load", "--json"], env)
+        report["results_s"], _, report["results_peak_rss_mb"] = timed(
+            ["results", "load", "-o", str(tmp_path / "out.jsonl")], env)
         lines = (tmp_path / "out.jsonl").read_text().splitlines()
         client = redis.Redis.from_url(url)
         stats = BatchStore(client, "load").stats()

@@ -15,9 +15,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from specq.jobs.inputs import GenerationDefaults, PromptSpec, to_request
+from specq.bench_external import Baseline
 from specq.specdec.engine import Engine
 from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.proposers import Proposer
+from specq.specdec.state import Metrics
 from specq.specdec.tokenizer import Tokenizer
 
 BASELINE = "none"
@@ -37,14 +39,16 @@ class BenchConfig:
 class CategoryResult:
     config: str
     category: str
-    tokens_per_s: float  # median over repetitions of (tokens / decode seconds)
+    tokens_per_s: float  # median over repetitions of (tokens / wall seconds); batched: aggregate
     speedup: float | None  # over the baseline in the same category and run
-    tau: float
-    acceptance_rate: float
+    tau: float | None  # None for the external tools
+    acceptance_rate: float | None
     accepted_per_position: list[float]  # share of drafts accepted at each position
-    exact: bool | None  # greedy outputs identical to the baseline's
+    exact: bool | None  # greedy outputs all identical to the baseline's (batched: to its own single stream)
+    identical: float | None  # the share of them that are (external tools: a parity figure, not a promise)
     tokens: int
     requests: int
+    batch_size: int = 1
 
 
 @dataclass
@@ -61,6 +65,18 @@ class BenchReport:
             "verify_cost": {str(k): v for k, v in self.verify_cost.items()},
             "results": [asdict(r) for r in self.results],
         }
+
+
+@dataclass(frozen=True)
+class Run:
+    """One request's outcome in one repetition. Batched runs share their wall time:
+    `seconds` is then the whole pass's, on the pass's first request, 0 on the rest."""
+
+    spec: PromptSpec
+    output_ids: list[int]
+    seconds: float
+    metrics: Metrics | None  # None for the external tools
+    greedy: bool
 
 
 def machine_info() -> dict:
@@ -87,72 +103,138 @@ def run_bench(
     *,
     defaults: GenerationDefaults,
     repeat: int = 3,
+    batch_size: int | None = None,
+    baselines: Sequence[Baseline] = (),
     progress: Callable[[str], None] = lambda _: None,
 ) -> BenchReport:
+    """Every configuration, each external tool and, with `batch_size`, every
+    configuration batched, interleaved within each repetition, on the same prompts."""
     if all(c.proposer != BASELINE for c in configs):
         configs = [BenchConfig(BASELINE, 1), *configs]
     engines = {c.proposer: Engine(model, tokenizer, make_proposer(c.proposer)) for c in configs}
-    # runs[config label][repetition] = list of (spec, final state)
-    runs: dict[str, list[list]] = {c.label: [] for c in configs}
+    passes: list[tuple[str, Callable[[], list[Run]]]] = []
+    for config in configs:
+        requests = [(spec, to_request(spec, tokenizer, _with_k(defaults, config.k))) for spec in specs]
+        passes.append((config.label, _single_pass(engines[config.proposer], requests)))
+        if batch_size:
+            passes.append((_batched(config.label, batch_size), _batched_pass(engines[config.proposer], requests,
+                                                                              batch_size)))
+    plain_requests = [(spec, to_request(spec, tokenizer, defaults)) for spec in specs]
+    for baseline in baselines:
+        passes.append((baseline.name, _baseline_pass(baseline, plain_requests, tokenizer.end_of_turn_ids)))
+    runs: dict[str, list[list[Run]]] = {label: [] for label, _ in passes}  # label -> repetition -> runs
     for rep in range(repeat):
-        for config in configs:
-            engine = engines[config.proposer]
-            done = []
-            for spec in specs:
-                request = to_request(spec, tokenizer, _with_k(defaults, config.k))
-                done.append((spec, engine.run(request)))
-            runs[config.label].append(done)
-            tokens = sum(len(s.output_ids) for _, s in done)
-            seconds = sum(s.metrics.decode_seconds for _, s in done)
-            progress(f"rep {rep + 1}/{repeat} {config.label}: {tokens / seconds:.1f} tokens/s")
+        for label, run_pass in passes:
+            done = run_pass()
+            runs[label].append(done)
+            tokens = sum(len(r.output_ids) for r in done)
+            progress(f"rep {rep + 1}/{repeat} {label}: {tokens / sum(r.seconds for r in done):.1f} tokens/s")
     categories = sorted({s.category or "all" for s in specs})
     if len(categories) > 1:
         categories.append("all")
-    results = [_summarize(label, cat, reps, runs[BASELINE]) for label, reps in runs.items() for cat in categories]
+    results = []
+    for label, reps in runs.items():
+        batched = label.rsplit(" batch=", 1)
+        if len(batched) == 2:  # one shared pass: only its aggregate figure means anything
+            results.append(_summarize(label, "all", reps, runs[BASELINE], runs[batched[0]], int(batched[1])))
+        else:
+            results += [_summarize(label, cat, reps, runs[BASELINE], runs[BASELINE]) for cat in categories]
     return BenchReport(
         machine=machine_info(),
         results=results,
         verify_cost=measure_verify_cost(model, sorted({c.k + 1 for c in configs if c.proposer != BASELINE})),
-        settings={"repeat": repeat, "adaptive": defaults.adaptive,
-                  "max_tokens": sorted({s.overrides.get("max_tokens", defaults.max_tokens) for s in specs}), "temperature": defaults.temperature,
-                  "requests": len(specs), "configs": [c.label for c in configs]},
+        settings={"repeat": repeat, "adaptive": defaults.adaptive, "batch_size": batch_size,
+                  "max_tokens": sorted({s.overrides.get("max_tokens", defaults.max_tokens) for s in specs}),
+                  "temperature": defaults.temperature, "requests": len(specs),
+                  "configs": list(runs), "threads": _threads()},
     )
+
+
+def _batched(label: str, batch_size: int) -> str:
+    return f"{label} batch={batch_size}"
+
+
+def _threads() -> int:
+    import numba
+
+    return numba.get_num_threads()
+
+
+def _single_pass(engine: Engine, requests: list) -> Callable[[], list[Run]]:
+    def run() -> list[Run]:
+        done = []
+        for spec, request in requests:
+            t0 = time.perf_counter()
+            state = engine.run(request)
+            done.append(Run(spec, list(state.output_ids), time.perf_counter() - t0, state.metrics,
+                            request.sampling.greedy))
+        return done
+
+    return run
+
+
+def _batched_pass(engine: Engine, requests: list, batch_size: int) -> Callable[[], list[Run]]:
+    def run() -> list[Run]:
+        t0 = time.perf_counter()
+        states = engine.run_many([r for _, r in requests], batch_size=batch_size)
+        wall = time.perf_counter() - t0
+        return [Run(spec, list(s.output_ids), wall if i == 0 else 0.0, s.metrics, r.sampling.greedy)
+                for i, ((spec, r), s) in enumerate(zip(requests, states))]
+
+    return run
+
+
+def _baseline_pass(baseline: Baseline, requests: list, end_ids: frozenset[int]) -> Callable[[], list[Run]]:
+    def run() -> list[Run]:
+        done = []
+        for spec, request in requests:
+            t0 = time.perf_counter()
+            ids = baseline.generate(request.prompt_ids, request.max_tokens, end_ids)
+            done.append(Run(spec, ids, time.perf_counter() - t0, None, request.sampling.greedy))
+        return done
+
+    return run
 
 
 def _with_k(defaults: GenerationDefaults, k: int) -> GenerationDefaults:
     return GenerationDefaults(**{**asdict(defaults), "k": k})
 
 
-def _summarize(label: str, category: str, reps: list[list], baseline_reps: list[list]) -> CategoryResult:
-    def pick(done):
-        return [(spec, s) for spec, s in done if category == "all" or (spec.category or "all") == category]
+def _summarize(label: str, category: str, reps: list[list[Run]], baseline_reps: list[list[Run]],
+               reference_reps: list[list[Run]], batch_size: int = 1) -> CategoryResult:
+    """`baseline_reps` (plain decoding) gives the speedup; `reference_reps` the outputs
+    that greedy ones must equal (plain decoding, or a batched config's single stream)."""
+    def pick(done: list[Run]) -> list[Run]:
+        return [r for r in done if category == "all" or (r.spec.category or "all") == category]
 
-    rates, base_rates = [], []
-    for done, base in zip(reps, baseline_reps):
-        mine, theirs = pick(done), pick(base)
-        rates.append(sum(len(s.output_ids) for _, s in mine) / sum(s.metrics.decode_seconds for _, s in mine))
-        base_rates.append(sum(len(s.output_ids) for _, s in theirs) / sum(s.metrics.decode_seconds for _, s in theirs))
+    def rate(done: list[Run]) -> float:
+        return sum(len(r.output_ids) for r in done) / sum(r.seconds for r in done)
+
+    rates = [rate(pick(done)) for done in reps]
+    base_rates = [rate(pick(base)) for base in baseline_reps]
     first = pick(reps[0])
-    m = [s.metrics for _, s in first]
+    m = [r.metrics for r in first if r.metrics is not None]
     drafted_pos = _sum_lists([x.drafted_per_position for x in m])
     accepted_pos = _sum_lists([x.accepted_per_position for x in m])
     drafted = sum(x.drafted for x in m)
-    greedy = all(s.request.sampling.greedy for _, s in first)
-    exact = None
-    if greedy and label != BASELINE:
-        exact = [s.output_ids for _, s in first] == [s.output_ids for _, s in pick(baseline_reps[0])]
+    identical = None
+    if label != BASELINE and all(r.greedy for r in first):
+        same = [a.output_ids == b.output_ids for a, b in zip(first, pick(reference_reps[0]))]
+        identical = sum(same) / len(same)
     return CategoryResult(
         config=label,
         category=category,
         tokens_per_s=round(statistics.median(rates), 2),
         # Pairwise ratios within each repetition, then the median: robust to drift.
         speedup=round(statistics.median(r / b for r, b in zip(rates, base_rates)), 3),
-        tau=round(sum(x.emitted for x in m) / sum(x.target_forwards for x in m), 3),
-        acceptance_rate=round(sum(x.accepted for x in m) / drafted, 3) if drafted else 0.0,
+        tau=round(sum(x.emitted for x in m) / sum(x.target_forwards for x in m), 3) if m else None,
+        acceptance_rate=(round(sum(x.accepted for x in m) / drafted, 3) if drafted else 0.0) if m else None,
         accepted_per_position=[round(a / d, 3) if d else 0.0 for a, d in zip(accepted_pos, drafted_pos)],
-        exact=exact,
-        tokens=sum(len(s.output_ids) for _, s in first),
+        exact=None if identical is None or not m else identical == 1.0,
+        identical=None if identical is None else round(identical, 3),
+        tokens=sum(len(r.output_ids) for r in first),
         requests=len(first),
+        batch_size=batch_size,
     )
 
 
@@ -181,13 +263,23 @@ def _time_forward(model: LlamaModel, cache, n: int, start: int) -> float:
 
 
 def format_table(report: BenchReport) -> str:
-    lines = [f"{'config':<14}{'category':<15}{'tok/s':>8}{'speedup':>9}{'tau':>7}{'accept':>8}  exact  per-position acceptance"]
+    """exact: yes/NO for specq's configurations (a promise); for the external tools
+    the share of outputs identical to specq's plain decoding (quantization and
+    summation order differ, so near-ties can go the other way)."""
+    width = max([14, *(len(r.config) + 2 for r in report.results)])
+    lines = [f"{'config':<{width}}{'category':<15}{'tok/s':>8}{'speedup':>9}{'tau':>7}{'accept':>8}  exact  "
+             "per-position acceptance"]
     for r in report.results:
-        exact = "-" if r.exact is None else ("yes" if r.exact else "NO")
+        if r.exact is not None:
+            exact = "yes" if r.exact else "NO"
+        else:
+            exact = "-" if r.identical is None else f"{r.identical:.0%}"
         per_pos = " ".join(f"{a:.2f}" for a in r.accepted_per_position)
+        tau = "-" if r.tau is None else f"{r.tau:.2f}"
+        accept = "-" if r.acceptance_rate is None else f"{r.acceptance_rate:.2f}"
         lines.append(
-            f"{r.config:<14}{r.category:<15}{r.tokens_per_s:>8.1f}{r.speedup:>8.2f}x{r.tau:>7.2f}"
-            f"{r.acceptance_rate:>8.2f}  {exact:<5}  {per_pos}"
+            f"{r.config:<{width}}{r.category:<15}{r.tokens_per_s:>8.1f}{r.speedup:>8.2f}x{tau:>7}"
+            f"{accept:>8}  {exact:<5}  {per_pos}"
         )
     costs = ", ".join(f"{n} rows {c:.2f}x" for n, c in report.verify_cost.items())
     if costs:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from specq.jobs import keys
 from specq.jobs.batch_runner import BatchRunner
 from specq.jobs.config import BatchConfig
 from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
@@ -18,6 +19,22 @@ from specq.jobs.runtime import load_for_batch
 from specq.jobs.store import BatchStore
 from specq.jobs.submit import submit
 from specq.specdec.gguf_file import GGUFFile
+
+
+def make_batch(client, n: int, batch_id: str = "b1") -> BatchStore:
+    """A batch of n queued requests r0.. written straight into its keys, for tests of
+    the store's scripts and of what reads them."""
+    store = BatchStore(client, batch_id)
+    k = store.keys
+    ids = [f"r{i}" for i in range(n)]
+    client.hset(k.meta, mapping={"config": "{}", "queue": "q"})
+    client.rpush(k.ids, *ids)
+    client.hset(k.spec, mapping={r: json.dumps({"custom_id": r}) for r in ids})
+    client.hset(k.state, mapping={r: "queued" for r in ids})
+    client.hset(k.counts, "queued", n)
+    client.rpush(k.pending, *ids)
+    client.zadd(keys.BATCHES, {batch_id: time.time()})
+    return store
 
 
 def write_prompts(path: Path, n: int, **fields) -> Path:

@@ -19,13 +19,21 @@ def test_bench_reports_every_config_and_category(toy_model_path, tmp_path):
     result = CliRunner().invoke(
         main,
         ["bench", "--input", str(prompts), "--model", toy_model_path, "--proposers", "ngram", "--k", "2,4",
-         "--repeat", "2", "--limit", "2", "--json", "--plot", str(tmp_path / "charts")],
+         "--repeat", "2", "--limit", "2", "--batch-size", "3", "--json", "--plot", str(tmp_path / "charts")],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     rows = {(r["config"], r["category"]): r for r in report["results"]}
-    assert set(rows) == {(c, cat) for c in ("none", "ngram k=2", "ngram k=4") for cat in ("code", "qa", "all")}
+    singles = ("none", "ngram k=2", "ngram k=4")
+    assert set(rows) == {(c, cat) for c in singles for cat in ("code", "qa", "all")} | \
+        {(f"{c} batch=3", "all") for c in singles}
+    for c in singles:  # batched: 4 requests 3 at a time, each output what it is alone
+        batched = rows[(f"{c} batch=3", "all")]
+        assert batched["exact"] is True and batched["requests"] == 4 and batched["batch_size"] == 3
+        assert batched["tokens"] == rows[(c, "all")]["tokens"]
     for (config, category), r in rows.items():
+        if "batch=" in config:
+            continue
         assert r["requests"] == (4 if category == "all" else 2)  # --limit 2 per category
         if config == "none":
             assert r["speedup"] == 1.0 and r["tau"] == 1.0 and r["exact"] is None
@@ -47,3 +55,56 @@ def test_bench_refuses_unknown_proposers_and_bad_lists(toy_model_path):
     assert bad.exit_code == 2 and "unknown proposer 'magic'" in bad.stderr
     bad = runner.invoke(main, ["bench", "--model", toy_model_path, "--k", "0,2"])
     assert bad.exit_code == 2 and "integers >= 1" in bad.stderr
+
+
+class EngineAsTool:
+    """An external tool stand-in that is a real greedy decoder: specq's own engine
+    without speculation, behind the Baseline interface (the real tools are optional
+    extras that the tests do not install)."""
+
+    name = "own-engine"
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.calls = 0
+
+    def generate(self, prompt_ids, max_tokens, end_ids):
+        from specq.specdec.state import GenerationRequest
+
+        self.calls += 1
+        out = self.engine.run(GenerationRequest(prompt_ids=tuple(prompt_ids), max_tokens=max_tokens)).output_ids
+        assert all(t not in end_ids for t in out[:-1])
+        return list(out)
+
+
+def test_external_tools_run_on_the_same_prompts_and_are_compared_to_plain(toy_model_path):
+    from specq.bench import BenchConfig, format_table, run_bench
+    from specq.jobs.inputs import GenerationDefaults, PromptSpec
+    from specq.specdec.engine import Engine
+    from specq.specdec.loader import load_model_and_tokenizer, make_proposer
+
+    model, tokenizer = load_model_and_tokenizer(toy_model_path)
+    specs = [PromptSpec(custom_id=f"p{i}", line=i + 1, prompt=f"the cat {i}", overrides={"max_tokens": 12}, category="qa")
+             for i in range(3)]
+    tool = EngineAsTool(Engine(model, tokenizer, make_proposer("none", model, tokenizer)))
+    report = run_bench(model, tokenizer, specs, [BenchConfig("ngram", 2)],
+                       lambda name: make_proposer(name, model, tokenizer), defaults=GenerationDefaults(),
+                       repeat=2, baselines=[tool])
+    assert tool.calls == 6  # every prompt, every repetition
+    row = next(r for r in report.results if r.config == "own-engine")
+    assert row.identical == 1.0 and row.exact is None and row.tau is None and row.requests == 3
+    assert row.tokens == next(r for r in report.results if r.config == "none").tokens
+    table = format_table(report)
+    assert "own-engine" in table and "100%" in table
+
+
+def test_compare_refuses_unknown_tools_and_names_a_missing_extra(toy_model_path):
+    import importlib.util
+
+    runner = CliRunner()
+    bad = runner.invoke(main, ["bench", "--model", toy_model_path, "--compare", "vllm"])
+    assert bad.exit_code == 2 and "unknown tool 'vllm'" in bad.stderr
+    if importlib.util.find_spec("llama_cpp") is None:
+        missing = runner.invoke(main, ["bench", "--model", toy_model_path, "--compare", "llama.cpp"])
+        assert missing.exit_code == 1 and "needs llama-cpp-python" in missing.stderr
+        assert "Traceback" not in missing.output

@@ -172,6 +172,16 @@ def _proposer_list(ctx: click.Context, param: click.Parameter, value: str) -> li
     return names
 
 
+def _compare_list(ctx, param, value: str) -> list[str]:
+    from specq.bench_external import BASELINES
+
+    names = [x.strip() for x in value.split(",") if x.strip()]
+    unknown = [n for n in names if n not in BASELINES]
+    if unknown:
+        raise click.BadParameter(f"unknown tool {unknown[0]!r} (choose from {', '.join(BASELINES)})")
+    return names
+
+
 def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]:
     counts: Counter[str] = Counter()
     kept = []
@@ -198,8 +208,12 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
 @click.option("--json", "as_json", is_flag=True, help="The full report as JSON on stdout.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False),
               help="Write PNG charts here (tokens/s against k, speedup per category, acceptance per position).")
+@click.option("--batch-size", type=click.IntRange(min=2), default=None,
+              help="Also decode all prompts N at a time (aggregate tokens/s; outputs checked against single stream).")
+@click.option("--compare", "compare", default="", callback=_compare_list,
+              help="External tools side by side, if installed: hf, llama.cpp (comma-separated; extra 'compare').")
 def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adaptive, draft_model_path,
-          medusa_heads_path, as_json, plot_dir) -> None:
+          medusa_heads_path, as_json, plot_dir, batch_size, compare) -> None:
     """Measure speculative decoding against plain decoding on one loaded model
     (greedy; tokens/s, speedup, tau, acceptance, exactness), as ratios from one run.
 
@@ -207,8 +221,10 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
     specq bench --repeat 3
     specq bench --proposers ngram,draft --draft-model small.gguf --k 2,4 --json > bench.json
     specq bench --k 1,2,3,4 --plot docs/bench
+    specq bench --batch-size 8 --compare hf,llama.cpp
     """
     from specq.bench import BenchConfig, format_table, run_bench
+    from specq.bench_external import load_baselines
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer, resolve_proposer
 
     if plot_dir:
@@ -238,8 +254,13 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
         for name in proposers:
             proposer_for(name)  # refuse bad proposer files before the long run
         configs = [BenchConfig(p, k) for p in proposers for k in (ks if p != "none" else [1])]
+        import numba
+
+        # The same thread count as specq's kernels, so the comparison is like for like.
+        baselines = load_baselines(compare, model_path or default_model_path(), numba.get_num_threads())
         report = run_bench(model, tokenizer, specs, configs, proposer_for, defaults=GenerationDefaults(adaptive=adaptive),
-                           repeat=repeat, progress=lambda msg: click.echo(msg, err=True))
+                           repeat=repeat, batch_size=batch_size, baselines=baselines,
+                           progress=lambda msg: click.echo(msg, err=True))
     except SpecqError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:

@@ -253,24 +253,30 @@ def cancel(target, as_json, redis_url) -> None:
     _control(do, target, as_json, redis_url)
 
 
+class _Echo:
+    """stdout as a writable file, through click.echo (which copes with the terminal's encoding)."""
+
+    def write(self, text: str) -> None:
+        click.echo(text, nl=False)
+
+
 def _write_results(client, batch_id: str, output: str | None, errors_path: str | None) -> tuple[int, int]:
-    from specq.jobs.results import collect, write_atomically
+    from contextlib import ExitStack
+
+    from specq.jobs.results import atomic_writer, export
     from specq.jobs.store import BatchStore
 
     store = BatchStore(client, batch_id)
     if not store.exists():
         raise ParameterError(f"no batch {batch_id!r}")
-    outputs, errors = collect(store)
     try:
-        if output and output != "-":
-            write_atomically(output, outputs)
-        else:
-            click.echo("".join(outputs), nl=False)
-        if errors_path:
-            write_atomically(errors_path, errors)
+        with ExitStack() as files:
+            to_file = output and output != "-"
+            outputs = files.enter_context(atomic_writer(output)) if to_file else _Echo()
+            errors = files.enter_context(atomic_writer(errors_path)) if errors_path else None
+            return export(store, outputs, errors)
     except OSError as exc:
-        raise ParameterError(f"cannot write {exc.filename or output}: {exc.strerror}") from None
-    return len(outputs), len(errors)
+        raise ParameterError(f"cannot write {exc.filename or output or 'stdout'}: {exc.strerror}") from None
 
 
 @click.command()

@@ -8,9 +8,10 @@ import hashlib
 import json
 import os
 import tempfile
-from typing import Any, Iterator
+from contextlib import contextmanager
+from typing import Any, Iterator, TextIO
 
-from specq.jobs.store import BatchStore
+from specq.jobs.store import BatchStore, _text
 from specq.jsonl import dumps_line
 
 
@@ -54,33 +55,40 @@ def error_line(batch_id: str, spec: dict[str, Any], custom_id: str, error: dict[
             "error": {"code": error.get("reason"), "message": error.get("message")}}
 
 
+CHUNK = 500  # requests read from Redis at a time: export memory is bounded by this, not the batch
+
+
 def iter_results(store: BatchStore) -> Iterator[tuple[str, dict | None, dict | None]]:
-    """(custom_id, output line or None, error line or None) in input order."""
-    ids = store.request_ids()
-    states = store.states()
-    errors = store.errors()
-    for start in range(0, len(ids), 1000):
-        chunk = ids[start:start + 1000]
-        results = store.results(chunk)
-        specs = store.client.hmget(store.keys.spec, chunk)
-        for rid, raw, raw_spec in zip(chunk, results, specs):
+    """(custom_id, output line or None, error line or None) in input order, reading
+    ids, states, specs, results and errors a chunk at a time, so that a batch of any
+    size exports in bounded memory."""
+    k = store.keys
+    for start in range(0, store.client.llen(k.ids), CHUNK):
+        chunk = [_text(x) for x in store.client.lrange(k.ids, start, start + CHUNK - 1)]
+        pipe = store.client.pipeline(transaction=False)
+        for key in (k.result, k.spec, k.state, k.error):
+            pipe.hmget(key, chunk)
+        results, specs, states, errors = pipe.execute()
+        for rid, raw, raw_spec, state, raw_error in zip(chunk, results, specs, states, errors):
             spec = json.loads(raw_spec) if raw_spec else {}
             if raw is not None:
                 yield rid, output_line(store.batch_id, spec, json.loads(raw)), None
-            elif states.get(rid) == "failed":
-                error = json.loads(errors.get(rid, "{}"))
-                yield rid, None, error_line(store.batch_id, spec, rid, error)
-            elif states.get(rid) == "cancelled":
+            elif _text(state) == "failed":
+                yield rid, None, error_line(store.batch_id, spec, rid, json.loads(raw_error or "{}"))
+            elif _text(state) == "cancelled":
                 error = {"reason": "cancelled", "message": "cancelled before it completed"}
                 yield rid, None, error_line(store.batch_id, spec, rid, error)
 
 
-def write_atomically(path: str, lines: list[str]) -> None:
+@contextmanager
+def atomic_writer(path: str) -> Iterator[TextIO]:
+    """A file that appears at `path` complete or not at all: written to a temporary
+    file beside it, synced, then renamed over it."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".specq-", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.writelines(lines)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -90,11 +98,16 @@ def write_atomically(path: str, lines: list[str]) -> None:
         raise
 
 
-def collect(store: BatchStore) -> tuple[list[str], list[str]]:
-    outputs, errors = [], []
+def export(store: BatchStore, outputs: TextIO, errors: TextIO | None) -> tuple[int, int]:
+    """Writes each line as it is read; returns (results, errors) counted, errors
+    counted even when there is nowhere to write them."""
+    n_out = n_err = 0
     for _, out, err in iter_results(store):
         if out is not None:
-            outputs.append(dumps_line(out) + "\n")
+            outputs.write(dumps_line(out) + "\n")
+            n_out += 1
         if err is not None:
-            errors.append(dumps_line(err) + "\n")
-    return outputs, errors
+            if errors is not None:
+                errors.write(dumps_line(err) + "\n")
+            n_err += 1
+    return n_out, n_err

@@ -4,9 +4,9 @@ OpenBLAS (the SkylakeX sgemm kernel numpy ships) handles 2 to 8 rows badly: it p
 the whole weight matrix for every product, so 2 rows cost 3 to 5 times one row
 (measured: the 49152x576 output head 5 ms as a matrix-vector product, 27 ms as a
 2-row product). A verification forward is exactly that shape. The kernel below reads
-each weight row once and multiplies it with up to four activation rows while it is in
-registers, so up to four rows cost about what one does: the products are bound by
-streaming the weights from memory, not by arithmetic.
+each weight row once and multiplies every activation row with it while it is in L1,
+so a few rows cost little more than one: the products are bound by streaming the
+weights from memory, not by arithmetic.
 
 Weights are kept in GGUF's natural (n_out, n_in) layout: one row per output.
 """
@@ -34,12 +34,8 @@ def matmul_t(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     BLAS's speed must be multiplied alone (the model does that)."""
     n = x.shape[0]
     w = np.ascontiguousarray(w, dtype=np.float32)
-    if n == 1:
-        out = np.empty(w.shape[0], dtype=np.float32)
-        _row_times_weights(np.ascontiguousarray(x[0], dtype=np.float32), w, out)
-        return out[None, :]
-    out = np.empty((n, w.shape[0]), dtype=np.float32)  # [n, n_out]
     x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty((n, w.shape[0]), dtype=np.float32)  # [n, n_out]
     for start in range(0, n, KERNEL_MAX_ROWS):
         _rows_times_weights(x[start:start + KERNEL_MAX_ROWS], w, out[start:start + KERNEL_MAX_ROWS])
     return out
@@ -47,56 +43,23 @@ def matmul_t(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 # Explicit signatures compile at import (once per install: the machine code is cached
 # beside this file), not inside the first request's decode time.
-_ROW = "void(float32[::1], float32[:, ::1], float32[::1])"
 _ROWS = "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"
-
-
-@njit(_ROW, parallel=True, fastmath=True, cache=True, nogil=True)
-def _row_times_weights(x, w, out):  # pragma: no cover - compiled
-    for o in prange(w.shape[0]):
-        acc = np.float32(0.0)
-        for i in range(x.shape[0]):
-            acc += w[o, i] * x[i]
-        out[o] = acc
 
 
 @njit(_ROWS, parallel=True, fastmath=True, cache=True, nogil=True)
 def _rows_times_weights(x, w, out):  # pragma: no cover - compiled
+    # Every row runs through this one reduction loop, so its bits cannot depend on
+    # how many rows share the call. fastmath lets LLVM vectorize the reduction in an
+    # order of its choosing, and that order differs between loop bodies: a body with
+    # four accumulators (w[o, i] loaded once for four rows, as this kernel had) summed
+    # a row differently from a body with one, on AVX2 (it happened not to on
+    # AVX-512). The price is a second load per multiply-add, from L1: w[o] (n_in
+    # floats) stays there while the rows pass over it, so the weights still stream
+    # from memory once.
     n, n_in = x.shape
     for o in prange(w.shape[0]):
-        # Rows in groups of four with four scalar accumulators: the loop over n_in
-        # vectorizes, and w[o] stays in L1 for every group.
-        for r in range(0, n, 4):
-            left = n - r
-            a0 = np.float32(0.0)
-            a1 = np.float32(0.0)
-            a2 = np.float32(0.0)
-            a3 = np.float32(0.0)
-            if left >= 4:
-                for i in range(n_in):
-                    wi = w[o, i]
-                    a0 += wi * x[r, i]
-                    a1 += wi * x[r + 1, i]
-                    a2 += wi * x[r + 2, i]
-                    a3 += wi * x[r + 3, i]
-                out[r + 3, o] = a3
-                out[r + 2, o] = a2
-                out[r + 1, o] = a1
-            elif left == 3:
-                for i in range(n_in):
-                    wi = w[o, i]
-                    a0 += wi * x[r, i]
-                    a1 += wi * x[r + 1, i]
-                    a2 += wi * x[r + 2, i]
-                out[r + 2, o] = a2
-                out[r + 1, o] = a1
-            elif left == 2:
-                for i in range(n_in):
-                    wi = w[o, i]
-                    a0 += wi * x[r, i]
-                    a1 += wi * x[r + 1, i]
-                out[r + 1, o] = a1
-            else:
-                for i in range(n_in):
-                    a0 += w[o, i] * x[r, i]
-            out[r, o] = a0
+        for r in range(n):
+            acc = np.float32(0.0)
+            for i in range(n_in):
+                acc += w[o, i] * x[r, i]
+            out[r, o] = acc

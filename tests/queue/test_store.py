@@ -7,22 +7,9 @@ import time
 
 import pytest
 
+from queue_helpers import make_batch
 from specq.jobs import keys
 from specq.jobs.store import STATES, BatchStore
-
-
-def make_batch(client, n: int, batch_id: str = "b1") -> BatchStore:
-    store = BatchStore(client, batch_id)
-    k = store.keys
-    ids = [f"r{i}" for i in range(n)]
-    client.hset(k.meta, mapping={"config": "{}", "queue": "q"})
-    client.rpush(k.ids, *ids)
-    client.hset(k.spec, mapping={r: json.dumps({"custom_id": r}) for r in ids})
-    client.hset(k.state, mapping={r: "queued" for r in ids})
-    client.hset(k.counts, "queued", n)
-    client.rpush(k.pending, *ids)
-    client.zadd(keys.BATCHES, {batch_id: time.time()})
-    return store
 
 
 def assert_counts_consistent(store: BatchStore) -> None:
