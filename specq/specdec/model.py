@@ -22,7 +22,8 @@ import numpy as np
 
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
-from specq.specdec.products import RowPlan, Weight, dequantized, embed, n_values
+from specq.specdec import fused
+from specq.specdec.products import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
 from specq.specdec.qkernels import TYPES as QUANTIZED_TYPES
 from specq.specdec.qkernels import QuantizedMatrix
 
@@ -157,13 +158,14 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
 
 
 class KVCache:
-    """Keys and values of one sequence, indexed by position; grows on demand."""
+    """Keys and values of one sequence, indexed by position; grows on demand. Keys
+    are stored with positions last, the vector lanes of fused.attend's scores."""
 
     def __init__(self, cfg: LlamaConfig, capacity: int = 256) -> None:
         self._cfg = cfg
         self.capacity = 0
-        self.keys: list[np.ndarray] = []  # per layer [Hkv, capacity, hd]
-        self.values: list[np.ndarray] = []
+        self.keys: list[np.ndarray] = []  # per layer [Hkv, hd, capacity]
+        self.values: list[np.ndarray] = []  # per layer [Hkv, capacity, hd]
         self.reserve(min(capacity, cfg.context_length))
 
     def reserve(self, n_positions: int) -> None:
@@ -175,14 +177,14 @@ class KVCache:
         if n_positions <= self.capacity:
             return
         new_cap = min(max(n_positions, 2 * self.capacity), self._cfg.context_length)
-        shape = (self._cfg.n_kv_heads, new_cap, self._cfg.head_dim)
+        n_kv, hd = self._cfg.n_kv_heads, self._cfg.head_dim
         old = self.capacity
         new_keys, new_values = [], []
         for layer in range(self._cfg.n_layers):
-            k = np.zeros(shape, dtype=np.float32)
-            v = np.zeros(shape, dtype=np.float32)
+            k = np.zeros((n_kv, hd, new_cap), dtype=np.float32)
+            v = np.zeros((n_kv, new_cap, hd), dtype=np.float32)
             if old:
-                k[:, :old] = self.keys[layer]
+                k[:, :, :old] = self.keys[layer]
                 v[:, :old] = self.values[layer]
             new_keys.append(k)
             new_values.append(v)
@@ -194,7 +196,7 @@ class KVCache:
         target must be below every later source, so no copy reads a moved slot."""
         src, dst = np.asarray(sources), np.asarray(targets)
         for layer in range(self._cfg.n_layers):
-            self.keys[layer][:, dst] = self.keys[layer][:, src]
+            self.keys[layer][:, :, dst] = self.keys[layer][:, :, src]
             self.values[layer][:, dst] = self.values[layer][:, src]
 
 
@@ -260,24 +262,7 @@ class _Rope:
     def apply(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """Rotate adjacent pairs (x[2i], x[2i+1]): llama.cpp's converter permutes the
         Q and K rows so that this, not HF's rotate-half, is right for GGUF weights."""
-        n, h, hd = x.shape
-        pairs = x.reshape(n, h, hd // 2, 2)
-        x0, x1 = pairs[..., 0], pairs[..., 1]  # [n, h, hd/2]
-        cos = self.cos[positions][:, None, :]  # [n, 1, hd/2]
-        sin = self.sin[positions][:, None, :]
-        out = np.empty_like(pairs)
-        out[..., 0] = x0 * cos - x1 * sin
-        out[..., 1] = x0 * sin + x1 * cos
-        return out.reshape(n, h, hd)
-
-
-def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    scale = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
-    return (x * scale) * weight
-
-
-def _silu(x: np.ndarray) -> np.ndarray:
-    return x / (1.0 + np.exp(-x))
+        return fused.rope(np.ascontiguousarray(x), self.cos, self.sin, positions)
 
 
 class LlamaModel:
@@ -333,9 +318,10 @@ class LlamaModel:
         bounds = np.cumsum([0] + [s.n for s in segments])
 
         plan = RowPlan([s.n for s in segments])  # a prompt's rows by BLAS, the others by the kernels
+        visible = [s.visible() for s in segments]  # [n, n] each: built once, used by every layer
         x = embed(w.token_embedding, ids)  # [rows, d]
         for layer_idx, lw in enumerate(w.layers):
-            h = _rms_norm(x, lw.attn_norm, cfg.rms_eps)
+            h = fused.rms_norm(x, lw.attn_norm, cfg.rms_eps)
             qkv = plan.linear(h, lw.w_qkv)  # [rows, (Hq + 2 Hkv) * hd]
             q = self._rope.apply(qkv[:, : n_q * hd].reshape(-1, n_q, hd), positions)
             k = self._rope.apply(qkv[:, n_q * hd : (n_q + n_kv) * hd].reshape(-1, n_kv, hd), positions)
@@ -343,13 +329,13 @@ class LlamaModel:
             attn = np.empty((len(ids), n_q * hd), dtype=np.float32)  # [rows, Hq * hd]
             for s_idx, seg in enumerate(segments):
                 rows = slice(bounds[s_idx], bounds[s_idx + 1])
-                attn[rows] = self._attend(seg, layer_idx, q[rows], k[rows], v[rows])
+                attn[rows] = self._attend(seg, visible[s_idx], layer_idx, q[rows], k[rows], v[rows])
             x = x + plan.linear(attn, lw.w_out)  # [rows, d]
-            h = _rms_norm(x, lw.ffn_norm, cfg.rms_eps)
+            h = fused.rms_norm(x, lw.ffn_norm, cfg.rms_eps)
             gate_up = plan.linear(h, lw.w_gate_up)  # [rows, 2 * ffn]
-            x = x + plan.linear(_silu(gate_up[:, : cfg.d_ffn]) * gate_up[:, cfg.d_ffn :], lw.w_down)  # [rows, d]
+            x = x + plan.linear(fused.silu_gate(gate_up, cfg.d_ffn), lw.w_down)  # [rows, d]
 
-        hidden = _rms_norm(x, w.output_norm, cfg.rms_eps)  # [rows, d]
+        hidden = fused.rms_norm(x, w.output_norm, cfg.rms_eps)  # [rows, d]
         outputs = []
         for s_idx, seg in enumerate(segments):
             seg_hidden = hidden[bounds[s_idx] : bounds[s_idx + 1]]
@@ -359,27 +345,34 @@ class LlamaModel:
             outputs.append(SegmentOutput(logits=logits, hidden=seg_hidden))
         return outputs
 
-    def _attend(self, seg: Segment, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """Causal attention of the segment's rows over its cache; q [n, Hq, hd],
-        k and v [n, Hkv, hd]. Returns [n, Hq * hd]."""
+    def _attend(self, seg: Segment, visible: np.ndarray, layer: int, q: np.ndarray, k: np.ndarray,
+                v: np.ndarray) -> np.ndarray:
+        """Attention of the segment's rows over its cache; q [n, Hq, hd], k and v
+        [n, Hkv, hd], visible [n, n] (Segment.visible). Returns [n, Hq * hd].
+
+        A long segment (a prompt: products.BULK_ROWS rows or more) goes through
+        numpy's batched products, whose BLAS is far faster on n x n scores; every
+        other segment through fused.attend, one call with no temporaries."""
         cfg = self.config
         n, end = seg.n, seg.start + seg.n
         cache_k, cache_v = seg.cache.keys[layer], seg.cache.values[layer]
-        cache_k[:, seg.start : end] = k.transpose(1, 0, 2)
+        cache_k[:, :, seg.start : end] = k.transpose(1, 2, 0)
         cache_v[:, seg.start : end] = v.transpose(1, 0, 2)
-        keys, values = cache_k[:, :end], cache_v[:, :end]  # [Hkv, T, hd]
+        scale = np.float32(1.0 / np.sqrt(cfg.head_dim))
+        if n < BULK_ROWS:
+            return fused.attend(q, cache_k, cache_v, seg.start, visible, scale)
+        keys_t, values = cache_k[:, :, :end], cache_v[:, :end]  # [Hkv, hd, T], [Hkv, T, hd]
         group = cfg.n_heads // cfg.n_kv_heads
         # Query head h reads kv head h // group: fold the group into the row axis so
         # that one batched product per kv head serves all of its query heads.
         qg = q.transpose(1, 0, 2).reshape(cfg.n_kv_heads, group * n, cfg.head_dim)
-        scores = qg @ keys.transpose(0, 2, 1) * np.float32(1.0 / np.sqrt(cfg.head_dim))  # [Hkv, G*n, T]
+        scores = qg @ keys_t * scale  # [Hkv, G*n, T]
         scores = scores.reshape(cfg.n_kv_heads, group, n, end)
-        if n > 1:
-            # Every row sees the whole cache before the segment; within it, row i sees
-            # rows <= i (a chain) or its ancestors (a tree).
-            hidden_from = np.zeros((n, end), dtype=bool)
-            hidden_from[:, seg.start :] = ~seg.visible()
-            scores = np.where(hidden_from, -np.inf, scores)
+        # Every row sees the whole cache before the segment; within it, row i sees
+        # rows <= i (a chain) or its ancestors (a tree).
+        hidden_from = np.zeros((n, end), dtype=bool)
+        hidden_from[:, seg.start :] = ~visible
+        scores = np.where(hidden_from, -np.inf, scores)
         scores = scores - scores.max(axis=-1, keepdims=True)
         probs = np.exp(scores)
         probs /= probs.sum(axis=-1, keepdims=True)

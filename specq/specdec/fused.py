@@ -1,0 +1,174 @@
+"""The per-layer work between the matrix products, fused into numba loops: RMSNorm,
+RoPE, attention over the cache, and SwiGLU's gate.
+
+With the products computed from quantized blocks, a decode step's numpy calls
+between them (about 50 a layer, 1,500 a step, each a few microseconds of dispatch
+and temporaries for arrays of a few hundred floats) were a large part of a step.
+Each function here is one call.
+
+Bitwise row invariance, as in kernels.py: every row runs through the same loop
+bodies with the same trip counts whatever rows share the call, so plain decoding,
+chain verification, tree verification and batched rounds give a row the same bits.
+Attention visits a row's visible keys in position order (the cache before the
+segment, then its own ancestors), so a tree row computes exactly what the same row
+of a chain does. The loops are compiled serially: numba's thread pool is the
+products' (waking it for work this small costs more than it saves).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# 'reassoc' lets LLVM vectorize the reductions; one loop body per reduction keeps
+# their order the same for every row (see the module docstring).
+_FAST = {"nnan", "ninf", "contract", "reassoc", "nsz", "arcp"}
+
+
+@njit(fastmath=_FAST, cache=True, nogil=True)
+def rms_norm(x, weight, eps):  # pragma: no cover - compiled
+    """x [n, d] float32 -> x / rms(x) * weight, [n, d] float32."""
+    n, d = x.shape
+    out = np.empty_like(x)
+    for r in range(n):
+        total = 0.0  # float64: d squares, and this scale multiplies every value of the row
+        for i in range(d):
+            total += np.float64(x[r, i]) * x[r, i]
+        scale = np.float32(1.0 / np.sqrt(total / d + eps))
+        for i in range(d):
+            out[r, i] = x[r, i] * scale * weight[i]
+    return out
+
+
+@njit(fastmath=_FAST, cache=True, nogil=True)
+def rope(x, cos, sin, positions):  # pragma: no cover - compiled
+    """x [n, heads, hd] -> x with adjacent pairs (x[2i], x[2i+1]) rotated by the
+    angles of each row's position (cos, sin [context, hd/2]); a new array."""
+    n, heads, hd = x.shape
+    out = np.empty_like(x)
+    for r in range(n):
+        p = positions[r]
+        for h in range(heads):
+            for i in range(hd // 2):
+                x0, x1 = x[r, h, 2 * i], x[r, h, 2 * i + 1]
+                c, s = cos[p, i], sin[p, i]
+                out[r, h, 2 * i] = x0 * c - x1 * s
+                out[r, h, 2 * i + 1] = x0 * s + x1 * c
+    return out
+
+
+@njit(fastmath=_FAST, cache=True, nogil=True)
+def silu_gate(gate_up, d_ffn):  # pragma: no cover - compiled
+    """gate_up [n, 2 d_ffn] -> silu(gate) * up, [n, d_ffn] (SwiGLU)."""
+    n = gate_up.shape[0]
+    out = np.empty((n, d_ffn), dtype=np.float32)
+    e = np.empty(d_ffn, dtype=np.float32)
+    pow2 = np.empty(d_ffn, dtype=np.int32)
+    for r in range(n):
+        for i in range(d_ffn):
+            e[i] = -gate_up[r, i]
+        exp_inplace(e, d_ffn, pow2)
+        for i in range(d_ffn):
+            out[r, i] = gate_up[r, i] / (np.float32(1.0) + e[i]) * gate_up[r, d_ffn + i]
+    return out
+
+
+# Attention computes every score and weighted sum as a sequence of multiply-adds in a
+# fixed order, with positions (not the head dimension) as the vector lanes, so it
+# needs no 'reassoc'; without it, a position's score has the same bits in the
+# vectorized body and in the loop's scalar remainder (both fuse each step into one
+# fma under 'contract').
+_ORDERED = {"nnan", "ninf", "contract"}
+
+# exp as Cody-Waite range reduction and a degree-7 polynomial (Cephes' expf
+# constants): relative error below 1e-7, and unlike numba's scalar call to libm's exp
+# it vectorizes. Arguments are clamped to [-87, 88], where 2^k stays a normal float:
+# below, exp(-87) = 1.6e-38 adds nothing next to a softmax's largest weight, exp(0).
+_LOG2E = np.float32(1.44269504088896341)
+_LN2_HI = np.float32(0.693359375)
+_LN2_LO = np.float32(-2.12194440e-4)
+
+
+@njit(fastmath=_ORDERED, cache=True, nogil=True)
+def exp_inplace(x, n, pow2):  # pragma: no cover - compiled
+    """x[:n] = exp(x[:n]); pow2 is int32 scratch of at least n."""
+    pow2_f = pow2.view(np.float32)
+    for t in range(n):
+        v = min(max(x[t], np.float32(-87.0)), np.float32(88.0))
+        k = np.floor(v * _LOG2E + np.float32(0.5))
+        f = v - k * _LN2_HI - k * _LN2_LO
+        p = np.float32(1.0 / 5040.0) * f + np.float32(1.0 / 720.0)
+        p = p * f + np.float32(1.0 / 120.0)
+        p = p * f + np.float32(1.0 / 24.0)
+        p = p * f + np.float32(1.0 / 6.0)
+        p = p * f + np.float32(0.5)
+        p = p * f + np.float32(1.0)
+        p = p * f + np.float32(1.0)
+        pow2[t] = (np.int32(k) + np.int32(127)) << np.int32(23)
+        x[t] = p * pow2_f[t]
+
+
+@njit(fastmath=_ORDERED, cache=True, nogil=True)
+def attend(q, keys_t, values, start, visible, scale):  # pragma: no cover - compiled
+    """Attention of a segment's rows over its cache.
+
+    q [n, Hq, hd]; keys_t [Hkv, hd, capacity] (positions last: the vector lanes) and
+    values [Hkv, capacity, hd], the segment's own keys and values already written at
+    slots start..start+n-1; visible [n, n] bool: may row i see row j of the
+    segment. Query head h reads kv head h // (Hq / Hkv). Returns [n, Hq * hd].
+
+    A row sees its visible slots in position order: the cache before the segment,
+    then its own ancestors (a chain's earlier rows, or a tree's path). Its result
+    depends only on those slots, so a tree row, the same row in a chain and the same
+    token decoded alone get the same bits. Loops run kv head by kv head, so each key
+    and value is read once from L1 for all rows and query heads that use it."""
+    n, n_q, hd = q.shape
+    group = n_q // keys_t.shape[0]
+    end = start + n
+    out = np.empty((n, n_q * hd), dtype=np.float32)
+    raw = np.empty((n, group, end), dtype=np.float32)  # every slot's score, before masking
+    kept = np.empty((group, end), dtype=np.float32)  # a row's visible scores, then weights
+    totals = np.empty(group, dtype=np.float64)  # sequential sums of up to thousands of weights
+    acc = np.empty((group, hd), dtype=np.float32)
+    pow2 = np.empty(end, dtype=np.int32)
+    slots = np.empty(end, dtype=np.int64)
+    for t in range(start):
+        slots[t] = t
+    for kv in range(keys_t.shape[0]):
+        raw[:] = 0.0
+        for i in range(hd):
+            for r in range(n):
+                for g in range(group):
+                    qi = q[r, kv * group + g, i]
+                    for t in range(end):
+                        raw[r, g, t] += qi * keys_t[kv, i, t]
+        for r in range(n):
+            m = start
+            for j in range(n):
+                if visible[r, j]:
+                    slots[m] = start + j
+                    m += 1
+            for g in range(group):
+                best = -np.inf
+                for t in range(m):
+                    kept[g, t] = raw[r, g, slots[t]] * scale
+                    best = max(best, kept[g, t])
+                for t in range(m):
+                    kept[g, t] -= best
+                exp_inplace(kept[g], m, pow2)
+                totals[g] = 0.0
+                for t in range(m):
+                    totals[g] += kept[g, t]
+            acc[:] = 0.0
+            for t in range(m):
+                slot = slots[t]
+                for g in range(group):
+                    weight = kept[g, t]
+                    for i in range(hd):
+                        acc[g, i] += weight * values[kv, slot, i]
+            for g in range(group):
+                inv_total = np.float32(1.0 / totals[g])  # normalized once, not once per weight
+                h = kv * group + g
+                for i in range(hd):
+                    out[r, h * hd + i] = acc[g, i] * inv_total
+    return out

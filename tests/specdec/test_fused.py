@@ -1,0 +1,99 @@
+"""The fused per-layer loops: the same values as the numpy formulas they replace, and
+a row's bits that do not depend on the rows beside it (chain, tree, batch, step)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specq.specdec import fused
+from specq.specdec.loader import load_model_and_tokenizer
+from specq.specdec.model import Segment
+
+RNG = np.random.default_rng(0)
+
+
+def test_rms_norm_rope_and_gate_match_their_formulas():
+    x = RNG.standard_normal((5, 48), dtype=np.float32)
+    w = RNG.standard_normal(48, dtype=np.float32)
+    want = x / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(fused.rms_norm(x, w, 1e-5), want, rtol=1e-5, atol=1e-6)
+
+    heads = RNG.standard_normal((3, 2, 8), dtype=np.float32)
+    angles = RNG.uniform(0, 6, (10, 4))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    positions = np.array([7, 2, 9])
+    got = fused.rope(heads, cos, sin, positions)
+    pairs = heads.reshape(3, 2, 4, 2).astype(np.float64)
+    c, s = cos[positions][:, None, :], sin[positions][:, None, :]
+    want = np.stack([pairs[..., 0] * c - pairs[..., 1] * s, pairs[..., 0] * s + pairs[..., 1] * c], -1)
+    np.testing.assert_allclose(got, want.reshape(3, 2, 8), rtol=1e-5, atol=1e-6)
+
+    gate_up = RNG.standard_normal((4, 20), dtype=np.float32)
+    g, u = gate_up[:, :10].astype(np.float64), gate_up[:, 10:]
+    np.testing.assert_allclose(fused.silu_gate(gate_up, 10), g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
+
+
+def _reference_attention(q, keys, values, start, visible, scale):
+    n, n_q, hd = q.shape
+    group = n_q // keys.shape[0]
+    out = np.zeros((n, n_q, hd))
+    for r in range(n):
+        seen = list(range(start)) + [start + j for j in range(n) if visible[r, j]]
+        for h in range(n_q):
+            k, v = keys[h // group, seen].astype(np.float64), values[h // group, seen]
+            s = k @ q[r, h] * scale
+            p = np.exp(s - s.max())
+            out[r, h] = (p / p.sum()) @ v
+    return out.reshape(n, -1)
+
+
+@pytest.mark.parametrize("n_kv", [1, 3])
+def test_attention_matches_softmax_attention_with_a_tree_mask(n_kv):
+    start, n, hd = 9, 5, 16
+    q = RNG.standard_normal((n, 6, hd), dtype=np.float32)
+    keys = RNG.standard_normal((n_kv, 20, hd), dtype=np.float32)
+    values = RNG.standard_normal((n_kv, 20, hd), dtype=np.float32)
+    parents = (-1, 0, 0, 1, 2)
+    visible = Segment(None, [0] * n, start, parents=parents).visible()
+    keys_t = np.ascontiguousarray(keys.transpose(0, 2, 1))  # the cache's layout: positions last
+    got = fused.attend(q, keys_t, values, start, visible, np.float32(0.25))
+    np.testing.assert_allclose(got, _reference_attention(q, keys, values, start, visible, 0.25), rtol=1e-5,
+                               atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def toy(toy_model_file):
+    return load_model_and_tokenizer(toy_model_file())
+
+
+def test_a_tree_row_has_the_bits_of_its_path_as_a_chain(toy):
+    """So tree verification accepts exactly what a chain, and plain decoding, would."""
+    model, tokenizer = toy
+    prompt = tokenizer.encode("the cat sat on the mat")
+    parents = (-1, 0, 0, 1, 2, 2, 5)
+    tokens = [prompt[-1], 11, 12, 13, 14, 15, 16]
+    start = len(prompt) - 1
+    cache = model.new_cache()
+    model.forward([Segment(cache, prompt[:-1], 0)])
+    tree = model.forward([Segment(cache, tokens, start, parents=parents)])[0]
+    for row in range(len(tokens)):
+        path = [row]
+        while parents[path[-1]] >= 0:
+            path.append(parents[path[-1]])
+        chain_cache = model.new_cache()
+        model.forward([Segment(chain_cache, prompt[:-1], 0)])
+        chain = model.forward([Segment(chain_cache, [tokens[r] for r in reversed(path)], start)])[0]
+        np.testing.assert_array_equal(tree.logits[row], chain.logits[-1])
+
+
+def test_a_step_and_a_verification_row_have_the_same_bits(toy):
+    model, tokenizer = toy
+    ids = tokenizer.encode("the cat sat on the mat and the dog")
+    one_by_one = model.new_cache()
+    model.forward([Segment(one_by_one, ids[:4], 0)])
+    steps = [model.forward([Segment(one_by_one, [t], 4 + i)])[0].logits[0] for i, t in enumerate(ids[4:])]
+    together = model.new_cache()
+    model.forward([Segment(together, ids[:4], 0)])
+    verified = model.forward([Segment(together, ids[4:], 4)])[0].logits
+    np.testing.assert_array_equal(np.stack(steps), verified)
