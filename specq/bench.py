@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from specq.jobs.inputs import GenerationDefaults, PromptSpec, to_request
-from specq.bench_external import Baseline
+from specq.bench_external import TimedBaseline
 from specq.specdec.engine import Engine
 from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.proposers import Proposer
@@ -104,7 +104,7 @@ def run_bench(
     defaults: GenerationDefaults,
     repeat: int = 3,
     batch_size: int | None = None,
-    baselines: Sequence[Baseline] = (),
+    baselines: Sequence[TimedBaseline] = (),
     progress: Callable[[str], None] = lambda _: None,
 ) -> BenchReport:
     """Every configuration, each external tool and, with `batch_size`, every
@@ -184,13 +184,12 @@ def _batched_pass(engine: Engine, requests: list, batch_size: int) -> Callable[[
     return run
 
 
-def _baseline_pass(baseline: Baseline, requests: list, end_ids: frozenset[int]) -> Callable[[], list[Run]]:
+def _baseline_pass(baseline: TimedBaseline, requests: list, end_ids: frozenset[int]) -> Callable[[], list[Run]]:
     def run() -> list[Run]:
         done = []
         for spec, request in requests:
-            t0 = time.perf_counter()
-            ids = baseline.generate(request.prompt_ids, request.max_tokens, end_ids)
-            done.append(Run(spec, ids, time.perf_counter() - t0, None, request.sampling.greedy))
+            ids, seconds = baseline.generate_timed(request.prompt_ids, request.max_tokens, end_ids)
+            done.append(Run(spec, ids, seconds, None, request.sampling.greedy))
         return done
 
     return run

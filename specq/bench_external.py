@@ -5,7 +5,8 @@ transformers (torch, float32, which dequantizes the GGUF at load) and llama.cpp
 
 Both are optional (the `compare` extra); neither is needed to run or test specq.
 Each generates greedily until an end-of-turn token or max_tokens, from a fresh
-cache per prompt, so that its tokens/s counts the prefill as specq's does.
+cache per prompt, so that its tokens/s counts the prefill as specq's does. Each runs
+in a process of its own (IsolatedBaseline).
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ class Baseline(Protocol):
 
     def generate(self, prompt_ids: Sequence[int], max_tokens: int, end_ids: frozenset[int]) -> list[int]:
         """Greedy completion ids, the end-of-turn token included when one ends it."""
+
+
+class TimedBaseline(Protocol):
+    """What the benchmark runs: a tool that times its own completions."""
+
+    name: str
+
+    def generate_timed(self, prompt_ids: Sequence[int], max_tokens: int,
+                       end_ids: frozenset[int]) -> tuple[list[int], float]:
+        """(completion ids, seconds it took)."""
 
 
 class HFTransformers:
@@ -73,8 +84,80 @@ class LlamaCpp:
 BASELINES: dict[str, Callable[[str, int], Baseline]] = {"hf": HFTransformers, "llama.cpp": LlamaCpp}
 
 
-def load_baselines(names: Sequence[str], gguf_path: str, threads: int) -> list[Baseline]:
+class IsolatedBaseline:
+    """A tool in a process of its own, loaded once and asked for one completion at a
+    time over a pipe. torch, llama.cpp and numba each bring their own thread pool;
+    in one process, pools left spinning after one tool's work slow down the next
+    tool's (on two cores, every spinning thread takes a core from someone). The
+    child times each completion itself, so the pipe is not counted."""
+
+    def __init__(self, tool: str, gguf_path: str, threads: int) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited pools
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child, tool, gguf_path, threads), daemon=True)
+        self._process.start()
+        child.close()
+        status, payload = self._receive()
+        if status != "ready":
+            self.close()
+            raise ParameterError(payload)
+        self.name = payload
+
+    def generate_timed(self, prompt_ids: Sequence[int], max_tokens: int,
+                       end_ids: frozenset[int]) -> tuple[list[int], float]:
+        self._conn.send((list(prompt_ids), max_tokens, sorted(end_ids)))
+        status, payload = self._receive()
+        if status != "done":
+            raise ParameterError(f"{self.name} failed: {payload}")
+        return payload
+
+    def _receive(self):
+        try:
+            return self._conn.recv()
+        except EOFError:
+            return "error", "its process exited"
+
+    def close(self) -> None:
+        self._conn.close()
+        self._process.join(timeout=10)
+        if self._process.is_alive():
+            self._process.kill()
+
+
+def _serve(conn, tool: str, gguf_path: str, threads: int) -> None:  # pragma: no cover - a child process
+    import time
+
+    try:
+        baseline = BASELINES[tool](gguf_path, threads)
+    except Exception as exc:  # the parent shows it as a one-line error
+        conn.send(("error", str(exc)))
+        return
+    conn.send(("ready", baseline.name))
+    while True:
+        try:
+            prompt_ids, max_tokens, end_ids = conn.recv()
+        except EOFError:
+            return
+        try:
+            t0 = time.perf_counter()
+            ids = baseline.generate(prompt_ids, max_tokens, frozenset(end_ids))
+            conn.send(("done", (ids, time.perf_counter() - t0)))
+        except Exception as exc:
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def load_baselines(names: Sequence[str], gguf_path: str, threads: int) -> list[IsolatedBaseline]:
     unknown = [n for n in names if n not in BASELINES]
     if unknown:
         raise ParameterError(f"unknown --compare {unknown[0]!r} (choose from {', '.join(BASELINES)})")
-    return [BASELINES[n](gguf_path, threads) for n in names]
+    loaded: list[IsolatedBaseline] = []
+    try:
+        for name in names:
+            loaded.append(IsolatedBaseline(name, gguf_path, threads))
+    except BaseException:
+        for baseline in loaded:
+            baseline.close()
+        raise
+    return loaded

@@ -59,8 +59,8 @@ def test_bench_refuses_unknown_proposers_and_bad_lists(toy_model_path):
 
 class EngineAsTool:
     """An external tool stand-in that is a real greedy decoder: specq's own engine
-    without speculation, behind the Baseline interface (the real tools are optional
-    extras that the tests do not install)."""
+    without speculation, behind the TimedBaseline interface (the real tools are
+    optional extras that the tests do not install)."""
 
     name = "own-engine"
 
@@ -68,13 +68,16 @@ class EngineAsTool:
         self.engine = engine
         self.calls = 0
 
-    def generate(self, prompt_ids, max_tokens, end_ids):
+    def generate_timed(self, prompt_ids, max_tokens, end_ids):
+        import time
+
         from specq.specdec.state import GenerationRequest
 
         self.calls += 1
+        t0 = time.perf_counter()
         out = self.engine.run(GenerationRequest(prompt_ids=tuple(prompt_ids), max_tokens=max_tokens)).output_ids
         assert all(t not in end_ids for t in out[:-1])
-        return list(out)
+        return list(out), time.perf_counter() - t0
 
 
 def test_external_tools_run_on_the_same_prompts_and_are_compared_to_plain(toy_model_path):

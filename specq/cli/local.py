@@ -258,9 +258,13 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
 
         # The same thread count as specq's kernels, so the comparison is like for like.
         baselines = load_baselines(compare, model_path or default_model_path(), numba.get_num_threads())
-        report = run_bench(model, tokenizer, specs, configs, proposer_for, defaults=GenerationDefaults(adaptive=adaptive),
-                           repeat=repeat, batch_size=batch_size, baselines=baselines,
-                           progress=lambda msg: click.echo(msg, err=True))
+        try:
+            report = run_bench(model, tokenizer, specs, configs, proposer_for,
+                               defaults=GenerationDefaults(adaptive=adaptive), repeat=repeat, batch_size=batch_size,
+                               baselines=baselines, progress=lambda msg: click.echo(msg, err=True))
+        finally:
+            for baseline in baselines:
+                baseline.close()
     except SpecqError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:

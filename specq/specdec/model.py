@@ -336,14 +336,17 @@ class LlamaModel:
             x = x + plan.linear(fused.silu_gate(gate_up, cfg.d_ffn), lw.w_down)  # [rows, d]
 
         hidden = fused.rms_norm(x, w.output_norm, cfg.rms_eps)  # [rows, d]
-        outputs = []
-        for s_idx, seg in enumerate(segments):
-            seg_hidden = hidden[bounds[s_idx] : bounds[s_idx + 1]]
-            head_in = seg_hidden if seg.all_logits else seg_hidden[-1:]
-            # Per segment, as the head's rows depend on all_logits: a long one by BLAS.
-            logits = RowPlan([len(head_in)]).linear(head_in, w.w_output)  # [n | 1, vocab]
-            outputs.append(SegmentOutput(logits=logits, hidden=seg_hidden))
-        return outputs
+        # The output head's rows of all segments in one product (a prefill wants only
+        # its last row), so a batched round reads the 49152-row head once, not once
+        # a request.
+        head_rows = [np.arange(bounds[i], bounds[i + 1]) if seg.all_logits else np.array([bounds[i + 1] - 1])
+                     for i, seg in enumerate(segments)]
+        head_plan = RowPlan([len(r) for r in head_rows])
+        logits = head_plan.linear(hidden[np.concatenate(head_rows)], w.w_output)  # [head rows, vocab]
+        head_bounds = np.cumsum([0] + [len(r) for r in head_rows])
+        return [SegmentOutput(logits=logits[head_bounds[i] : head_bounds[i + 1]],
+                              hidden=hidden[bounds[i] : bounds[i + 1]])
+                for i in range(len(segments))]
 
     def _attend(self, seg: Segment, visible: np.ndarray, layer: int, q: np.ndarray, k: np.ndarray,
                 v: np.ndarray) -> np.ndarray:
