@@ -21,12 +21,15 @@ DECAY = 0.9  # weight of the past per drafting round: about the last 10 of them 
 IDLE_DECAY = 0.95
 PRIOR_ACCEPTED = 1.0  # pseudo-counts: a fresh request assumes c_i = 0.5
 PRIOR_REACHED = 2.0
-# A verification row's cost relative to a one-row forward, measured on the default
-# model computing from its quantized blocks: 3 rows 1.44x, 5 rows 1.98x of a 1-row
-# step (docs/performance.md). The kernel is bound by arithmetic at a few rows, so
-# each row costs about a quarter of a step (it was 0.1 with float32 products, which
-# were bound by streaming the weights).
-ROW_COST = 0.24
+# A verification row's cost relative to a one-row forward, measured by `specq bench`
+# on the default model computing from its quantized blocks, with the fused per-layer
+# loops, on the 2-core AMD EPYC (AVX2): 3 rows 1.72x, 5 rows 2.20x of a 1-row step
+# (docs/performance.md), about a third of a step a row. The kernel is bound by
+# arithmetic at a few rows (it was 0.1 with float32 products, which were bound by
+# streaming the weights; 0.24 on the AVX-512 Xeon before the fused loops made the
+# one-row step cheaper). Too low a figure drafts where drafts do not pay: at 0.24,
+# prompt lookup fell to 0.93x plain decoding on math and 0.94x on translation.
+ROW_COST = 0.33
 
 
 @dataclass(frozen=True)
