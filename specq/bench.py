@@ -57,12 +57,14 @@ class BenchReport:
     results: list[CategoryResult]
     verify_cost: dict[int, float]  # rows -> forward time relative to a 1-row forward
     settings: dict = field(default_factory=dict)
+    batch_cost: dict[int, float] = field(default_factory=dict)  # requests -> decode round time relative to one
 
     def to_dict(self) -> dict:
         return {
             "machine": self.machine,
             "settings": self.settings,
             "verify_cost": {str(k): v for k, v in self.verify_cost.items()},
+            "batch_cost": {str(k): v for k, v in self.batch_cost.items()},
             "results": [asdict(r) for r in self.results],
         }
 
@@ -143,6 +145,7 @@ def run_bench(
         machine=machine_info(),
         results=results,
         verify_cost=measure_verify_cost(model, sorted({c.k + 1 for c in configs if c.proposer != BASELINE})),
+        batch_cost=measure_batch_cost(model, [batch_size]) if batch_size else {},
         settings={"repeat": repeat, "adaptive": defaults.adaptive, "batch_size": batch_size,
                   "max_tokens": sorted({s.overrides.get("max_tokens", defaults.max_tokens) for s in specs}),
                   "temperature": defaults.temperature, "requests": len(specs),
@@ -255,6 +258,28 @@ def measure_verify_cost(model: LlamaModel, rows: Sequence[int], *, context: int 
     return {n: round(statistics.median(r), 3) for n, r in ratios.items()}
 
 
+def measure_batch_cost(model: LlamaModel, sizes: Sequence[int], *, context: int = 200,
+                       trials: int = 15) -> dict[int, float]:
+    """Time of one decode round of n requests (n segments of one new row each, every
+    one at `context` positions) relative to a lone request's; n over that ratio is
+    what batching multiplies decoding throughput by, prefill aside."""
+    caches = [model.new_cache(context + 2) for _ in range(max(sizes, default=1))]
+    for cache in caches:
+        model.forward([Segment(cache, [5] * context, 0, all_logits=False)])
+    ratios: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(trials):
+        one = _time_round(model, caches[:1], context)
+        for n in sizes:
+            ratios[n].append(_time_round(model, caches[:n], context) / one)
+    return {n: round(statistics.median(r), 3) for n, r in ratios.items()}
+
+
+def _time_round(model: LlamaModel, caches: list, start: int) -> float:
+    t0 = time.perf_counter()
+    model.forward([Segment(cache, [7], start) for cache in caches])
+    return time.perf_counter() - t0
+
+
 def _time_forward(model: LlamaModel, cache, n: int, start: int) -> float:
     t0 = time.perf_counter()
     model.forward([Segment(cache, [7] * n, start)])
@@ -283,6 +308,9 @@ def format_table(report: BenchReport) -> str:
     costs = ", ".join(f"{n} rows {c:.2f}x" for n, c in report.verify_cost.items())
     if costs:
         lines.append(f"verify cost (forward time relative to 1 row): {costs}")
+    for n, c in report.batch_cost.items():
+        lines.append(f"decode round of {n} requests: {c:.2f}x one request's, so {n / c:.2f}x the decoding "
+                     "throughput (prefill aside)")
     m = report.machine
     lines.append(f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, numpy {m['numpy']}")
     return "\n".join(lines)
