@@ -1,5 +1,6 @@
 """The fused per-layer loops: the same values as the numpy formulas they replace, and
-a row's bits that do not depend on the rows beside it (chain, tree, batch, step)."""
+a row's bits that do not depend on the rows beside it (a tree row against its chain:
+test_tree.py)."""
 
 from __future__ import annotations
 
@@ -65,26 +66,6 @@ def test_attention_matches_softmax_attention_with_a_tree_mask(n_kv):
 @pytest.fixture(scope="module")
 def toy(toy_model_file):
     return load_model_and_tokenizer(toy_model_file())
-
-
-def test_a_tree_row_has_the_bits_of_its_path_as_a_chain(toy):
-    """So tree verification accepts exactly what a chain, and plain decoding, would."""
-    model, tokenizer = toy
-    prompt = tokenizer.encode("the cat sat on the mat")
-    parents = (-1, 0, 0, 1, 2, 2, 5)
-    tokens = [prompt[-1], 11, 12, 13, 14, 15, 16]
-    start = len(prompt) - 1
-    cache = model.new_cache()
-    model.forward([Segment(cache, prompt[:-1], 0)])
-    tree = model.forward([Segment(cache, tokens, start, parents=parents)])[0]
-    for row in range(len(tokens)):
-        path = [row]
-        while parents[path[-1]] >= 0:
-            path.append(parents[path[-1]])
-        chain_cache = model.new_cache()
-        model.forward([Segment(chain_cache, prompt[:-1], 0)])
-        chain = model.forward([Segment(chain_cache, [tokens[r] for r in reversed(path)], start)])[0]
-        np.testing.assert_array_equal(tree.logits[row], chain.logits[-1])
 
 
 def test_a_step_and_a_verification_row_have_the_same_bits(toy):

@@ -43,8 +43,9 @@ def test_every_tree_row_computes_what_its_path_computes_as_a_chain(toy):
         chain_cache = model.new_cache()
         model.forward([Segment(chain_cache, prompt[:-1], 0)])
         chain = model.forward([Segment(chain_cache, [tokens[r] for r in reversed(path)], start)])[0]
-        np.testing.assert_allclose(tree.logits[row], chain.logits[-1], rtol=1e-5, atol=1e-5)
-        assert tree.logits[row].argmax() == chain.logits[-1].argmax()
+        # Bit for bit (fused.attend visits a row's visible slots in position order),
+        # so tree verification accepts exactly what a chain, and plain decoding, would.
+        np.testing.assert_array_equal(tree.logits[row], chain.logits[-1])
 
 
 def test_tree_acceptance_follows_the_targets_argmax_down_the_tree():
