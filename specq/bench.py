@@ -1,9 +1,11 @@
 """The speed benchmark: proposers and draft lengths against plain decoding, on the
 same loaded model, in one run, reported as ratios (the machine is shared and noisy;
-absolute times drift, ratios measured side by side hold).
+absolute times drift, ratios measured side by side hold). Optionally each
+configuration batched, and external tools (bench_external) on the same prompts.
 
 Repetitions interleave the configurations (rep 1: A, B, C; rep 2: A, B, C ...) so
 that drift hits them alike; per category the median over repetitions is reported.
+tokens/s is over each request's wall time, prefill included.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
-from specq.jobs.inputs import GenerationDefaults, PromptSpec, to_request
 from specq.bench_external import TimedBaseline
+from specq.jobs.inputs import GenerationDefaults, PromptSpec, to_request
 from specq.specdec.engine import Engine
 from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.proposers import Proposer

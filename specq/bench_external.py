@@ -132,7 +132,7 @@ def _serve(conn, tool: str, gguf_path: str, threads: int) -> None:  # pragma: no
     try:
         baseline = BASELINES[tool](gguf_path, threads)
     except Exception as exc:  # the parent shows it as a one-line error
-        conn.send(("error", str(exc)))
+        conn.send(("error", _one_line(exc)))
         return
     conn.send(("ready", baseline.name))
     while True:
@@ -145,7 +145,12 @@ def _serve(conn, tool: str, gguf_path: str, threads: int) -> None:  # pragma: no
             ids = baseline.generate(prompt_ids, max_tokens, frozenset(end_ids))
             conn.send(("done", (ids, time.perf_counter() - t0)))
         except Exception as exc:
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            conn.send(("error", f"{type(exc).__name__}: {_one_line(exc)}"))
+
+
+def _one_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def load_baselines(names: Sequence[str], gguf_path: str, threads: int) -> list[IsolatedBaseline]:
