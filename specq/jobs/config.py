@@ -33,7 +33,7 @@ def _env_number(name: str, default: float) -> float:
 
 LEASE_TTL_MS = int(_env_number("SPECQ_LEASE_TTL_MS", 30_000))  # a silent worker's requests are taken over after this
 HEARTBEAT_S = _env_number("SPECQ_HEARTBEAT_S", 5.0)  # leases are renewed, and the reaper runs, this often
-MAX_ATTEMPTS = 3  # a request abandoned more often than this (a poison request) fails
+MAX_ATTEMPTS = 3  # a request abandoned or failing more often than this without a new checkpoint fails
 JOB_SECONDS = 1800  # a job hands its requests back and re-enqueues itself after this
 JOB_TIMEOUT_S = JOB_SECONDS + 900  # RQ's hard limit: only reached by a job that hangs
 WORKER_ALIVE_S = 3 * HEARTBEAT_S

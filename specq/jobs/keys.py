@@ -14,7 +14,7 @@ Layout (B = batch id, R = a request's custom_id):
   specq:batch:B:ckpt            hash  R -> checkpoint JSON (decode state, fingerprint, checksum)
   specq:batch:B:result          hash  R -> result JSON
   specq:batch:B:error           hash  R -> error JSON
-  specq:batch:B:attempts        hash  R -> times the request was found abandoned
+  specq:batch:B:attempts        hash  R -> times abandoned or failed since its last checkpoint
   specq:batch:B:stats           hash  token and draft counters, summed over checkpoints
   specq:batch:B:rate            list  recent "time tokens_total" samples, newest first
   specq:batch:B:flags           hash  paused / cancelled for the whole batch

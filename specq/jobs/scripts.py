@@ -83,10 +83,16 @@ end
 return out
 """
 
-# KEYS: lease ckpt stats rate ; ARGV: value rid checkpoint ttl_ms now deltas_json
+# KEYS: lease ckpt stats rate attempts ; ARGV: value rid checkpoint ttl_ms now deltas_json
+# A checkpoint is progress (a worker writes one only after rounds that emitted
+# tokens), so it clears the request's count of attempts: what makes a request a
+# poison one is failing again and again from the same checkpoint. A request that
+# only shared a worker with others when it was killed (a preemption, a crash caused
+# by another request) moves on between kills and is never failed for them.
 CHECKPOINT = _SET_STATE + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('HDEL', KEYS[5], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
 add_stats(KEYS[3], KEYS[4], ARGV[6], ARGV[5])
 return 1
@@ -117,7 +123,8 @@ return 1
 """
 
 # A running request whose lease is gone was abandoned (its worker died or stalled):
-# back to the pending list, or failed once it has been abandoned too often.
+# back to the pending list, or failed once it has been abandoned too often since its
+# last checkpoint.
 # KEYS: state counts running lease attempts error pending stats
 # ARGV: rid max_attempts error_json
 # Returns 0 (not abandoned), 1 (requeued), 2 (failed).

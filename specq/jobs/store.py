@@ -133,7 +133,7 @@ class BatchStore:
     def checkpoint(self, lease: Lease, payload: str, deltas: dict[str, float], ttl_ms: int) -> bool:
         k = self.keys
         return bool(self._checkpoint(
-            keys=[k.lease(lease.request_id), k.ckpt, k.stats, k.rate],
+            keys=[k.lease(lease.request_id), k.ckpt, k.stats, k.rate, k.attempts],
             args=[lease.value, lease.request_id, payload, ttl_ms, f"{time.time():.3f}", json.dumps(deltas)],
         ))
 

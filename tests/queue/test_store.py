@@ -91,6 +91,28 @@ def test_reaper_leaves_live_leases_and_fails_a_poison_request(client):
     assert_counts_consistent(store)
 
 
+def test_a_request_that_progresses_between_kills_is_never_failed_for_them(client):
+    """Killed with the others on its worker, again and again (preemptions), it moves
+    on between kills: only abandonments since its last checkpoint count."""
+    store = make_batch(client, 1)
+    for kill in range(10):
+        lease = store.claim("w", 5000)
+        assert lease is not None, f"failed after kill {kill}"
+        assert store.checkpoint(lease, f"ckpt {kill}", {"tokens": 1}, 5000)
+        client.delete(store.keys.lease("r0"))
+        assert store.reap("r0", max_attempts=2) == 1
+    # Without progress since "ckpt 9" (abandoned once since), the third abandonment
+    # in a row fails it as before.
+    store.claim("w", 5000)
+    client.delete(store.keys.lease("r0"))
+    assert store.reap("r0", max_attempts=2) == 1
+    store.claim("w", 5000)
+    client.delete(store.keys.lease("r0"))
+    assert store.reap("r0", max_attempts=2) == 2
+    assert store.state("r0") == "failed" and store.checkpoint_of("r0") == "ckpt 9"
+    assert_counts_consistent(store)
+
+
 def test_flags_pause_and_cancel_at_claim(client):
     store = make_batch(client, 3)
     client.hset(store.keys.req_flags, "r0", "cancelled")
