@@ -25,11 +25,14 @@ from numba import njit
 _FAST = {"nnan", "ninf", "contract", "reassoc", "nsz", "arcp"}
 
 
-@njit(fastmath=_FAST, cache=True, nogil=True)
+# Explicit signatures, as in kernels.py: compiled at import (and cached beside this
+# file), not inside the first request's decode time, where lazy compilation cost
+# about 3 s.
+@njit("float32[:, ::1](float32[:, ::1], float32[::1], float64)", fastmath=_FAST, cache=True, nogil=True)
 def rms_norm(x, weight, eps):  # pragma: no cover - compiled
     """x [n, d] float32 -> x / rms(x) * weight, [n, d] float32."""
     n, d = x.shape
-    out = np.empty_like(x)
+    out = np.empty((n, d), dtype=np.float32)
     for r in range(n):
         total = 0.0  # float64: d squares, and this scale multiplies every value of the row
         for i in range(d):
@@ -40,12 +43,14 @@ def rms_norm(x, weight, eps):  # pragma: no cover - compiled
     return out
 
 
-@njit(fastmath=_FAST, cache=True, nogil=True)
+@njit("float32[:, :, ::1](float32[:, :, :], float32[:, ::1], float32[:, ::1], int64[::1])",
+      fastmath=_FAST, cache=True, nogil=True)
 def rope(x, cos, sin, positions):  # pragma: no cover - compiled
     """x [n, heads, hd] -> x with adjacent pairs (x[2i], x[2i+1]) rotated by the
-    angles of each row's position (cos, sin [context, hd/2]); a new array."""
+    angles of each row's position (cos, sin [context, hd/2]); a new array. x may be
+    a strided view (q, k and v are column slices of one product)."""
     n, heads, hd = x.shape
-    out = np.empty_like(x)
+    out = np.empty((n, heads, hd), dtype=np.float32)
     for r in range(n):
         p = positions[r]
         for h in range(heads):
@@ -57,24 +62,8 @@ def rope(x, cos, sin, positions):  # pragma: no cover - compiled
     return out
 
 
-@njit(fastmath=_FAST, cache=True, nogil=True)
-def silu_gate(gate_up, d_ffn):  # pragma: no cover - compiled
-    """gate_up [n, 2 d_ffn] -> silu(gate) * up, [n, d_ffn] (SwiGLU)."""
-    n = gate_up.shape[0]
-    out = np.empty((n, d_ffn), dtype=np.float32)
-    e = np.empty(d_ffn, dtype=np.float32)
-    pow2 = np.empty(d_ffn, dtype=np.int32)
-    for r in range(n):
-        for i in range(d_ffn):
-            e[i] = -gate_up[r, i]
-        exp_inplace(e, d_ffn, pow2)
-        for i in range(d_ffn):
-            out[r, i] = gate_up[r, i] / (np.float32(1.0) + e[i]) * gate_up[r, d_ffn + i]
-    return out
-
-
-# Attention computes every score and weighted sum as a sequence of multiply-adds in a
-# fixed order, with positions (not the head dimension) as the vector lanes, so it
+# Attention (below, with its exp) computes every score and weighted sum as a sequence
+# of multiply-adds in a fixed order, with positions (not the head dimension) as the vector lanes, so it
 # needs no 'reassoc'; without it, a position's score has the same bits in the
 # vectorized body and in the loop's scalar remainder (both fuse each step into one
 # fma under 'contract').
@@ -89,7 +78,7 @@ _LN2_HI = np.float32(0.693359375)
 _LN2_LO = np.float32(-2.12194440e-4)
 
 
-@njit(fastmath=_ORDERED, cache=True, nogil=True)
+@njit("void(float32[::1], int64, int32[::1])", fastmath=_ORDERED, cache=True, nogil=True)
 def exp_inplace(x, n, pow2):  # pragma: no cover - compiled
     """x[:n] = exp(x[:n]); pow2 is int32 scratch of at least n."""
     pow2_f = pow2.view(np.float32)
@@ -108,7 +97,26 @@ def exp_inplace(x, n, pow2):  # pragma: no cover - compiled
         x[t] = p * pow2_f[t]
 
 
-@njit(fastmath=_ORDERED, cache=True, nogil=True)
+@njit("float32[:, ::1](float32[:, ::1], int64)", fastmath=_FAST, cache=True, nogil=True)
+def silu_gate(gate_up, d_ffn):  # pragma: no cover - compiled
+    """gate_up [n, 2 d_ffn] -> silu(gate) * up, [n, d_ffn] (SwiGLU)."""
+    n = gate_up.shape[0]
+    out = np.empty((n, d_ffn), dtype=np.float32)
+    e = np.empty(d_ffn, dtype=np.float32)
+    pow2 = np.empty(d_ffn, dtype=np.int32)
+    for r in range(n):
+        for i in range(d_ffn):
+            e[i] = -gate_up[r, i]
+        exp_inplace(e, d_ffn, pow2)
+        for i in range(d_ffn):
+            out[r, i] = gate_up[r, i] / (np.float32(1.0) + e[i]) * gate_up[r, d_ffn + i]
+    return out
+
+
+_ATTEND = "float32[:, ::1](float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], int64, boolean[:, ::1], float32)"
+
+
+@njit(_ATTEND, fastmath=_ORDERED, cache=True, nogil=True)
 def attend(q, keys_t, values, start, visible, scale):  # pragma: no cover - compiled
     """Attention of a segment's rows over its cache.
 

@@ -262,7 +262,7 @@ class _Rope:
     def apply(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """Rotate adjacent pairs (x[2i], x[2i+1]): llama.cpp's converter permutes the
         Q and K rows so that this, not HF's rotate-half, is right for GGUF weights."""
-        return fused.rope(np.ascontiguousarray(x), self.cos, self.sin, positions)
+        return fused.rope(x, self.cos, self.sin, positions)
 
 
 class LlamaModel:
