@@ -6,7 +6,8 @@ as many tokens as its nodes on that path, so the expected number accepted is the
 over its nodes of how often the node lies on the path: additive, so the best tree
 of n nodes is the n most frequent paths (each path's parents are at least as
 frequent, so that set is a tree). The size is then the one with the most tokens per
-unit of cost, a round costing 1 + ROW_COST per node (specq.specdec.adaptive) plus the heads' own products.
+unit of cost, a round costing 1 + ROW_COST per node (specq.specdec.adaptive) plus
+the heads' own products.
 """
 
 from __future__ import annotations
