@@ -1,5 +1,6 @@
-"""Load figures for the queue on a 10,000-request batch: submit, status, results, and
-the share of a worker's time spent writing checkpoints.
+"""Load figures for the queue on a 10,000-request batch: submit, status, results (wall
+time and peak resident memory of each command), and the share of a worker's time
+spent in Redis.
 
     python scripts/bench_queue.py                 # 10,000 requests, toy model, 2 workers
     python scripts/bench_queue.py --requests 2000 --workers 1
