@@ -20,12 +20,17 @@ The innermost loop then runs over a chunk's outputs with the activations as scal
 elementwise arithmetic that LLVM vectorizes, no horizontal sums, no shuffles.
 
 Arithmetic, per lane, block and activation row x:
-    s    = sum_j q_j * x_j               sequentially over the block's bytes
-    out  = out + d * s + m * sum(x)      (Q8_0: out = out + d * s)
-A Q4_1 byte v is lo + 16 hi, so lo * x_lo + hi * x_hi = v * x_lo + hi * (x_hi - 16 x_lo):
-the kernel converts v and hi to float, never lo, with the adjusted coefficient from a
-small per-call table. The weights of a chunk (tens of KB) are read from memory once
-and stay in L1/L2 while groups of up to five activation rows pass over them.
+    Q8_0:  s = sum_j q_j * x_j                   out = out + d * s
+    Q4_1:  s = sum_j f_j * x_j, f = 1 + q/16     out = out + 16d * s + (m - 16d) * sum(x)
+sequentially over the block's weights. A nibble q becomes f = 1 + q/16 by writing it
+into the top of a float's mantissa (f's bits are 0x3F800000 | q << 19): integer
+operations instead of an int-to-float conversion, which at one activation row made
+the kernel bound by the conversion port rather than by memory (the products of a
+forward 1.2x faster at one row, 1.07x at five, on the 2-core AMD EPYC). f is exact
+and d q + m = 16d f + (m - 16d); the sum of f x is larger than the sum of q x would
+be, but the measured error is unchanged (1e-6 of the largest output). The weights of
+a chunk (tens of KB) are read from memory once and stay in L1/L2 while groups of up
+to five activation rows pass over them.
 
 Bitwise row invariance. A row's results do not depend on the other rows of the call
 (so plain decoding and verification compute identical logits, and so does a prefill):
@@ -241,41 +246,54 @@ def _fma4(s, i, w, k):  # pragma: no cover - compiled
     s[i] = t
 
 
-@njit(inline="always")
-def _q4_1_weights(qa, qb, o):  # pragma: no cover - compiled
-    """Lane o of two Q4_1 bytes: each byte and its high nibble, as floats."""
-    va, vb = qa[o], qb[o]
-    return np.float32(va), np.float32(va >> 4), np.float32(vb), np.float32(vb >> 4)
+_ONE_BITS = np.uint32(0x3F800000)  # 1.0f
+_NIBBLE_BITS = np.uint32(0x00780000)  # the top four bits of a float32's mantissa
 
 
 @njit(inline="always")
-def _q4_1_coefs(coef, r, j):  # pragma: no cover - compiled
-    """Row r's coefficients for bytes j and j + 1, in _q4_1_weights's order."""
-    return coef[r, 0, j], coef[r, 1, j], coef[r, 0, j + 1], coef[r, 1, j + 1]
+def _nibble_float(bits):  # pragma: no cover - compiled
+    """1 + q/16 for a nibble q already shifted onto _NIBBLE_BITS (other bits ignored)."""
+    return np.uint32((bits & _NIBBLE_BITS) | _ONE_BITS).view(np.float32)
 
 
 @njit(inline="always")
-def _q4_1_sums(q, coef, r, g, s):  # pragma: no cover - compiled
-    """s[k * LANES + o] += sum over the block's bytes of v * coef[r+k, 0, j] + hi *
-    coef[r+k, 1, j], for the g <= GROUP rows r..: q is the block's [16, LANES] bytes;
-    two bytes per pass over s. One loop per group size: LLVM vectorizes over the lanes
-    only when the rows are fixed."""
+def _q4_1_weights(qa, qb, o):  # pragma: no cover - compiled
+    """Lane o of two Q4_1 bytes: 1 + q/16 for the low and the high nibble of each."""
+    va, vb = np.uint32(qa[o]), np.uint32(qb[o])
+    return (_nibble_float(va << np.uint32(19)), _nibble_float(va << np.uint32(15)),
+            _nibble_float(vb << np.uint32(19)), _nibble_float(vb << np.uint32(15)))
+
+
+@njit(inline="always")
+def _q4_1_coefs(x, r, i):  # pragma: no cover - compiled
+    """Row r's activations for bytes i and i + 1 (of the whole row), in
+    _q4_1_weights's order: a block's byte j holds its elements j and j + 16."""
+    return x[r, i], x[r, i + 16], x[r, i + 1], x[r, i + 17]
+
+
+@njit(inline="always")
+def _q4_1_sums(q, x, b, r, g, s):  # pragma: no cover - compiled
+    """s[k * LANES + o] += sum over block b's weights of (1 + q/16) * x[r + k], for the
+    g <= GROUP rows r..: q is the block's [16, LANES] bytes; two bytes per pass over s.
+    One loop per group size: LLVM vectorizes over the lanes only when the rows are
+    fixed."""
     for j in range(0, 16, 2):
         qa, qb = q[j], q[j + 1]
-        k0 = _q4_1_coefs(coef, r, j)
+        i = b * BLOCK + j
+        k0 = _q4_1_coefs(x, r, i)
         if g == 1:
             for o in range(LANES):
                 w = _q4_1_weights(qa, qb, o)
                 _fma4(s, o, w, k0)
             continue
-        k1 = _q4_1_coefs(coef, r + 1, j)
+        k1 = _q4_1_coefs(x, r + 1, i)
         if g == 2:
             for o in range(LANES):
                 w = _q4_1_weights(qa, qb, o)
                 _fma4(s, o, w, k0)
                 _fma4(s, LANES + o, w, k1)
             continue
-        k2 = _q4_1_coefs(coef, r + 2, j)
+        k2 = _q4_1_coefs(x, r + 2, i)
         if g == 3:
             for o in range(LANES):
                 w = _q4_1_weights(qa, qb, o)
@@ -283,7 +301,7 @@ def _q4_1_sums(q, coef, r, g, s):  # pragma: no cover - compiled
                 _fma4(s, LANES + o, w, k1)
                 _fma4(s, 2 * LANES + o, w, k2)
             continue
-        k3 = _q4_1_coefs(coef, r + 3, j)
+        k3 = _q4_1_coefs(x, r + 3, i)
         if g == 4:
             for o in range(LANES):
                 w = _q4_1_weights(qa, qb, o)
@@ -292,7 +310,7 @@ def _q4_1_sums(q, coef, r, g, s):  # pragma: no cover - compiled
                 _fma4(s, 2 * LANES + o, w, k2)
                 _fma4(s, 3 * LANES + o, w, k3)
             continue
-        k4 = _q4_1_coefs(coef, r + 4, j)
+        k4 = _q4_1_coefs(x, r + 4, i)
         for o in range(LANES):
             w = _q4_1_weights(qa, qb, o)
             _fma4(s, o, w, k0)
@@ -306,19 +324,13 @@ def _q4_1_sums(q, coef, r, g, s):  # pragma: no cover - compiled
 def _q4_1_product(x, quants, scales, out, n_slices):  # pragma: no cover - compiled
     n = x.shape[0]
     n_chunks, n_blocks = quants.shape[0], quants.shape[1]
-    # Per block and row: the coefficients of v (x_lo) and of hi (x_hi - 16 x_lo), and the
-    # sum of x (for m), computed once for all chunks.
-    coef = np.empty((n_blocks, n, 2, 16), dtype=np.float32)
-    x_sum = np.empty((n_blocks, n), dtype=np.float32)
+    x_sum = np.empty((n_blocks, n), dtype=np.float32)  # per block and row, for m - 16d
     for b in range(n_blocks):
         for r in range(n):
             total = np.float32(0.0)
             for j in range(BLOCK):
                 total += x[r, b * BLOCK + j]
             x_sum[b, r] = total
-            for j in range(16):
-                coef[b, r, 0, j] = x[r, b * BLOCK + j]
-                coef[b, r, 1, j] = x[r, b * BLOCK + 16 + j] - np.float32(16.0) * x[r, b * BLOCK + j]
     for t in prange(n_slices):
         _wide_vectors()  # the body of a prange is a function of its own
         s = np.empty(GROUP * LANES, dtype=np.float32)  # per row of the group: the block's sums
@@ -329,14 +341,15 @@ def _q4_1_product(x, quants, scales, out, n_slices):  # pragma: no cover - compi
                 acc[:] = 0.0
                 for b in range(n_blocks):
                     s[:] = 0.0
-                    _q4_1_sums(quants[c, b], coef[b], r, g, s)
+                    _q4_1_sums(quants[c, b], x, b, r, g, s)
                     scale = scales[c, b]
                     for k in range(g):
                         xs = x_sum[b, r + k]
                         for o in range(LANES):
                             i = k * LANES + o
-                            a = acc[i] + _f16(scale[0, o]) * s[i]
-                            acc[i] = a + _f16(scale[1, o]) * xs
+                            d16 = np.float32(16.0) * _f16(scale[0, o])  # exact
+                            a = acc[i] + d16 * s[i]
+                            acc[i] = a + (_f16(scale[1, o]) - d16) * xs
                 for k in range(g):
                     out[r + k, c * LANES : (c + 1) * LANES] = acc[k * LANES : (k + 1) * LANES]
 
