@@ -23,6 +23,7 @@ import numpy as np
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec import fused
+from specq.specdec.layer_stack import StackedLayers
 from specq.specdec.products import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
 from specq.specdec.qkernels import TYPES as QUANTIZED_TYPES
 from specq.specdec.qkernels import QuantizedMatrix
@@ -159,11 +160,16 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
 
 class KVCache:
     """Keys and values of one sequence, indexed by position; grows on demand. Keys
-    are stored with positions last, the vector lanes of fused.attend's scores."""
+    are stored with positions last, the vector lanes of fused.attend's scores. All
+    layers live in one array each (`all_keys`, `all_values`), so the compiled layer
+    stack (specq.specdec.layer_stack) takes a whole cache as two arguments; `keys`
+    and `values` are per-layer views of them."""
 
     def __init__(self, cfg: LlamaConfig, capacity: int = 256) -> None:
         self._cfg = cfg
         self.capacity = 0
+        self.all_keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 0), dtype=np.float32)
+        self.all_values = np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=np.float32)
         self.keys: list[np.ndarray] = []  # per layer [Hkv, hd, capacity]
         self.values: list[np.ndarray] = []  # per layer [Hkv, capacity, hd]
         self.reserve(min(capacity, cfg.context_length))
@@ -177,27 +183,21 @@ class KVCache:
         if n_positions <= self.capacity:
             return
         new_cap = min(max(n_positions, 2 * self.capacity), self._cfg.context_length)
-        n_kv, hd = self._cfg.n_kv_heads, self._cfg.head_dim
-        old = self.capacity
-        new_keys, new_values = [], []
-        for layer in range(self._cfg.n_layers):
-            k = np.zeros((n_kv, hd, new_cap), dtype=np.float32)
-            v = np.zeros((n_kv, new_cap, hd), dtype=np.float32)
-            if old:
-                k[:, :, :old] = self.keys[layer]
-                v[:, :old] = self.values[layer]
-            new_keys.append(k)
-            new_values.append(v)
-        self.keys, self.values, self.capacity = new_keys, new_values, new_cap
+        cfg, old = self._cfg, self.capacity
+        keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, new_cap), dtype=np.float32)
+        values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, cfg.head_dim), dtype=np.float32)
+        keys[..., :old] = self.all_keys
+        values[:, :, :old] = self.all_values
+        self.all_keys, self.all_values, self.capacity = keys, values, new_cap
+        self.keys, self.values = list(keys), list(values)
 
     def move(self, sources: Sequence[int], targets: Sequence[int]) -> None:
         """Copy the keys and values at slots `sources` to slots `targets` (an accepted
         path of a verified tree, to the consecutive slots of its positions). Each
         target must be below every later source, so no copy reads a moved slot."""
         src, dst = np.asarray(sources), np.asarray(targets)
-        for layer in range(self._cfg.n_layers):
-            self.keys[layer][:, :, dst] = self.keys[layer][:, :, src]
-            self.values[layer][:, dst] = self.values[layer][:, src]
+        self.all_keys[..., dst] = self.all_keys[..., src]
+        self.all_values[:, :, dst] = self.all_values[:, :, src]
 
 
 @dataclass
@@ -274,6 +274,13 @@ class LlamaModel:
         self.path = path
         self.fingerprint = fingerprint  # sha256 of the GGUF file
         self._rope = _Rope.build(config)
+        # One compiled call for all the blocks of a single sequence's forward, where
+        # the block matrices allow it (layer_stack); the layers then view its arrays.
+        self._stack: StackedLayers | None = None
+        built = StackedLayers.build(weights.layers)
+        if built is not None:
+            self._stack, layers = built
+            self.weights = replace(weights, layers=layers)
 
     @classmethod
     def load(cls, path: str) -> "LlamaModel":
@@ -309,7 +316,6 @@ class LlamaModel:
         token after token i of that segment.
         """
         cfg, w = self.config, self.weights
-        hd, n_q, n_kv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
         for seg in segments:
             assert seg.n > 0, "a segment needs at least one token"
             seg.cache.reserve(seg.start + seg.n)
@@ -317,23 +323,13 @@ class LlamaModel:
         positions = np.concatenate([s.positions() for s in segments])
         bounds = np.cumsum([0] + [s.n for s in segments])
 
-        plan = RowPlan([s.n for s in segments])  # a prompt's rows by BLAS, the others by the kernels
-        visible = [s.visible() for s in segments]  # [n, n] each: built once, used by every layer
         x = embed(w.token_embedding, ids)  # [rows, d]
-        for layer_idx, lw in enumerate(w.layers):
-            h = fused.rms_norm(x, lw.attn_norm, cfg.rms_eps)
-            qkv = plan.linear(h, lw.w_qkv)  # [rows, (Hq + 2 Hkv) * hd]
-            q = self._rope.apply(qkv[:, : n_q * hd].reshape(-1, n_q, hd), positions)
-            k = self._rope.apply(qkv[:, n_q * hd : (n_q + n_kv) * hd].reshape(-1, n_kv, hd), positions)
-            v = qkv[:, (n_q + n_kv) * hd :].reshape(-1, n_kv, hd)
-            attn = np.empty((len(ids), n_q * hd), dtype=np.float32)  # [rows, Hq * hd]
-            for s_idx, seg in enumerate(segments):
-                rows = slice(bounds[s_idx], bounds[s_idx + 1])
-                attn[rows] = self._attend(seg, visible[s_idx], layer_idx, q[rows], k[rows], v[rows])
-            x = x + plan.linear(attn, lw.w_out)  # [rows, d]
-            h = fused.rms_norm(x, lw.ffn_norm, cfg.rms_eps)
-            gate_up = plan.linear(h, lw.w_gate_up)  # [rows, 2 * ffn]
-            x = x + plan.linear(fused.silu_gate(gate_up, cfg.d_ffn), lw.w_down)  # [rows, d]
+        if self._stack is not None and len(segments) == 1 and segments[0].n < BULK_ROWS:
+            seg = segments[0]
+            x = self._stack.run(x, positions, seg.start, seg.visible(), seg.cache, self._rope.cos, self._rope.sin,
+                                cfg.n_heads, cfg.d_ffn, cfg.rms_eps)
+        else:
+            x = self._blocks(segments, x, positions, bounds)
 
         hidden = fused.rms_norm(x, w.output_norm, cfg.rms_eps)  # [rows, d]
         # The output head's rows of all segments in one product (a prefill wants only
@@ -347,6 +343,31 @@ class LlamaModel:
         return [SegmentOutput(logits=logits[head_bounds[i] : head_bounds[i + 1]],
                               hidden=hidden[bounds[i] : bounds[i + 1]])
                 for i in range(len(segments))]
+
+    def _blocks(self, segments: Sequence[Segment], x: np.ndarray, positions: np.ndarray,
+                bounds: np.ndarray) -> np.ndarray:
+        """The blocks, one numpy or numba call at a time: any weight types, any
+        number of segments, BLAS for prompts. Gives a row the same bits as
+        layer_stack does."""
+        cfg, w = self.config, self.weights
+        hd, n_q, n_kv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+        plan = RowPlan([s.n for s in segments])  # a prompt's rows by BLAS, the others by the kernels
+        visible = [s.visible() for s in segments]  # [n, n] each: built once, used by every layer
+        for layer_idx, lw in enumerate(w.layers):
+            h = fused.rms_norm(x, lw.attn_norm, cfg.rms_eps)
+            qkv = plan.linear(h, lw.w_qkv)  # [rows, (Hq + 2 Hkv) * hd]
+            q = self._rope.apply(qkv[:, : n_q * hd].reshape(-1, n_q, hd), positions)
+            k = self._rope.apply(qkv[:, n_q * hd : (n_q + n_kv) * hd].reshape(-1, n_kv, hd), positions)
+            v = qkv[:, (n_q + n_kv) * hd :].reshape(-1, n_kv, hd)
+            attn = np.empty((x.shape[0], n_q * hd), dtype=np.float32)  # [rows, Hq * hd]
+            for s_idx, seg in enumerate(segments):
+                rows = slice(bounds[s_idx], bounds[s_idx + 1])
+                attn[rows] = self._attend(seg, visible[s_idx], layer_idx, q[rows], k[rows], v[rows])
+            x = x + plan.linear(attn, lw.w_out)  # [rows, d]
+            h = fused.rms_norm(x, lw.ffn_norm, cfg.rms_eps)
+            gate_up = plan.linear(h, lw.w_gate_up)  # [rows, 2 * ffn]
+            x = x + plan.linear(fused.silu_gate(gate_up, cfg.d_ffn), lw.w_down)  # [rows, d]
+        return x
 
     def _attend(self, seg: Segment, visible: np.ndarray, layer: int, q: np.ndarray, k: np.ndarray,
                 v: np.ndarray) -> np.ndarray:

@@ -1,0 +1,95 @@
+"""The compiled layer stack gives every row the bits of the Python layer loop.
+
+A single sequence's forward runs all blocks in one numba call (layer_stack); a
+batched round, a prompt and every model with non-Q4_1 blocks keep the Python loop
+(LlamaModel._blocks). Plain decoding, verification and batched rounds only agree
+bit for bit if the two do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specq.specdec.model import LlamaModel, Segment
+
+TOKENS = [3, 17, 42, 8, 99, 150, 7, 7, 61, 200, 5, 33, 12, 120, 64, 9, 250, 1, 77, 18]
+
+
+@pytest.fixture(scope="module")
+def q4_model(toy_model_file) -> LlamaModel:
+    # d_model 64: the attention output and down products (64 rows) pad their last
+    # chunk of 96 lanes, the q|k|v product (96 rows) does not.
+    return LlamaModel.load(toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"))
+
+
+def _both_paths(model: LlamaModel, prefix: list[int], new: list[int], parents=None):
+    """(stack output, loop output, stack cache, loop cache) for the same segment."""
+    results = []
+    for use_stack in (True, False):
+        cache = model.new_cache(64)
+        if prefix:
+            model.forward([Segment(cache, prefix, 0)])
+        seg = Segment(cache, new, len(prefix), parents=parents)
+        stack = model._stack
+        try:
+            if not use_stack:
+                model._stack = None
+            results.append((model.forward([seg])[0], cache))
+        finally:
+            model._stack = stack
+    (a, cache_a), (b, cache_b) = results
+    return a, b, cache_a, cache_b
+
+
+def test_default_toy_q4_model_is_stacked(q4_model):
+    assert q4_model._stack is not None
+    # The layers view the stack's arrays: one copy of the weights in memory.
+    lw = q4_model.weights.layers[1]
+    assert np.shares_memory(lw.w_qkv.quants, q4_model._stack.quants[0])
+    assert np.shares_memory(lw.w_down.scales, q4_model._stack.scales[3])
+
+
+@pytest.mark.parametrize("prefix,new", [
+    ([], TOKENS[:1]),  # a first step
+    (TOKENS[:9], TOKENS[9:10]),  # a decode step
+    (TOKENS[:6], TOKENS[6:11]),  # a verification of 4 drafts
+    ([], TOKENS[:17]),  # a short prompt (below products.BULK_ROWS)
+])
+def test_stack_equals_layer_loop_bit_for_bit(q4_model, prefix, new):
+    a, b, cache_a, cache_b = _both_paths(q4_model, prefix, new)
+    np.testing.assert_array_equal(a.logits, b.logits)
+    np.testing.assert_array_equal(a.hidden, b.hidden)
+    end = len(prefix) + len(new)
+    np.testing.assert_array_equal(cache_a.all_keys[..., :end], cache_b.all_keys[..., :end])
+    np.testing.assert_array_equal(cache_a.all_values[:, :, :end], cache_b.all_values[:, :, :end])
+
+
+def test_stack_equals_layer_loop_on_a_tree(q4_model):
+    a, b, _, _ = _both_paths(q4_model, TOKENS[:8], [5, 9, 11, 13, 2], parents=[-1, 0, 0, 1, 2])
+    np.testing.assert_array_equal(a.logits, b.logits)
+
+
+def test_stack_serves_single_segments_only(q4_model, monkeypatch):
+    """A single sequence's forward goes through the stack (so the equality tests
+    above compare two paths), a batched round does not."""
+    calls = []
+    real = type(q4_model._stack).run
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(q4_model._stack), "run", counting)
+    q4_model.forward([Segment(q4_model.new_cache(), TOKENS[:3], 0)])
+    assert len(calls) == 1
+    q4_model.forward([Segment(q4_model.new_cache(), TOKENS[:3], 0), Segment(q4_model.new_cache(), TOKENS[:2], 0)])
+    assert len(calls) == 1
+
+
+def test_models_with_other_block_types_keep_the_loop(toy_model_file):
+    for kwargs in (dict(), dict(seed=5, tensor_type="Q8_0")):
+        model = LlamaModel.load(toy_model_file(**kwargs))
+        assert model._stack is None
+    q4 = LlamaModel.load(toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"))
+    assert q4.dequantized()._stack is None
