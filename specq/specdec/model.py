@@ -274,8 +274,8 @@ class LlamaModel:
         self.path = path
         self.fingerprint = fingerprint  # sha256 of the GGUF file
         self._rope = _Rope.build(config)
-        # One compiled call for all the blocks of a single sequence's forward, where
-        # the block matrices allow it (layer_stack); the layers then view its arrays.
+        # One compiled call for all the blocks of a forward, where the block matrices
+        # allow it (layer_stack); the layers then view its arrays.
         self._stack: StackedLayers | None = None
         built = StackedLayers.build(weights.layers)
         if built is not None:
@@ -324,9 +324,8 @@ class LlamaModel:
         bounds = np.cumsum([0] + [s.n for s in segments])
 
         x = embed(w.token_embedding, ids)  # [rows, d]
-        if self._stack is not None and len(segments) == 1 and segments[0].n < BULK_ROWS:
-            seg = segments[0]
-            x = self._stack.run(x, positions, seg.start, seg.visible(), seg.cache, self._rope.cos, self._rope.sin,
+        if self._stack is not None and all(seg.n < BULK_ROWS for seg in segments):
+            x = self._stack.run(x, segments, positions, self._rope.cos, self._rope.sin,
                                 cfg.n_heads, cfg.d_ffn, cfg.rms_eps)
         else:
             x = self._blocks(segments, x, positions, bounds)

@@ -1,7 +1,8 @@
 """The compiled layer stack gives every row the bits of the Python layer loop.
 
-A single sequence's forward runs all blocks in one numba call (layer_stack); a
-batched round, a prompt and every model with non-Q4_1 blocks keep the Python loop
+A forward of short segments (decode steps, verifications, a batched round) runs all
+blocks in one numba call (layer_stack); a forward holding a prompt of BULK_ROWS rows
+or more and every model with non-Q4_1 blocks keep the Python loop
 (LlamaModel._blocks). Plain decoding, verification and batched rounds only agree
 bit for bit if the two do.
 """
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from specq.specdec.model import LlamaModel, Segment
+from specq.specdec.products import BULK_ROWS
 
 TOKENS = [3, 17, 42, 8, 99, 150, 7, 7, 61, 200, 5, 33, 12, 120, 64, 9, 250, 1, 77, 18]
 
@@ -70,9 +72,34 @@ def test_stack_equals_layer_loop_on_a_tree(q4_model):
     np.testing.assert_array_equal(a.logits, b.logits)
 
 
-def test_stack_serves_single_segments_only(q4_model, monkeypatch):
-    """A single sequence's forward goes through the stack (so the equality tests
-    above compare two paths), a batched round does not."""
+def test_a_batched_round_through_the_stack_equals_each_segment_alone_through_the_loop(q4_model):
+    specs = [  # (cached prefix, new tokens, tree parents)
+        (TOKENS[:5], TOKENS[5:8], None),
+        ([], TOKENS[8:15], None),
+        (TOKENS[:10], TOKENS[10:11], None),
+        (TOKENS[:7], [4, 6, 8, 10], [-1, 0, 0, 1]),
+    ]
+    caches = []
+    for prefix, _, _ in specs:
+        cache = q4_model.new_cache(64)
+        if prefix:
+            q4_model.forward([Segment(cache, prefix, 0)])
+        caches.append(cache)
+    batched = q4_model.forward([Segment(c, new, len(prefix), parents=parents)
+                                for c, (prefix, new, parents) in zip(caches, specs)])
+    for cache, (prefix, new, parents), out in zip(caches, specs, batched):
+        _, alone, _, alone_cache = _both_paths(q4_model, prefix, new, parents=parents)
+        np.testing.assert_array_equal(out.logits, alone.logits)
+        np.testing.assert_array_equal(out.hidden, alone.hidden)
+        end = len(prefix) + len(new)
+        np.testing.assert_array_equal(cache.all_keys[..., :end], alone_cache.all_keys[..., :end])
+        np.testing.assert_array_equal(cache.all_values[:, :, :end], alone_cache.all_values[:, :, :end])
+
+
+def test_stack_serves_rounds_without_a_prompt_of_bulk_length(q4_model, monkeypatch):
+    """Single sequences and batched rounds go through the stack (so the equality
+    tests above compare two paths); a forward holding a prompt of BULK_ROWS rows
+    or more (BLAS) does not."""
     calls = []
     real = type(q4_model._stack).run
 
@@ -82,9 +109,11 @@ def test_stack_serves_single_segments_only(q4_model, monkeypatch):
 
     monkeypatch.setattr(type(q4_model._stack), "run", counting)
     q4_model.forward([Segment(q4_model.new_cache(), TOKENS[:3], 0)])
-    assert len(calls) == 1
     q4_model.forward([Segment(q4_model.new_cache(), TOKENS[:3], 0), Segment(q4_model.new_cache(), TOKENS[:2], 0)])
-    assert len(calls) == 1
+    assert len(calls) == 2
+    long_prompt = (TOKENS * 3)[:BULK_ROWS]
+    q4_model.forward([Segment(q4_model.new_cache(), long_prompt, 0), Segment(q4_model.new_cache(), TOKENS[:2], 0)])
+    assert len(calls) == 2
 
 
 def test_models_with_other_block_types_keep_the_loop(toy_model_file):
