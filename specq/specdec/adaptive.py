@@ -22,14 +22,15 @@ IDLE_DECAY = 0.95
 PRIOR_ACCEPTED = 1.0  # pseudo-counts: a fresh request assumes c_i = 0.5
 PRIOR_REACHED = 2.0
 # A verification row's cost relative to a one-row forward, measured by `specq bench`
-# on the default model computing from its quantized blocks, with the fused per-layer
-# loops, on the 2-core AMD EPYC (AVX2): 3 rows 1.72x, 5 rows 2.20x of a 1-row step
-# (docs/performance.md), about a third of a step a row. The kernel is bound by
-# arithmetic at a few rows (it was 0.1 with float32 products, which were bound by
-# streaming the weights; 0.24 on the AVX-512 Xeon before the fused loops made the
-# one-row step cheaper). Too low a figure drafts where drafts do not pay: at 0.24,
-# prompt lookup fell to 0.93x plain decoding on math and 0.94x on translation.
-ROW_COST = 0.33
+# on the default model (Q4_1 blocks, fused per-layer loops, the compiled layer stack)
+# on the 2-core AMD EPYC (AVX2): 2 rows 1.40x, 3 rows 1.86x, 5 rows 2.47x of a 1-row
+# step (docs/performance.md), about 0.4 of a step a row. The kernel is bound by
+# arithmetic at a few rows, and every speedup of the 1-row step (which is bound by
+# streaming the weights) makes a row relatively dearer: it was 0.1 with float32
+# products, 0.24 on the AVX-512 Xeon, 0.33 here before the layer stack. Too low a
+# figure drafts where drafts do not pay: at 0.33 with the layer stack, prompt lookup
+# fell to 0.89x plain decoding on code and 0.90x on math and translation.
+ROW_COST = 0.40
 
 
 @dataclass(frozen=True)
