@@ -11,14 +11,14 @@ bodies with the same trip counts whatever rows share the call, so plain decoding
 chain verification, tree verification and batched rounds give a row the same bits.
 Attention visits a row's visible keys in position order (the cache before the
 segment, then its own ancestors), so a tree row computes exactly what the same row
-of a chain does. The loops are compiled serially: numba's thread pool is the
-products' (waking it for work this small costs more than it saves).
+of a chain does. The loops are compiled serially (waking numba's thread pool for
+work this small costs more than it saves), except attention's.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 # 'reassoc' lets LLVM vectorize the reductions; one loop body per reduction keeps
 # their order the same for every row (see the module docstring).
@@ -116,7 +116,7 @@ def silu_gate(gate_up, d_ffn):  # pragma: no cover - compiled
 _ATTEND = "float32[:, ::1](float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], int64, boolean[:, ::1], float32)"
 
 
-@njit(_ATTEND, fastmath=_ORDERED, cache=True, nogil=True)
+@njit(_ATTEND, fastmath=_ORDERED, parallel=True, cache=True, nogil=True)
 def attend(q, keys_t, values, start, visible, scale):  # pragma: no cover - compiled
     """Attention of a segment's rows over its cache.
 
@@ -128,55 +128,55 @@ def attend(q, keys_t, values, start, visible, scale):  # pragma: no cover - comp
     A row sees its visible slots in position order: the cache before the segment,
     then its own ancestors (a chain's earlier rows, or a tree's path). Its result
     depends only on those slots, so a tree row, the same row in a chain and the same
-    token decoded alone get the same bits. Loops run kv head by kv head, so each key
-    and value is read once from L1 for all rows and query heads that use it."""
+    token decoded alone get the same bits. Each (kv head, row) pair is a task of its
+    own on numba's threads, the one loop here that is worth waking them for: at
+    context 200 a 5-row verification's attention took 1.56x less time than in one
+    thread, a 1-row step's 1.14x (measured in one process, alternating)."""
     n, n_q, hd = q.shape
-    group = n_q // keys_t.shape[0]
+    n_kv = keys_t.shape[0]
+    group = n_q // n_kv
     end = start + n
     out = np.empty((n, n_q * hd), dtype=np.float32)
-    raw = np.empty((n, group, end), dtype=np.float32)  # every slot's score, before masking
-    kept = np.empty((group, end), dtype=np.float32)  # a row's visible scores, then weights
-    totals = np.empty(group, dtype=np.float64)  # sequential sums of up to thousands of weights
-    acc = np.empty((group, hd), dtype=np.float32)
-    pow2 = np.empty(end, dtype=np.int32)
-    slots = np.empty(end, dtype=np.int64)
-    for t in range(start):
-        slots[t] = t
-    for kv in range(keys_t.shape[0]):
-        raw[:] = 0.0
+    for task in prange(n_kv * n):
+        kv, r = task // n, task % n
+        raw = np.zeros((group, end), dtype=np.float32)  # every slot's score, before masking
+        kept = np.empty((group, end), dtype=np.float32)  # the visible scores, then weights
+        totals = np.empty(group, dtype=np.float64)  # sequential sums of up to thousands of weights
+        acc = np.zeros((group, hd), dtype=np.float32)
+        pow2 = np.empty(end, dtype=np.int32)
+        slots = np.empty(end, dtype=np.int64)
+        for t in range(start):
+            slots[t] = t
         for i in range(hd):
-            for r in range(n):
-                for g in range(group):
-                    qi = q[r, kv * group + g, i]
-                    for t in range(end):
-                        raw[r, g, t] += qi * keys_t[kv, i, t]
-        for r in range(n):
-            m = start
-            for j in range(n):
-                if visible[r, j]:
-                    slots[m] = start + j
-                    m += 1
             for g in range(group):
-                best = -np.inf
-                for t in range(m):
-                    kept[g, t] = raw[r, g, slots[t]] * scale
-                    best = max(best, kept[g, t])
-                for t in range(m):
-                    kept[g, t] -= best
-                exp_inplace(kept[g], m, pow2)
-                totals[g] = 0.0
-                for t in range(m):
-                    totals[g] += kept[g, t]
-            acc[:] = 0.0
+                qi = q[r, kv * group + g, i]
+                for t in range(end):
+                    raw[g, t] += qi * keys_t[kv, i, t]
+        m = start
+        for j in range(n):
+            if visible[r, j]:
+                slots[m] = start + j
+                m += 1
+        for g in range(group):
+            best = -np.inf
             for t in range(m):
-                slot = slots[t]
-                for g in range(group):
-                    weight = kept[g, t]
-                    for i in range(hd):
-                        acc[g, i] += weight * values[kv, slot, i]
+                kept[g, t] = raw[g, slots[t]] * scale
+                best = max(best, kept[g, t])
+            for t in range(m):
+                kept[g, t] -= best
+            exp_inplace(kept[g], m, pow2)
+            totals[g] = 0.0
+            for t in range(m):
+                totals[g] += kept[g, t]
+        for t in range(m):
+            slot = slots[t]
             for g in range(group):
-                inv_total = np.float32(1.0 / totals[g])  # normalized once, not once per weight
-                h = kv * group + g
+                weight = kept[g, t]
                 for i in range(hd):
-                    out[r, h * hd + i] = acc[g, i] * inv_total
+                    acc[g, i] += weight * values[kv, slot, i]
+        for g in range(group):
+            inv_total = np.float32(1.0 / totals[g])  # normalized once, not once per weight
+            h = kv * group + g
+            for i in range(hd):
+                out[r, h * hd + i] = acc[g, i] * inv_total
     return out
