@@ -1,14 +1,16 @@
-"""`specq train-heads`: Medusa heads for a model, trained by self-distillation."""
+"""`specq train-heads`: heads for a model (recurrent or Medusa), trained by self-distillation."""
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 import click
 
 from specq.errors import SpecqError
 from specq.training.heads import TrainConfig
+from specq.training.recurrent import RecurrentConfig
 
 
 @click.command("train-heads")
@@ -17,9 +19,13 @@ from specq.training.heads import TrainConfig
               help="Heads file to write (GGUF).")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False),
               help="Target GGUF (default: SmolLM2-135M-Instruct).")
-@click.option("--heads", "n_heads", type=click.IntRange(1, 8), default=4, show_default=True)
+@click.option("--kind", type=click.Choice(["recurrent", "medusa"]), default="recurrent", show_default=True,
+              help="recurrent: one head fed each drafted token; medusa: one independent head per position.")
+@click.option("--heads", "n_heads", type=click.IntRange(1, 8), default=4, show_default=True,
+              help="Medusa heads to train; for a recurrent head, the drafted positions measured.")
 @click.option("--max-tokens", type=click.IntRange(min=2), help="Cap on each answer's length (default: the lines').")
-@click.option("--epochs", type=click.IntRange(min=1), default=TrainConfig.epochs, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1),
+              help=f"Passes over the training rows (default: {RecurrentConfig.epochs} recurrent, {TrainConfig.epochs} medusa).")
 @click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=TrainConfig.learning_rate,
               show_default=True)
 @click.option("--seed", type=int, default=TrainConfig.seed, show_default=True)
@@ -27,16 +33,16 @@ from specq.training.heads import TrainConfig
               help="Answers decoded together while distilling.")
 @click.option("--work-dir", type=click.Path(file_okay=False), default=".specq-train", show_default=True,
               help="Answers and features kept between runs: an interrupted run continues.")
-def train_heads(prompts_path, out_path, model_path, n_heads, max_tokens, epochs, learning_rate, seed, batch_size,
+def train_heads(prompts_path, out_path, model_path, kind, n_heads, max_tokens, epochs, learning_rate, seed, batch_size,
                 work_dir) -> None:
-    """Train Medusa heads on the model's own answers to PROMPTS.jsonl.
+    """Train heads on the model's own answers to PROMPTS.jsonl.
 
     \b
     specq train-heads examples/train_prompts.jsonl -o heads.gguf
-    specq generate --proposer medusa --medusa-heads heads.gguf --prompt "..."
+    specq generate --proposer hybrid --medusa-heads heads.gguf --prompt "..."
     """
     from specq.specdec.loader import load_engine
-    from specq.training.run import train_medusa
+    from specq.training.run import train_heads_file
 
     out_dir = os.path.dirname(os.path.abspath(out_path))
     if not os.path.isdir(out_dir):
@@ -48,11 +54,14 @@ def train_heads(prompts_path, out_path, model_path, n_heads, max_tokens, epochs,
 
     try:
         engine = load_engine(model_path=model_path, proposer="none")
-        report = train_medusa(
-            engine, prompts_path, out_path, work_dir, n_heads=n_heads, max_tokens=max_tokens, batch_size=batch_size,
-            config=TrainConfig(epochs=epochs, learning_rate=learning_rate, seed=seed), say=say,
+        base = RecurrentConfig() if kind == "recurrent" else TrainConfig()
+        config = replace(base, epochs=epochs or base.epochs, learning_rate=learning_rate, seed=seed)
+        report = train_heads_file(
+            engine, prompts_path, out_path, work_dir, kind=kind, n_heads=n_heads, max_tokens=max_tokens,
+            batch_size=batch_size, config=config, say=say,
         )
     except SpecqError as exc:
         raise click.ClickException(str(exc)) from None
-    top1 = ", ".join(f"{x:.3f}" for x in report.held_out.top1)
-    say(f"wrote {out_path}: {n_heads} heads, held-out top-1 {top1}")
+    top1 = ", ".join(f"{x:.3f}" for x in report.top1)
+    what = f"{n_heads} heads" if kind == "medusa" else "a recurrent head"
+    say(f"wrote {out_path}: {what}, held-out top-1 {top1}")

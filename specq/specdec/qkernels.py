@@ -162,6 +162,21 @@ class QuantizedMatrix:
         lookup(self.quants, self.scales, ids % n_out, out)
         return out
 
+    def to_gguf_bytes(self) -> np.ndarray:
+        """The inverse of from_gguf_bytes: uint8 [n_out, bytes per row], gguf's blocks."""
+        quants, scales = self._rows_layout()
+        blocks = np.concatenate([scales.view(np.uint8), quants.view(np.uint8)], axis=2)
+        return np.ascontiguousarray(blocks.reshape(self.shape[0], -1))
+
+    def select_rows(self, ids) -> "QuantizedMatrix":
+        """The matrix of rows `ids` only, still quantized: a product with it gives the
+        bits that the same rows give in a product with the whole matrix."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if not ids.size or ids.min() < 0 or ids.max() >= self.shape[0]:
+            raise IndexError(f"row ids out of range for a matrix of {self.shape[0]} rows")
+        quants, scales = self._rows_layout()
+        return self._from_rows(self.type_name, (ids.size, self.shape[1]), quants[ids], scales[ids])
+
     @classmethod
     def _from_rows(cls, type_name: str, shape: tuple[int, int], quants: np.ndarray, scales: np.ndarray) -> "QuantizedMatrix":
         """From gguf's row-major blocks: quants [n_out, n_blocks, bytes], scales [n_out, n_blocks, k]."""

@@ -1,8 +1,11 @@
 """What the heads learn from: the target's final hidden state at every answer
-position, and the answer's tokens 2, 3, ... positions later.
+position, the token the target predicts from it, and the answer's tokens 2, 3, ...
+positions later.
 
 At position t the target itself predicts token t+1; head i (0-based) is asked for
-token t+2+i, the one after the target's own next token and i more.
+token t+2+i, the one after the target's own next token and i more. Recurrent heads
+also read token t+1 itself (`tokens`), and learn to predict the next row's hidden
+state (the row after, within the same answer).
 """
 
 from __future__ import annotations
@@ -23,9 +26,18 @@ class Features:
     hidden: np.ndarray  # [rows, d] float32, final-normed: the input of the output head
     labels: np.ndarray  # [rows, n_heads] int64, NO_LABEL past the answer's end
     answer: np.ndarray  # [rows] index of the answer a row comes from
+    tokens: np.ndarray  # [rows] int64: token t+1, the target's own prediction from the row
 
     def subset(self, mask: np.ndarray) -> "Features":
-        return Features(self.hidden[mask], self.labels[mask], self.answer[mask])
+        return Features(self.hidden[mask], self.labels[mask], self.answer[mask], self.tokens[mask])
+
+    def next_rows(self) -> np.ndarray:
+        """[rows]: the index of the row one position later in the same answer, -1 at an
+        answer's last row. Rows of an answer are consecutive positions."""
+        following = np.arange(1, len(self) + 1)
+        same = np.zeros(len(self), bool)
+        same[:-1] = self.answer[1:] == self.answer[:-1]
+        return np.where(same, following, -1)
 
     def __len__(self) -> int:
         return len(self.hidden)
@@ -42,7 +54,7 @@ def collect_features(
     weight is dequantized once per forward for long segments). The prompt's rows are
     needed as attention context; only the answer's rows, from the prompt's last, are
     kept."""
-    hidden, labels, owner = [], [], []
+    hidden, labels, owner, tokens = [], [], [], []
     usable = [(i, a) for i, a in enumerate(answers) if len(a.output_ids) >= 2]
     for group_start in range(0, len(usable), per_forward):
         group = usable[group_start : group_start + per_forward]
@@ -58,12 +70,15 @@ def collect_features(
             wanted = rows[:, None] + 2 + np.arange(n_heads)[None, :]  # [rows, n_heads]
             labels.append(np.where(wanted < len(seq), seq[np.minimum(wanted, len(seq) - 1)], NO_LABEL))
             owner.append(np.full(len(rows), index))
+            tokens.append(seq[rows + 1])
         progress(min(group_start + per_forward, len(usable)), len(usable))
     d = model.config.d_model
     if not hidden:
-        return Features(np.zeros((0, d), np.float32), np.zeros((0, n_heads), np.int64), np.zeros(0, np.int64))
+        none = np.zeros(0, np.int64)
+        return Features(np.zeros((0, d), np.float32), np.zeros((0, n_heads), np.int64), none, none)
     return Features(
         np.ascontiguousarray(np.concatenate(hidden), dtype=np.float32),
         np.concatenate(labels).astype(np.int64),
         np.concatenate(owner).astype(np.int64),
+        np.concatenate(tokens).astype(np.int64),
     )

@@ -22,37 +22,48 @@ from specq.specdec.products import dequantized
 from specq.specdec.adaptive import ROW_COST
 from specq.specdec.proposers import MedusaHeads, MedusaProposer, NoProposer
 from specq.specdec.proposers.medusa import format_tree
+from specq.specdec.proposers.recurrent import RecurrentHead, RecurrentHeadProposer
 from specq.specdec.sampling import SamplingParams
 from specq.training.distill import distill
 from specq.training.features import Features, collect_features
-from specq.training.heads import HeadAccuracy, TrainConfig, accuracy, label_ranks, train_heads
-from specq.training.tree_shape import TreeChoice, choose_tree
+from specq.training.heads import TrainConfig, accuracy, label_ranks, train_heads
+from specq.training.recurrent import RecurrentConfig, chain_accuracy, chain_ranks, train_recurrent
+from specq.training.gate import choose_gate
+from specq.training.tree_shape import choose_tree
 
+FEATURES_FORMAT = 2  # 2: with each row's next token
+HEAD_KINDS = ("recurrent", "medusa")
 HELD_OUT_EVERY = 10  # every 10th answer (in file order) is held out for the accuracy figures
 
 
 @dataclass(frozen=True)
 class TrainingReport:
+    kind: str  # "recurrent" or "medusa"
     answers: int
     train_rows: int
     held_out_rows: int
-    held_out: HeadAccuracy
-    config: TrainConfig
-    tree: TreeChoice
+    top1: list[float]  # per head (Medusa) or per drafted position (recurrent), held out
+    top5: list[float]
+    detail: dict  # kind-specific figures, as stored in the file's metadata
 
 
-def train_medusa(
+def train_heads_file(
     engine: Engine,
     prompts_path: str,
     out_path: str,
     work_dir: str,
     *,
+    kind: str = "recurrent",
     n_heads: int = 4,
     max_tokens: int | None = None,
     batch_size: int = 8,
-    config: TrainConfig = TrainConfig(),
+    config: TrainConfig | RecurrentConfig | None = None,
     say: Callable[[str], None] = lambda message: None,
 ) -> TrainingReport:
+    """The whole run: answers, features, training, and the heads file at out_path.
+    `n_heads`: Medusa heads, or the drafted positions a recurrent head is measured at."""
+    if kind not in HEAD_KINDS:
+        raise InputError(f"unknown kind of heads {kind!r} (choose from {', '.join(HEAD_KINDS)})")
     os.makedirs(work_dir, exist_ok=True)
     specs = read_jsonl(prompts_path)
     defaults = GenerationDefaults(max_tokens=max_tokens or 256)
@@ -69,7 +80,8 @@ def train_medusa(
                       progress=_every(50, lambda d, t: say(f"answers: {d}/{t}")))
     say(f"answers: {len(answers)} ({sum(len(a.output_ids) for a in answers)} tokens) in {answers_path}")
 
-    features = _features(engine, answers, answers_path, work_dir, n_heads, say)
+    # A recurrent head trains two steps, so it needs the labels of two positions.
+    features = _features(engine, answers, answers_path, work_dir, max(n_heads, 2 if kind == "recurrent" else 1), say)
     held = (features.answer % HELD_OUT_EVERY) == HELD_OUT_EVERY - 1
     train, held_out = features.subset(~held), features.subset(held)
     if not len(train) or not len(held_out):
@@ -80,7 +92,20 @@ def train_medusa(
             f"train-heads needs at least {HELD_OUT_EVERY} prompts whose answers have 2 or more tokens"
         )
     say(f"features: {len(train)} training rows, {len(held_out)} held out")
+    metadata = {
+        "training_prompts": os.path.basename(prompts_path),
+        "training_prompts_sha256": file_sha256(prompts_path),
+        "answers": str(len(answers)),
+        "train_rows": str(len(train)),
+        "held_out_rows": str(len(held_out)),
+    }
+    train_kind = _train_recurrent if kind == "recurrent" else _train_medusa
+    top1, top5, detail = train_kind(engine, train, held_out, out_path, metadata, n_heads,
+                                    config or (RecurrentConfig() if kind == "recurrent" else TrainConfig()), say)
+    return TrainingReport(kind, len(answers), len(train), len(held_out), top1, top5, detail)
 
+
+def _train_medusa(engine, train, held_out, out_path, metadata, n_heads, config: TrainConfig, say):
     output_head = dequantized(engine.model.weights.w_output)
     w, b = train_heads(train, output_head, config,
                        progress=_every(200, lambda s, n, loss: say(f"step {s}/{n}: loss {loss:.3f}")))
@@ -91,13 +116,8 @@ def train_medusa(
     tree = choose_tree(ranks, ROW_COST, MedusaProposer.draft_cost)
     say(f"tree: {len(tree.paths)} nodes, {tree.tokens_per_round:.2f} tokens a round expected, "
         f"{tree.tokens_per_cost:.2f} per step-cost against {tree.chain_tokens_per_cost:.2f} for the best chain")
-
     metadata = {
-        "training_prompts": os.path.basename(prompts_path),
-        "training_prompts_sha256": file_sha256(prompts_path),
-        "answers": str(len(answers)),
-        "train_rows": str(len(train)),
-        "held_out_rows": str(len(held_out)),
+        **metadata,
         "held_out_top1": ",".join(f"{x:.4f}" for x in scores.top1),
         "held_out_top5": ",".join(f"{x:.4f}" for x in scores.top5),
         "config": ",".join(f"{k}={v}" for k, v in asdict(config).items()),
@@ -109,19 +129,57 @@ def train_medusa(
     if tree.paths:  # none: drafting did not pay on the held-out answers; a chain is used
         metadata["tree"] = format_tree(tree.paths)
     MedusaHeads(weights=w, biases=b, target_fingerprint=engine.model.fingerprint, metadata=metadata).save(out_path)
-    return TrainingReport(len(answers), len(train), len(held_out), scores, config, tree)
+    return scores.top1, scores.top5, metadata
+
+
+def _train_recurrent(engine, train, held_out, out_path, metadata, depth, config: RecurrentConfig, say):
+    embedding = dequantized(engine.model.weights.token_embedding)
+    tied = engine.model.weights.w_output is engine.model.weights.token_embedding
+    output_head = embedding if tied else dequantized(engine.model.weights.w_output)
+    w_in, b_in, w_out, vocab = train_recurrent(
+        train, embedding, output_head, config,
+        progress=_every(200, lambda s, n, loss: say(f"step {s}/{n}: loss {loss:.3f}")))
+    head = RecurrentHead.from_float(w_in, b_in, w_out, vocab, engine.model.fingerprint)
+    ranks, confidence = chain_ranks(held_out, engine.model, head, depth)
+    scores = chain_accuracy(ranks, len(vocab))
+    say(f"draft vocabulary: {len(vocab)} tokens, {scores.vocab_coverage:.3f} of held-out labels inside")
+    for j, (t1, t5, c) in enumerate(zip(scores.top1, scores.top5, scores.chain)):
+        say(f"draft {j + 1}: held-out top-1 {t1:.3f}, top-5 {t5:.3f} given the earlier right; "
+            f"all {j + 1} right {c:.3f} ({scores.rows[j]} rows)")
+    gate = choose_gate(confidence, ranks == 0, ROW_COST, RecurrentHeadProposer.draft_cost)
+    say(f"gate: confidence {gate.gate[0]:.2f} for the first draft, {gate.gate[1]:.2f} after; "
+        f"{gate.tokens_per_round:.2f} tokens a round expected, {gate.tokens_per_cost:.3f} per step-cost "
+        f"against {gate.ungated_tokens_per_cost:.3f} without the gate")
+    metadata = {
+        **metadata,
+        "gate": ",".join(f"{g:.2f}" for g in gate.gate),
+        "gate_expected_tokens_per_round": f"{gate.tokens_per_round:.4f}",
+        "gate_expected_tokens_per_cost": f"{gate.tokens_per_cost:.4f}",
+        "ungated_expected_tokens_per_cost": f"{gate.ungated_tokens_per_cost:.4f}",
+        "row_cost": str(ROW_COST),
+        "held_out_top1": ",".join(f"{x:.4f}" for x in scores.top1),
+        "held_out_top5": ",".join(f"{x:.4f}" for x in scores.top5),
+        "held_out_chain": ",".join(f"{x:.4f}" for x in scores.chain),
+        "vocab_coverage": f"{scores.vocab_coverage:.4f}",
+        "config": ",".join(f"{k}={v}" for k, v in asdict(config).items()),
+    }
+    replace(head, metadata=metadata).save(out_path)
+    return scores.top1, scores.top5, metadata
 
 
 def _features(engine, answers, answers_path, work_dir, n_heads, say) -> Features:
-    digest = hashlib.sha256(f"{file_sha256(answers_path)} {engine.model.fingerprint} {n_heads}".encode()).hexdigest()
+    # The format tag changes whenever the stored arrays do, so older caches are not read.
+    digest = hashlib.sha256(
+        f"{FEATURES_FORMAT} {file_sha256(answers_path)} {engine.model.fingerprint} {n_heads}".encode()
+    ).hexdigest()
     path = os.path.join(work_dir, f"features-{digest[:16]}.npz")
     if os.path.exists(path):
         with np.load(path) as data:
-            return Features(data["hidden"], data["labels"], data["answer"])
+            return Features(data["hidden"], data["labels"], data["answer"], data["tokens"])
     features = collect_features(engine.model, answers, n_heads,
                                 progress=_every(50, lambda d, t: say(f"features: {d}/{t} answers")))
     tmp = path + ".tmp.npz"
-    np.savez(tmp, hidden=features.hidden, labels=features.labels, answer=features.answer)
+    np.savez(tmp, hidden=features.hidden, labels=features.labels, answer=features.answer, tokens=features.tokens)
     os.replace(tmp, path)  # a kill mid-write leaves no half file to be trusted later
     return features
 

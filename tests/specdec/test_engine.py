@@ -13,9 +13,11 @@ from specq.errors import ModelFileError, ParameterError
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_engine, load_model_and_tokenizer
 from specq.specdec.proposers import (
-    DraftModelProposer, HybridProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer,
+    DraftModelProposer, HybridProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer, RecurrentHead,
+    RecurrentHeadProposer,
 )
 from specq.specdec.model import Segment
+from specq.specdec.proposers.base import ProposeContext
 from specq.specdec.sampling import SamplingParams, probabilities
 from specq.specdec.state import DecodeState, GenerationRequest
 from stats import chi_square, chi_square_critical
@@ -49,9 +51,28 @@ def random_heads(model, n_heads: int = 4, seed: int = 0, scale: float = 0.05) ->
     )
 
 
+def random_recurrent_head(model, seed: int = 0, scale: float = 0.05, hidden: int = 32) -> RecurrentHead:
+    """Random weights (stored as Q8_0, as trained heads are), and a draft vocabulary of
+    every other token: drafts outside it are impossible, as with a real head's."""
+    rng = np.random.default_rng(seed)
+    d = model.config.d_model
+    return RecurrentHead.from_float(
+        w_in=rng.normal(size=(2 * d, hidden)) * scale,
+        b_in=rng.normal(size=hidden) * scale,
+        w_out=rng.normal(size=(hidden, d)) * scale,
+        vocab=np.arange(0, model.config.vocab_size, 2, dtype=np.int64),
+        target_fingerprint=model.fingerprint,
+        metadata={"made_by": "test"},
+    )
+
+
 def proposers(toy, other_toy):
     model, _ = toy
     return {
+        "recurrent": RecurrentHeadProposer(model, random_recurrent_head(model)),
+        # A gate that the random head's guesses pass at some depths and fail at others.
+        "recurrent_gated": RecurrentHeadProposer(model, random_recurrent_head(model), gate=(0.15, 0.3)),
+        "hybrid_recurrent": HybridProposer(NgramProposer(), RecurrentHeadProposer(model, random_recurrent_head(model))),
         "none": NoProposer(),
         "ngram": NgramProposer(),
         "draft_same": DraftModelProposer(model),
@@ -80,7 +101,8 @@ def plain_greedy(model, prompt_ids, n):
     return out
 
 
-@pytest.mark.parametrize("name", ["none", "ngram", "draft_same", "draft_other", "medusa", "hybrid"])
+@pytest.mark.parametrize("name", ["none", "ngram", "draft_same", "draft_other", "medusa", "hybrid", "recurrent",
+                                  "recurrent_gated", "hybrid_recurrent"])
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_speculative_greedy_equals_plain_greedy(toy, other_toy, name, k):
     model, tokenizer = toy
@@ -118,7 +140,8 @@ def test_a_draft_identical_to_the_target_accepts_every_drafted_token(toy):
         assert m.drafted > 0 and m.accepted == m.drafted, params
 
 
-@pytest.mark.parametrize("name", ["none", "ngram", "draft_other", "medusa", "hybrid"])
+@pytest.mark.parametrize("name", ["none", "ngram", "draft_other", "medusa", "hybrid", "recurrent", "recurrent_gated",
+                                  "hybrid_recurrent"])
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_resume_after_every_round_equals_an_uninterrupted_run(toy, other_toy, name, temperature):
     model, tokenizer = toy
@@ -238,6 +261,92 @@ def test_medusa_heads_file_round_trip_and_target_check(toy, other_toy, tmp_path)
         loaded.check_target(other_toy[0], path)
 
 
+def test_recurrent_head_file_round_trip_target_check_and_loading(toy, other_toy, toy_model_path, tmp_path):
+    model, _ = toy
+    head = random_recurrent_head(model)
+    path = str(tmp_path / "recurrent.gguf")
+    head.save(path)
+    loaded = RecurrentHead.load(path)
+    for name in ("w_in", "w_out"):
+        assert getattr(loaded, name).type_name == "Q8_0"
+        np.testing.assert_array_equal(getattr(loaded, name).dequantize(), getattr(head, name).dequantize())
+    for name in ("b_in", "vocab"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(head, name))
+    # A float32 head (quantize=False) round-trips too.
+    flt = RecurrentHead.from_float(np.ones((2 * model.config.d_model, 8)), np.zeros(8), np.ones((8, model.config.d_model)),
+                                   head.vocab, model.fingerprint, quantize=False)
+    flt.save(str(tmp_path / "f.gguf"))
+    np.testing.assert_array_equal(RecurrentHead.load(str(tmp_path / "f.gguf")).w_in, flt.w_in)
+    assert loaded.target_fingerprint == model.fingerprint and loaded.metadata == {"made_by": "test"}
+    loaded.check_target(model, path)
+    with pytest.raises(ModelFileError, match="were trained for model sha256"):
+        loaded.check_target(other_toy[0], path)
+    # The file says its kind: --medusa-heads takes it for medusa and hybrid alike.
+    engine = load_engine(model_path=toy_model_path, proposer="medusa", medusa_heads_path=path)
+    assert isinstance(engine.proposer, RecurrentHeadProposer)
+    hybrid = load_engine(model_path=toy_model_path, proposer="hybrid", medusa_heads_path=path).proposer
+    assert isinstance(hybrid, HybridProposer) and isinstance(hybrid.medusa, RecurrentHeadProposer)
+    from dataclasses import replace
+    bad = str(tmp_path / "bad.gguf")
+    replace(head, vocab=np.array([0, model.config.vocab_size])).save(bad)
+    with pytest.raises(ModelFileError, match="draft vocabulary"):
+        load_engine(model_path=toy_model_path, proposer="medusa", medusa_heads_path=bad)
+
+
+def test_recurrent_drafts_follow_the_head_through_the_draft_vocabulary(toy):
+    """Each drafted token is the argmax, over the draft vocabulary, of the state the
+    head reaches from the last hidden state and the tokens before it."""
+    model, tokenizer = toy
+    head = random_recurrent_head(model, scale=0.5)
+    ids = tokenizer.encode("the cat sat on the")
+    out = model.forward([Segment(model.new_cache(), ids, 0)])[0]
+    ctx = ProposeContext(tokens=ids, n_output=0, last_hidden=out.hidden[-1], params=SamplingParams(),
+                         stochastic=False, want_p_draft=False)
+    draft = RecurrentHeadProposer(model, head).propose(ctx, 4)
+    from specq.specdec.products import dequantized
+    emb = dequantized(model.weights.token_embedding).astype(np.float64)
+    rows = dequantized(model.weights.w_output).astype(np.float64)[head.vocab]
+    w_in, w_out = head.w_in.dequantize().astype(np.float64), head.w_out.dequantize().astype(np.float64)
+    state, token, want = out.hidden[-1][None, :].astype(np.float64), ids[-1], []
+    for _ in range(4):
+        z = np.concatenate([state, emb[[token]]], axis=1) @ w_in.T + head.b_in
+        state = state + (z * 0.5 * (1 + np.tanh(z / 2))) @ w_out.T
+        token = int(head.vocab[int(np.argmax(state @ rows.T))])
+        want.append(token)
+    assert list(draft.tokens) == want and all(t % 2 == 0 for t in draft.tokens)
+
+
+def test_the_confidence_gate_cuts_the_chain_where_the_head_is_unsure(toy):
+    model, tokenizer = toy
+    head = random_recurrent_head(model)
+    ids = tokenizer.encode("the cat sat on the")
+    hidden = model.forward([Segment(model.new_cache(), ids, 0)])[0].hidden[-1]
+    ctx = ProposeContext(tokens=ids, n_output=0, last_hidden=hidden, params=SamplingParams(),
+                         stochastic=False, want_p_draft=False)
+    free = RecurrentHeadProposer(model, head)  # no gate in the file: every draft
+    assert free.gate == (0.0,) and len(free.propose(ctx, 4).tokens) == 4
+    assert RecurrentHeadProposer(model, head, gate=(1.0,)).propose(ctx, 4).tokens == ()  # nothing is that sure
+    # The head's own confidences along the chain, from its products.
+    from specq.specdec.products import embed, linear
+    state, token, confidence = hidden[None, :], ids[-1], []
+    for _ in range(4):
+        state = head.step(state, embed(model.weights.token_embedding, np.array([token])))
+        logits = linear(state, free.rows)[0].astype(np.float64)
+        confidence.append(1.0 / np.exp(logits - logits.max()).sum())
+        token = int(head.vocab[int(np.argmax(logits))])
+    g2 = float(np.median(confidence[1:]))  # the gate for depths 2 and later
+    length = next((j for j in range(1, 4) if confidence[j] < g2), 4)
+    gated = RecurrentHeadProposer(model, head, gate=(0.0, g2)).propose(ctx, 4).tokens
+    assert 0.02 < min(confidence) < max(confidence) < 0.98, confidence  # a head that is sometimes unsure
+    assert 1 <= length < 4 and gated == free.propose(ctx, 4).tokens[:length]
+    # From the file: the training run stores the gate in the metadata.
+    from dataclasses import replace
+    stored = RecurrentHeadProposer(model, replace(head, metadata={"gate": "0.25,0.5"}))
+    assert stored.gate == (0.25, 0.5)
+    with pytest.raises(ModelFileError, match="confidence gate"):
+        RecurrentHeadProposer(model, replace(head, metadata={"gate": "high"}))
+
+
 def test_load_engine_refuses_mismatched_proposers(toy_model_path, toy_model_file, tmp_path):
     other_vocab = toy_model_file(n_merges=40)
     with pytest.raises(ModelFileError, match="vocabulary"):
@@ -253,7 +362,7 @@ def test_load_engine_refuses_mismatched_proposers(toy_model_path, toy_model_file
         load_engine(model_path=toy_model_path, proposer="draft")
 
 
-@pytest.mark.parametrize("name", ["draft_other", "ngram", "medusa", "hybrid"])
+@pytest.mark.parametrize("name", ["draft_other", "ngram", "medusa", "hybrid", "recurrent", "hybrid_recurrent"])
 def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(toy, other_toy, name):
     """End to end through the engine (seeded draws, draft rows, warping of both
     distributions): the two tokens of a speculative round follow the target's own
@@ -291,7 +400,8 @@ def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(t
     assert stat < chi_square_critical(dof), f"chi-square {stat:.1f} on {dof} dof"
 
 
-@pytest.mark.parametrize("name", ["ngram", "draft_other", "medusa", "hybrid"])
+@pytest.mark.parametrize("name", ["ngram", "draft_other", "medusa", "hybrid", "recurrent", "recurrent_gated",
+                                  "hybrid_recurrent"])
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_batched_decoding_equals_each_request_alone(toy, other_toy, name, temperature):
     """Ragged batches (prefills beside verification rounds of different lengths, slots

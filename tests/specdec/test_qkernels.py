@@ -129,3 +129,29 @@ def test_unsupported_types_and_malformed_data_raise_value_error():
     w = QuantizedMatrix.from_gguf_bytes(raw, "Q4_1", (8, 64))
     with pytest.raises(ValueError):
         qmatmul_t(np.zeros((2, 32), np.float32), w)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_1", "Q8_0"])
+def test_selected_rows_give_the_whole_matrix_products_bits(type_name):
+    """A draft vocabulary's rows of the output head: the same logits, bit for bit, as
+    those rows of a product with the whole head."""
+    n_out, n_in = 3 * LANES + 7, 96
+    w = QuantizedMatrix.from_gguf_bytes(gguf_bytes(type_name, n_out, n_in), type_name, (n_out, n_in))
+    ids = np.array([0, 3, LANES - 1, LANES, 2 * LANES + 1, n_out - 1])
+    part = w.select_rows(ids)
+    assert part.shape == (len(ids), n_in) and part.type_name == type_name
+    np.testing.assert_array_equal(part.dequantize(), w.dequantize()[ids])
+    x = np.random.default_rng(4).standard_normal((3, n_in), dtype=np.float32)
+    np.testing.assert_array_equal(qmatmul_t(x, part), qmatmul_t(x, w)[:, ids])
+    for bad in ([], [n_out], [-1]):
+        with pytest.raises(IndexError):
+            w.select_rows(bad)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_1", "Q8_0"])
+def test_gguf_bytes_round_trip(type_name):
+    n_out, n_in = LANES + 5, 64  # padded: the padding is not written back
+    raw = gguf_bytes(type_name, n_out, n_in)
+    back = QuantizedMatrix.from_gguf_bytes(raw, type_name, (n_out, n_in)).to_gguf_bytes()
+    assert back.dtype == np.uint8
+    np.testing.assert_array_equal(back, raw)

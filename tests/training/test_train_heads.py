@@ -1,4 +1,4 @@
-"""Training Medusa heads: the gradients are right, training learns, and the
+"""Training heads (Medusa and recurrent): the gradients are right, training learns, and the
 one-command run is reproducible, resumable and refuses bad input in one line."""
 
 from __future__ import annotations
@@ -7,15 +7,19 @@ import json
 import os
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from specq.cli import main
 from specq.specdec.loader import load_engine, load_model_and_tokenizer
 from specq.specdec.products import dequantized
-from specq.specdec.proposers import MedusaHeads
+from specq.specdec.proposers import MedusaHeads, RecurrentHead, RecurrentHeadProposer
+from specq.specdec.proposers.base import ProposeContext
+from specq.specdec.sampling import SamplingParams
 from specq.training.distill import read_answers
 from specq.training.features import NO_LABEL, collect_features
 from specq.training.heads import TrainConfig, accuracy, label_ranks, loss_and_grads, train_heads
+from specq.training.recurrent import RecurrentConfig, chain_accuracy, chain_ranks, step_loss_and_grads, train_recurrent
 
 
 def test_gradients_match_finite_differences():
@@ -97,10 +101,70 @@ def test_training_learns_what_it_was_shown(toy_model_path, tmp_path):
         assert trained.top5[i] >= trained.top1[i]
 
 
+def test_recurrent_step_gradients_match_finite_differences():
+    rng = np.random.default_rng(0)
+    r, d, hidden, s = 7, 5, 6, 9
+    state, embedded = rng.normal(size=(r, d)), rng.normal(size=(r, d))
+    label = rng.integers(-1, s, size=r)  # some rows without a label
+    next_hidden = rng.normal(size=(r, d))
+    next_hidden[2] = np.nan  # and one without a next hidden state
+    params = [rng.normal(size=(2 * d, hidden)) * 0.3, rng.normal(size=hidden) * 0.3, rng.normal(size=(hidden, d)) * 0.3]
+    rows = rng.normal(size=(s, d))
+
+    def loss(p):
+        return step_loss_and_grads(state, embedded, label, next_hidden, *p, rows, 0.7, 3.0)
+
+    _, _, grads = loss(params)
+    eps = 1e-6
+    for k, p in enumerate(params):
+        for index in [(0,) * p.ndim, tuple(n - 1 for n in p.shape), tuple(n // 2 for n in p.shape)]:
+            up, down = [x.copy() for x in params], [x.copy() for x in params]
+            up[k][index] += eps
+            down[k][index] -= eps
+            numeric = (loss(up)[0] - loss(down)[0]) / (2 * eps)
+            assert abs(numeric - grads[k][index]) < 1e-6 * max(1.0, abs(numeric)), (k, index, numeric)
+
+
+def test_recurrent_training_learns_and_its_ranks_are_the_proposers_drafts(toy_model_path, tmp_path):
+    engine = load_engine(model_path=toy_model_path, proposer="none")
+    from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
+    from specq.training.distill import distill
+
+    specs = read_jsonl(_prompts(tmp_path / "p.jsonl"))
+    reqs = [(s.custom_id, "", to_request(s, engine.tokenizer, GenerationDefaults())) for s in specs]
+    feats = collect_features(engine.model, distill(engine, reqs, str(tmp_path / "a.jsonl")), n_heads=3)
+    emb = dequantized(engine.model.weights.token_embedding)
+    out = dequantized(engine.model.weights.w_output)
+    cfg = RecurrentConfig(epochs=40, learning_rate=3e-3, batch_rows=64, hidden=32, vocab=40)
+    w_in, b_in, w_out, vocab = train_recurrent(feats, emb, out, cfg)
+    assert len(vocab) == 40 and np.all(np.diff(vocab) > 0)
+    head = RecurrentHead.from_float(w_in, b_in, w_out, vocab, engine.model.fingerprint)
+    untrained = RecurrentHead.from_float(w_in, b_in, np.zeros_like(w_out), vocab, engine.model.fingerprint)
+    ranks, confidence = chain_ranks(feats, engine.model, head, 3)
+    assert np.all((confidence > 0) & (confidence <= 1))
+    trained = chain_accuracy(ranks, len(vocab))
+    before = chain_accuracy(chain_ranks(feats, engine.model, untrained, 3)[0], len(vocab))
+    assert trained.top1[0] > before.top1[0] + 0.3, (trained.top1, before.top1)
+    # Deeper drafts count only after right earlier ones: compare whole chains.
+    assert trained.chain[1] > before.chain[1] + 0.2, (trained.chain, before.chain)
+    assert trained.chain[0] >= trained.chain[1] >= trained.chain[2]
+    assert all(t5 >= t1 for t1, t5 in zip(trained.top1, trained.top5))
+    # A rank of 0 is exactly a first draft of the proposer's that verification accepts.
+    proposer = RecurrentHeadProposer(engine.model, head)
+    rows = np.flatnonzero(feats.labels[:, 0] != NO_LABEL)[:60]
+    agree = 0
+    for row in rows:
+        ctx = ProposeContext(tokens=[int(feats.tokens[row])], n_output=1, last_hidden=feats.hidden[row],
+                             params=SamplingParams(), stochastic=False, want_p_draft=False)
+        drafted = proposer.propose(ctx, 1).tokens[0]
+        agree += (drafted == feats.labels[row, 0]) == (ranks[row, 0] == 0)
+    assert agree == len(rows)  # the same products, so the same bits
+
+
 def test_the_command_is_reproducible_resumes_and_writes_loadable_heads(toy_model_path, tmp_path):
     prompts = _prompts(tmp_path / "p.jsonl")
     work = tmp_path / "work"
-    args = ["train-heads", prompts, "--model", toy_model_path, "--heads", "3", "--epochs", "2",
+    args = ["train-heads", prompts, "--model", toy_model_path, "--kind", "medusa", "--heads", "3", "--epochs", "2",
             "--work-dir", str(work)]
     first = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "a.gguf")])
     assert first.exit_code == 0, first.output
@@ -121,6 +185,23 @@ def test_the_command_is_reproducible_resumes_and_writes_loadable_heads(toy_model
     assert len(heads.metadata["held_out_top1"].split(",")) == 3
     assert float(heads.metadata["tree_expected_tokens_per_round"]) >= 1.0
     assert os.path.getsize(tmp_path / "a.gguf") < 10e6
+
+
+def test_the_command_trains_a_recurrent_head_by_default(toy_model_path, tmp_path):
+    prompts = _prompts(tmp_path / "p.jsonl")
+    args = ["train-heads", prompts, "--model", toy_model_path, "--epochs", "3", "--work-dir", str(tmp_path / "w")]
+    first = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "a.gguf")])
+    assert first.exit_code == 0, first.output
+    assert "a recurrent head, held-out top-1" in first.output and "draft vocabulary" in first.output
+    second = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "b.gguf")])
+    assert second.exit_code == 0, second.output
+    assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()
+    model, _ = load_model_and_tokenizer(toy_model_path)
+    head = RecurrentHead.load(str(tmp_path / "a.gguf"))
+    head.check_target(model)
+    assert head.metadata["answers"] == "40" and len(head.metadata["held_out_chain"].split(",")) == 4
+    engine = load_engine(model_path=toy_model_path, proposer="auto", medusa_heads_path=str(tmp_path / "a.gguf"))
+    assert isinstance(engine.proposer.medusa, RecurrentHeadProposer)
 
 
 def test_bad_input_is_one_line(toy_model_path, tmp_path):
@@ -152,3 +233,20 @@ def test_the_tree_is_the_most_frequent_paths_at_the_size_that_pays_best():
     assert costly.paths == [(0,), (0, 0), (0, 0, 0)]  # (0,1) at 0.2 is not worth 0.3 of a step
     assert costly.tokens_per_cost == costly.chain_tokens_per_cost == (1 + 1.7) / 1.9
     assert choose_tree(ranks, row_cost=2.0, head_cost=0.0).paths == []  # drafting never pays
+
+
+def test_the_gate_drafts_only_guesses_that_pay():
+    from specq.training.gate import choose_gate, rate
+
+    # 100 positions: 40 confident and right at both depths, 60 unsure and wrong.
+    confidence = np.array([[0.9, 0.8]] * 40 + [[0.3, 0.2]] * 60)
+    right = np.array([[True, True]] * 40 + [[False, False]] * 60)
+    # Every draft, always: 1 + 0.4 * 2 tokens; cost 1 + 2 * (0.05 + 0.4).
+    assert rate(confidence, right, (0.0, 0.0), 0.4, 0.05, 2) == pytest.approx((1.8, 1.8 / 1.9))
+    # Gated at 0.5: only the 40 draft, both tokens; all 100 pay the first step.
+    tokens, per_cost = rate(confidence, right, (0.5, 0.5), 0.4, 0.05, 2)
+    assert tokens == pytest.approx(1.8)
+    assert per_cost == pytest.approx(180 / (100 * 1.05 + 40 * (0.4 + 0.05 + 0.4)))
+    choice = choose_gate(confidence, right, 0.4, 0.05)
+    assert 0.3 <= choice.gate[0] < 0.9 and choice.gate[1] < 0.8
+    assert choice.tokens_per_cost == pytest.approx(per_cost) and choice.ungated_tokens_per_cost < per_cost

@@ -6,12 +6,15 @@ from specq.specdec.proposers.hybrid import HybridProposer
 from specq.specdec.proposers.medusa import MedusaHeads, MedusaProposer
 from specq.specdec.proposers.ngram import NgramProposer
 from specq.specdec.proposers.none import NoProposer
+from specq.specdec.proposers.recurrent import RecurrentHead, RecurrentHeadProposer
 
-# "auto": Medusa heads with prompt lookup (hybrid) when heads that fit the model are
-# given or shipped, prompt lookup alone otherwise.
+# "auto": heads with prompt lookup (hybrid) when heads that fit the model are given
+# or shipped, prompt lookup alone otherwise. "medusa" and "hybrid" take either kind
+# of heads file (Medusa heads or a recurrent head): the file says which it is.
 PROPOSERS = ("auto", "hybrid", "ngram", "medusa", "draft", "none")
 
 __all__ = [
     "PROPOSERS", "Draft", "DraftModelProposer", "HybridProposer", "MedusaHeads", "MedusaProposer",
-    "NgramProposer", "NoProposer", "ProposeContext", "Proposer", "ProposerSession",
+    "NgramProposer", "NoProposer", "ProposeContext", "Proposer", "ProposerSession", "RecurrentHead",
+    "RecurrentHeadProposer",
 ]

@@ -84,8 +84,10 @@ class MedusaHeads:
 
 
 def heads_target(path: str) -> str:
-    """The sha256 of the model a heads file was trained for (reads only its header)."""
-    return str(GGUFFile(path).get("medusa.target.sha256", ""))
+    """The sha256 of the model a heads file (Medusa or recurrent) was trained for
+    (reads only its header)."""
+    f = GGUFFile(path)
+    return str(f.get(f"{f.get('general.architecture')}.target.sha256", ""))
 
 
 Path = tuple[int, ...]  # a tree node: the rank of its token in head 0's list, head 1's, ...
