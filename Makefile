@@ -27,9 +27,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-# Reproduce the shipped Medusa heads: the model's own greedy answers to the training
-# prompts, then the heads (docs/medusa.md). About an hour on 2 cores; rerunning after
-# an interruption continues from .specq-train/.
+# Reproduce the shipped heads (a recurrent head): the model's own greedy answers to
+# the training prompts, their features, then the head (docs/medusa.md). About 50
+# minutes on 2 cores (answers 19, features 13, training 14); rerunning after an
+# interruption continues from .specq-train/.
 HEADS := specq/data/smollm2-135m-instruct.medusa.gguf
 heads: $(STAMP)
 	$(BIN)/specq train-heads examples/train_prompts.jsonl -o $(HEADS)
