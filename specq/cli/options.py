@@ -40,7 +40,7 @@ model_options = _stack(
     click.option("--model", "model_path", type=click.Path(dir_okay=False),
                  help="Target GGUF (default: SmolLM2-135M-Instruct)."),
     click.option("--proposer", type=click.Choice(PROPOSERS), default="auto", show_default=True,
-                 help="auto: Medusa heads with prompt lookup (hybrid) when heads fit the model, else ngram."),
+                 help="auto: heads with prompt lookup (hybrid) when heads fit the model (shipped for the default model), else ngram."),
     click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False),
                  help="GGUF draft model for --proposer draft."),
     click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False),

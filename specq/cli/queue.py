@@ -46,7 +46,7 @@ def _batch_config(model_path, proposer, draft_model_path, medusa_heads_path, def
         raise ModelFileError(f"model file not found: {model_path}")
     if proposer == "draft" and not draft_model_path:
         raise ParameterError("proposer 'draft' needs --draft-model PATH")
-    for label, path in (("draft model", draft_model_path), ("Medusa heads", medusa_heads_path)):
+    for label, path in (("draft model", draft_model_path), ("heads file", medusa_heads_path)):
         if path and not os.path.isfile(path):
             raise ParameterError(f"{label} file not found: {path}")
     # The bytes' hash, without parsing the file: submit parses it once, in prepare().

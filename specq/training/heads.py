@@ -50,7 +50,7 @@ def head_hidden(h: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     return h + z / (1.0 + np.exp(-z))
 
 
-class _Adam:
+class Adam:
     def __init__(self, shapes: list[tuple[int, ...]], lr: float, decay: float) -> None:
         self.m = [np.zeros(s, np.float32) for s in shapes]
         self.v = [np.zeros(s, np.float32) for s in shapes]
@@ -97,7 +97,7 @@ def train_heads(
     n_heads, d = train.labels.shape[1], train.hidden.shape[1]
     w = np.zeros((n_heads, d, d), np.float32)
     b = np.zeros((n_heads, d), np.float32)
-    adam = _Adam([w.shape, b.shape], config.learning_rate, config.weight_decay)
+    adam = Adam([w.shape, b.shape], config.learning_rate, config.weight_decay)
     rng = np.random.default_rng(config.seed)
     vocab = np.unique(train.labels[train.labels != NO_LABEL])
     per_epoch = max(1, -(-len(train) // config.batch_rows))

@@ -25,7 +25,7 @@ from specq.specdec.model import LlamaModel
 from specq.specdec.products import embed, linear
 from specq.specdec.proposers.recurrent import RecurrentHead, draft_output_head, sigmoid
 from specq.training.features import NO_LABEL, Features
-from specq.training.heads import _Adam
+from specq.training.heads import Adam
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def train_recurrent(
     nxt, nxt2, hidden_at = _targets(train)
     reg_scale = float((train.hidden * train.hidden).sum(axis=1).mean())  # distances relative to |h|^2
     params = _Params(d, config.hidden, rng)
-    adam = _Adam([p.shape for p in params.as_list()], config.learning_rate, 0.0)
+    adam = Adam([p.shape for p in params.as_list()], config.learning_rate, 0.0)
     per_epoch = max(1, -(-len(train) // config.batch_rows))
     steps, step = config.epochs * per_epoch, 0
     for _ in range(config.epochs):

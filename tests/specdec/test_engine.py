@@ -356,7 +356,7 @@ def test_load_engine_refuses_mismatched_proposers(toy_model_path, toy_model_file
     random_heads(model).save(heads_path)
     with pytest.raises(ModelFileError, match="trained for"):
         load_engine(model_path=toy_model_path, proposer="medusa", medusa_heads_path=heads_path)
-    with pytest.raises(ModelFileError, match="not a Medusa heads file"):
+    with pytest.raises(ModelFileError, match="not a heads file"):
         load_engine(model_path=toy_model_path, proposer="medusa", medusa_heads_path=toy_model_path)
     with pytest.raises(ParameterError, match="needs --draft-model"):
         load_engine(model_path=toy_model_path, proposer="draft")

@@ -74,14 +74,19 @@ def test_features_line_up_hidden_states_with_later_tokens(toy_model_path, tmp_pa
     assert int(np.argmax(logits)) == first.output_ids[0]
 
 
-def test_training_learns_what_it_was_shown(toy_model_path, tmp_path):
+def _toy_features(toy_model_path, tmp_path, n_heads):
+    """The toy model's answers to 40 prompts, and their features."""
     engine = load_engine(model_path=toy_model_path, proposer="none")
     from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
     from specq.training.distill import distill
 
     specs = read_jsonl(_prompts(tmp_path / "p.jsonl"))
     reqs = [(s.custom_id, "", to_request(s, engine.tokenizer, GenerationDefaults())) for s in specs]
-    feats = collect_features(engine.model, distill(engine, reqs, str(tmp_path / "a.jsonl")), n_heads=2)
+    return engine, collect_features(engine.model, distill(engine, reqs, str(tmp_path / "a.jsonl")), n_heads=n_heads)
+
+
+def test_training_learns_what_it_was_shown(toy_model_path, tmp_path):
+    engine, feats = _toy_features(toy_model_path, tmp_path, n_heads=2)
     head = dequantized(engine.model.weights.w_output)
     zero = accuracy(label_ranks(feats, head, np.zeros((2, feats.hidden.shape[1], feats.hidden.shape[1]), np.float32),
                                 np.zeros((2, feats.hidden.shape[1]), np.float32)))
@@ -126,13 +131,7 @@ def test_recurrent_step_gradients_match_finite_differences():
 
 
 def test_recurrent_training_learns_and_its_ranks_are_the_proposers_drafts(toy_model_path, tmp_path):
-    engine = load_engine(model_path=toy_model_path, proposer="none")
-    from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
-    from specq.training.distill import distill
-
-    specs = read_jsonl(_prompts(tmp_path / "p.jsonl"))
-    reqs = [(s.custom_id, "", to_request(s, engine.tokenizer, GenerationDefaults())) for s in specs]
-    feats = collect_features(engine.model, distill(engine, reqs, str(tmp_path / "a.jsonl")), n_heads=3)
+    engine, feats = _toy_features(toy_model_path, tmp_path, n_heads=3)
     emb = dequantized(engine.model.weights.token_embedding)
     out = dequantized(engine.model.weights.w_output)
     cfg = RecurrentConfig(epochs=40, learning_rate=3e-3, batch_rows=64, hidden=32, vocab=40)

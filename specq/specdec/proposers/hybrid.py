@@ -1,4 +1,4 @@
-"""Prompt lookup where the text repeats, Medusa heads elsewhere.
+"""Prompt lookup where the text repeats, heads (recurrent or Medusa) elsewhere.
 
 Lookup proposes long, nearly free, runs when the output copies its context
 (summaries, answers over a given text, code edits); the heads cost a little and

@@ -39,7 +39,9 @@ class MedusaHeads:
     def load(cls, path: str) -> "MedusaHeads":
         f = GGUFFile(path)
         if f.get("general.architecture") != HEADS_ARCHITECTURE:
-            raise ModelFileError(f"{path} is not a Medusa heads file (architecture {f.get('general.architecture')!r})")
+            raise ModelFileError(
+                f"{path} is not a heads file, Medusa or recurrent (architecture {f.get('general.architecture')!r})"
+            )
         n_heads = int(f.require("medusa.head_count"))
         weights = np.stack([f.tensor(f"medusa.{i}.weight").T for i in range(n_heads)])
         biases = np.stack([f.tensor(f"medusa.{i}.bias").reshape(-1) for i in range(n_heads)])
