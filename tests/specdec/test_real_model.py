@@ -85,6 +85,27 @@ def test_speculative_greedy_equals_plain_on_the_real_model(real):
             assert list(state.output_ids) == expected, (proposer.name, prompt)
 
 
+def test_the_default_proposer_is_the_shipped_head_and_keeps_greedy_output(real):
+    """The shipped recurrent head, found by the model's sha256 and used by `auto`:
+    it drafts, its drafts are often right, and the outputs stay the golden ones."""
+    from specq.specdec.loader import make_proposer
+    from specq.specdec.proposers import HybridProposer, RecurrentHeadProposer
+
+    model, tokenizer = real
+    proposer = make_proposer("auto", model, tokenizer)
+    assert isinstance(proposer, HybridProposer) and isinstance(proposer.medusa, RecurrentHeadProposer)
+    assert proposer.medusa.gate[0] > 0  # the gate chosen at training time, from the file
+    drafted = accepted = 0
+    for name, chosen in (("hybrid", proposer), ("recurrent", proposer.medusa)):
+        engine = Engine(model, tokenizer, chosen)
+        for prompt, expected in list(GOLDEN.items())[1:]:
+            state = engine.run(_request(tokenizer, prompt, k=4))
+            assert list(state.output_ids) == expected, (name, prompt)
+            drafted += state.metrics.drafted
+            accepted += state.metrics.accepted
+    assert drafted > 0 and accepted / drafted > 0.4, (drafted, accepted)
+
+
 def test_draft_model_that_is_the_target_accepts_everything_on_the_real_model(real):
     model, tokenizer = real
     engine = Engine(model, tokenizer, DraftModelProposer(model))
