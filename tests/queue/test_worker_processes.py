@@ -124,7 +124,10 @@ def test_pause_and_resume_while_a_worker_runs(batch, queue_env):
 
 
 def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, long_model_path):
-    path = write_prompts(tmp_path / "p.jsonl", N)
+    # 4 rounds of 3 requests: after the first request completes, three more rounds
+    # remain, so the interrupt lands mid-batch even on a slow, loaded machine (with 6,
+    # the run once finished between the first completion and the signal).
+    path = write_prompts(tmp_path / "p.jsonl", 4 * N // 2)
     common = ["--model", long_model_path, "--max-tokens", str(MAX_TOKENS)]
     local = specq(["generate", "--input", str(path), "--json", *common], queue_env)
     expected = [json.loads(line) for line in local.stdout.splitlines()]
