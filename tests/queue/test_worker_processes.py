@@ -124,16 +124,17 @@ def test_pause_and_resume_while_a_worker_runs(batch, queue_env):
 
 
 def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, long_model_path):
-    # 4 rounds of 3 requests: after the first request completes, three more rounds
-    # remain, so the interrupt lands mid-batch even on a slow, loaded machine (with 6,
-    # the run once finished between the first completion and the signal).
-    path = write_prompts(tmp_path / "p.jsonl", 4 * N // 2)
+    path = write_prompts(tmp_path / "p.jsonl", N)
     common = ["--model", long_model_path, "--max-tokens", str(MAX_TOKENS)]
     local = specq(["generate", "--input", str(path), "--json", *common], queue_env)
     expected = [json.loads(line) for line in local.stdout.splitlines()]
     out = tmp_path / "out.jsonl"
+    # A shell runs background jobs with SIGINT ignored, and Python keeps an inherited
+    # SIG_IGN: without this, a suite started with `&` sends its Ctrl-C into the void
+    # and the run finishes the batch.
     run = subprocess.Popen([sys.executable, "-m", "specq", "run", str(path), "-o", str(out), *common, *CHUNK],
-                           env=queue_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           env=queue_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def batch_id():
         ids = [k.decode() for k in client.zrange("specq:batches", 0, -1)]
