@@ -48,6 +48,14 @@ class RawTensor:
     data: np.ndarray  # uint8 [rows, bytes per row]: rows = product of shape[:-1]
 
 
+def write_file(writer) -> None:
+    """Write a filled-in gguf.GGUFWriter's header, metadata and tensors, and close it."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def file_sha256(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:

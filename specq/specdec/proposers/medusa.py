@@ -14,7 +14,7 @@ import numpy as np
 from gguf import GGUFWriter
 
 from specq.errors import ModelFileError
-from specq.specdec.gguf_file import GGUFFile
+from specq.specdec.gguf_file import GGUFFile, write_file
 from specq.specdec.model import LlamaModel
 from specq.specdec.products import linear
 from specq.specdec.proposers.base import Draft, ProposeContext
@@ -62,10 +62,7 @@ class MedusaHeads:
         for i in range(self.n_heads):
             writer.add_tensor(f"medusa.{i}.weight", np.ascontiguousarray(self.weights[i].T))  # (out, in)
             writer.add_tensor(f"medusa.{i}.bias", self.biases[i])
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+        write_file(writer)
 
     def check_target(self, model: LlamaModel, path: str = "") -> None:
         d = model.config.d_model

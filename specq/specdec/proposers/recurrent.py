@@ -28,7 +28,7 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize as gguf_quantize
 
 from specq.errors import ModelFileError
-from specq.specdec.gguf_file import GGUFFile
+from specq.specdec.gguf_file import GGUFFile, write_file
 from specq.specdec.model import LlamaModel
 from specq.specdec.products import Weight, embed, linear
 from specq.specdec.proposers.base import Draft, ProposeContext
@@ -121,10 +121,7 @@ class RecurrentHead:
         writer.add_tensor(f"{prefix}.in.bias", self.b_in.astype(np.float32))
         # float32 holds token ids exactly up to 2**24, and is a type every reader takes.
         writer.add_tensor(f"{prefix}.vocab", self.vocab.astype(np.float32))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
+        write_file(writer)
 
     def check_target(self, model: LlamaModel, path: str = "") -> None:
         d = model.config.d_model
