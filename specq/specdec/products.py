@@ -65,6 +65,11 @@ def dequantized(w: Weight) -> np.ndarray:
         numba.set_num_threads(threads)
 
 
+def dequantized_t(w: Weight) -> np.ndarray:
+    """w's float32 values transposed, [n_in, n_out] (a view for a float32 weight)."""
+    return w.dequantize_t() if isinstance(w, QuantizedMatrix) else w.T
+
+
 def n_values(w: Weight) -> int:
     return int(np.prod(w.shape))
 
@@ -86,9 +91,9 @@ class RowPlan:
         if not self.bulk:
             return linear(x, w)
         out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)  # [rows, n_out]
-        dense = dequantized(w)  # [n_out, n_in], for this product only
+        dense_t = dequantized_t(w)  # [n_in, n_out], for this product only
         for rows in self.bulk:
-            out[rows] = x[rows] @ dense.T
+            out[rows] = x[rows] @ dense_t
         if self.few.size:
             out[self.few] = linear(x[self.few], w)
         return out

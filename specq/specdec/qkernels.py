@@ -151,6 +151,17 @@ class QuantizedMatrix:
         """float32 [n_out, n_in], equal to gguf.quants.dequantize of the original bytes."""
         return self.rows(np.arange(self.shape[0]))
 
+    def dequantize_t(self) -> np.ndarray:
+        """The transpose of dequantize(), float32 [n_in, n_out] with the same bits, on
+        the calling thread. This is the layout the lanes already have: a chunk's
+        outputs for one input sit side by side, so it is written in contiguous runs,
+        3 times faster than dequantize(); and BLAS multiplies by it faster than by
+        dequantize().T (a 109-row prompt's products 1.5x faster, measured)."""
+        n_out, n_in = self.shape
+        out = np.empty((n_in, self.quants.shape[0] * LANES), dtype=np.float32)
+        (_q4_1_columns if self.type_name == "Q4_1" else _q8_0_columns)(self.quants, self.scales, out)
+        return out if out.shape[1] == n_out else out[:, :n_out]
+
     def rows(self, ids) -> np.ndarray:
         """Dequantized rows, float32 [len(ids), n_in] (an embedding lookup)."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -223,6 +234,7 @@ _Q4_1 = "uint8[:, :, :, ::1], uint16[:, :, :, ::1]"
 _Q8_0 = "int8[:, :, :, ::1], uint16[:, :, :, ::1]"
 _PRODUCT = "void(float32[:, ::1], {}, float32[:, ::1], int64)"
 _ROWS = "void({}, int64[::1], float32[:, ::1])"
+_COLUMNS = "void({}, float32[:, ::1])"
 
 
 # Dequantization in gguf's float32 arithmetic, (d * q) + m and q * d, compiled without
@@ -248,6 +260,40 @@ def _q8_0_rows(quants, scales, ids, out):  # pragma: no cover - compiled
             d = _f16(scales[c, b, 0, lane])
             for j in range(BLOCK):
                 out[i, b * BLOCK + j] = np.float32(quants[c, b, j, lane]) * d
+
+
+# The same arithmetic into the transposed layout, serially: these run between BLAS
+# products, and waking numba's threads there sets them spinning against OpenBLAS's.
+@njit(_COLUMNS.format(_Q4_1), cache=True, nogil=True)
+def _q4_1_columns(quants, scales, out):  # pragma: no cover - compiled
+    d = np.empty(LANES, dtype=np.float32)
+    m = np.empty(LANES, dtype=np.float32)
+    for c in range(quants.shape[0]):
+        first = c * LANES
+        for b in range(quants.shape[1]):
+            for o in range(LANES):
+                d[o] = _f16(scales[c, b, 0, o])
+                m[o] = _f16(scales[c, b, 1, o])
+            for j in range(16):
+                low, high = out[b * BLOCK + j], out[b * BLOCK + 16 + j]
+                for o in range(LANES):
+                    v = quants[c, b, j, o]
+                    low[first + o] = d[o] * np.float32(v & 0x0F) + m[o]
+                    high[first + o] = d[o] * np.float32(v >> 4) + m[o]
+
+
+@njit(_COLUMNS.format(_Q8_0), cache=True, nogil=True)
+def _q8_0_columns(quants, scales, out):  # pragma: no cover - compiled
+    d = np.empty(LANES, dtype=np.float32)
+    for c in range(quants.shape[0]):
+        first = c * LANES
+        for b in range(quants.shape[1]):
+            for o in range(LANES):
+                d[o] = _f16(scales[c, b, 0, o])
+            for j in range(BLOCK):
+                column = out[b * BLOCK + j]
+                for o in range(LANES):
+                    column[first + o] = np.float32(quants[c, b, j, o]) * d[o]
 
 
 @njit(inline="always")

@@ -9,7 +9,7 @@ import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import quantize
 
-from specq.specdec.products import BULK_ROWS, RowPlan, dequantized, linear
+from specq.specdec.products import BULK_ROWS, RowPlan, dequantized, dequantized_t, linear
 from specq.specdec.qkernels import QuantizedMatrix
 
 LENGTHS = [5, BULK_ROWS + 12, 3, BULK_ROWS, 1]  # two prompts among verification rows
@@ -38,8 +38,9 @@ def test_each_row_goes_through_the_path_of_its_own_segment(kind):
     got = plan.linear(x, w)
     assert got.shape == (len(x), 200) and got.dtype == np.float32
     dense = dequantized(w)
+    np.testing.assert_array_equal(dequantized_t(w), dense.T)
     for rows in plan.bulk:  # each prompt alone, by BLAS
-        np.testing.assert_array_equal(got[rows], x[rows] @ dense.T)
+        np.testing.assert_array_equal(got[rows], x[rows] @ dequantized_t(w))
     # The other rows as the kernel computes them, as if they were alone in the forward.
     np.testing.assert_array_equal(got[plan.few], linear(x[plan.few], w))
     np.testing.assert_array_equal(got[:5], linear(x[:5], w))

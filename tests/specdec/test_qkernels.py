@@ -42,6 +42,16 @@ def test_dequantize_equals_gguf_bitwise(type_name, n_out, n_in):
 
 @pytest.mark.parametrize("type_name", ["Q4_1", "Q8_0"])
 @pytest.mark.parametrize("n_out, n_in", SHAPES)
+def test_transposed_dequantization_has_the_same_bits(type_name, n_out, n_in):
+    raw = gguf_bytes(type_name, n_out, n_in)
+    w = QuantizedMatrix.from_gguf_bytes(raw, type_name, (n_out, n_in))
+    got = w.dequantize_t()
+    assert got.dtype == np.float32 and got.shape == (n_in, n_out) and got.strides[1] == 4
+    np.testing.assert_array_equal(got, reference(raw, type_name, n_out, n_in).T)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("n_out, n_in", SHAPES)
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 16, 21])
 def test_product_equals_float_reference(type_name, n_out, n_in, n):
     raw = gguf_bytes(type_name, n_out, n_in, seed=n)
