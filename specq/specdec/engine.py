@@ -275,10 +275,22 @@ class DecodeSession:
 
     def _resume_prefill(self) -> None:
         """Rebuild the cache for every committed token but the last (which, as after
-        any round, is emitted but not yet fed) and the hidden state that predicted it."""
+        any round, is emitted but not yet fed) and the hidden state that predicted it.
+
+        The cache must get the bits the interrupted decode had, or a near tie could
+        break the other way after a resume. Those bits came from a prefill of the
+        prompt and then rounds of short segments, whose rows get the same bits in any
+        segment shorter than BULK_ROWS. So the prompt is prefilled alone, as it was,
+        and the output follows in segments of BULK_ROWS - 1 rows: one segment over
+        everything would send the output's rows through BLAS, which rounds
+        differently (1e-5 apart on the default model's hidden states)."""
         t0 = perf_counter()
         ids = self.state.all_ids[:-1]
-        out = self.model.forward([Segment(self.cache, ids, 0, all_logits=False)])[0]
+        n_prompt = len(self.state.request.prompt_ids)
+        starts = [0, *range(n_prompt, len(ids), BULK_ROWS - 1)]
+        ends = [*starts[1:], len(ids)]
+        for start, end in zip(starts, ends):
+            out = self.model.forward([Segment(self.cache, ids[start:end], start, all_logits=False)])[0]
         self.last_hidden = out.hidden[-1]
         m = self.state.metrics
         self.state = replace(

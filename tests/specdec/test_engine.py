@@ -17,6 +17,7 @@ from specq.specdec.proposers import (
     RecurrentHeadProposer,
 )
 from specq.specdec.model import Segment
+from specq.specdec.products import BULK_ROWS
 from specq.specdec.proposers.base import ProposeContext
 from specq.specdec.sampling import SamplingParams, probabilities
 from specq.specdec.state import DecodeState, GenerationRequest
@@ -162,6 +163,32 @@ def test_resume_after_every_round_equals_an_uninterrupted_run(toy, other_toy, na
     for field in ("target_forwards", "emitted", "drafted", "accepted", "accepted_per_position"):
         assert getattr(state.metrics, field) == getattr(uninterrupted.metrics, field), field
     assert state.metrics.resume_prefills == resumes - 1
+
+
+@pytest.mark.parametrize("tensor_type", ["F32", "Q4_1"])
+def test_a_resumed_cache_has_the_bits_of_the_uninterrupted_one(toy_model_file, tensor_type):
+    """With a prompt and an output long enough for BLAS (products.BULK_ROWS rows), the
+    rebuilt cache and hidden state equal the uninterrupted decode's bit for bit, so no
+    near tie can break the other way after a resume."""
+    model, tokenizer = load_model_and_tokenizer(toy_model_file(tensor_type=tensor_type))
+    engine = Engine(model, tokenizer, NoProposer())
+    req = request(tokenizer, " ".join(PROMPTS * 4), max_tokens=2 * BULK_ROWS + 8, k=1)
+    assert len(req.prompt_ids) >= BULK_ROWS
+    session = engine.session(engine.start(req))
+    hidden = {}
+    while not session.state.finished:
+        state = session.step()
+        hidden[len(state.output_ids)] = (state, session.last_hidden.copy())
+    assert len(session.state.output_ids) > BULK_ROWS + 2
+    n_filled = len(session.state.all_ids) - 1
+    for cut in (1, 2, BULK_ROWS - 1, BULK_ROWS + 1, len(session.state.output_ids) - 1):
+        state, want = hidden[cut]
+        resumed = engine.session(DecodeState.from_dict(json.loads(json.dumps(state.to_dict()))))
+        n = len(state.all_ids) - 1
+        assert resumed.last_hidden.view(np.uint32).tolist() == want.view(np.uint32).tolist(), cut
+        np.testing.assert_array_equal(resumed.cache.all_keys[..., :n], session.cache.all_keys[..., :n])
+        np.testing.assert_array_equal(resumed.cache.all_values[:, :, :n], session.cache.all_values[:, :, :n])
+        assert n <= n_filled
 
 
 def test_seeded_sampling_is_reproducible_and_seed_dependent(toy):

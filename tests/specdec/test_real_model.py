@@ -126,3 +126,17 @@ def test_sampled_resume_equals_uninterrupted_on_the_real_model(real):
         state = engine.session(DecodeState.from_dict(state.to_dict())).step()
         rounds += 1
     assert state.output_ids == whole.output_ids and rounds > 1
+
+
+def test_greedy_resume_rebuilds_the_hidden_state_bit_for_bit_on_the_real_model(real):
+    """A prompt of more than BULK_ROWS tokens, so the resume's prefill has BLAS and
+    kernel rows to keep apart (docs/performance.md: they round differently)."""
+    model, tokenizer = real
+    engine = Engine(model, tokenizer, NoProposer())
+    text = "Summarize: " + "The river rose after the rain, and the town moved its market uphill. " * 6
+    req = _request(tokenizer, text, max_tokens=24, k=1)
+    session = engine.session(engine.start(req))
+    for _ in range(20):
+        session.step()
+    resumed = engine.session(DecodeState.from_dict(session.state.to_dict()))
+    assert resumed.last_hidden.tobytes() == session.last_hidden.tobytes()
