@@ -29,6 +29,9 @@ from specq.specdec.qkernels import TYPES as QUANTIZED_TYPES
 from specq.specdec.qkernels import QuantizedMatrix
 
 ARCHITECTURE = "llama"
+# Query rows per block of a prompt's attention: 32 to 256 measured, 64 the fastest
+# from 100 to 2,000 rows on the 2-core AMD EPYC.
+_ATTENTION_BLOCK = 64
 
 
 @dataclass(frozen=True)
@@ -384,20 +387,28 @@ class LlamaModel:
         scale = np.float32(1.0 / np.sqrt(cfg.head_dim))
         if n < BULK_ROWS:
             return fused.attend(q, cache_k, cache_v, seg.start, visible, scale)
-        keys_t, values = cache_k[:, :, :end], cache_v[:, :end]  # [Hkv, hd, T], [Hkv, T, hd]
-        group = cfg.n_heads // cfg.n_kv_heads
+        group, n_kv, hd = cfg.n_heads // cfg.n_kv_heads, cfg.n_kv_heads, cfg.head_dim
         # Query head h reads kv head h // group: fold the group into the row axis so
         # that one batched product per kv head serves all of its query heads.
-        qg = q.transpose(1, 0, 2).reshape(cfg.n_kv_heads, group * n, cfg.head_dim)
-        scores = qg @ keys_t * scale  # [Hkv, G*n, T]
-        scores = scores.reshape(cfg.n_kv_heads, group, n, end)
-        # Every row sees the whole cache before the segment; within it, row i sees
-        # rows <= i (a chain) or its ancestors (a tree).
-        hidden_from = np.zeros((n, end), dtype=bool)
-        hidden_from[:, seg.start :] = ~visible
-        scores = np.where(hidden_from, -np.inf, scores)
-        scores = scores - scores.max(axis=-1, keepdims=True)
-        probs = np.exp(scores)
-        probs /= probs.sum(axis=-1, keepdims=True)
-        out = probs.reshape(cfg.n_kv_heads, group * n, end) @ values  # [Hkv, G*n, hd]
-        return out.reshape(cfg.n_heads, n, cfg.head_dim).transpose(1, 0, 2).reshape(n, -1)
+        q_scaled = (q * scale).transpose(1, 0, 2).reshape(n_kv, group, n, hd)
+        out = np.empty((n, cfg.n_heads * hd), dtype=np.float32)
+        # Blocks of query rows, each against only the keys it can see (the cache and
+        # the segment up to its last row): half the work of the whole n x T square,
+        # and scores small enough to stay in cache. 3.7x faster at 1,000 rows, 3x
+        # at 2,000, where attention had been three quarters of a prefill.
+        for r0 in range(0, n, _ATTENTION_BLOCK):
+            r1 = min(n, r0 + _ATTENTION_BLOCK)
+            rows, seen = r1 - r0, seg.start + r1
+            qg = q_scaled[:, :, r0:r1].reshape(n_kv, group * rows, hd)
+            scores = (qg @ cache_k[:, :, :seen]).reshape(n_kv, group, rows, seen)
+            # Every row sees the whole cache before the segment; within it, row i sees
+            # rows <= i (a chain) or its ancestors (a tree).
+            np.copyto(scores[..., seg.start + r0 :], -np.inf, where=~visible[r0:r1, r0:r1])
+            if r0 and not visible[r0:r1, :r0].all():  # a chain sees all its earlier rows
+                np.copyto(scores[..., seg.start : seg.start + r0], -np.inf, where=~visible[r0:r1, :r0])
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            block = scores.reshape(n_kv, group * rows, seen) @ cache_v[:, :seen]  # [Hkv, G*rows, hd]
+            out[r0:r1] = block.reshape(cfg.n_heads, rows, hd).transpose(1, 0, 2).reshape(rows, -1)
+        return out
