@@ -273,7 +273,14 @@ def test_a_draft_model_with_another_vocabulary_is_refused(toy_model_path, bad_fi
 def test_a_missing_draft_model_file_is_refused(toy_model_path, bad_files):
     result = generate("--model", toy_model_path, "--proposer", "draft", "--draft-model",
                       bad_files["missing"], "--prompt", "hi")
-    user_error(result, 1, "not found")
+    user_error(result, 1, "draft model file not found", os.path.basename(bad_files["missing"]))
+
+
+@pytest.mark.parametrize("proposer", ["medusa", "hybrid"])
+def test_a_missing_heads_file_is_named_as_one(toy_model_path, bad_files, proposer):
+    result = generate("--model", toy_model_path, "--proposer", proposer, "--medusa-heads",
+                      bad_files["missing"], "--prompt", "hi")
+    user_error(result, 1, "heads file not found", os.path.basename(bad_files["missing"]))
 
 
 @pytest.mark.parametrize(

@@ -93,6 +93,8 @@ def make_proposer(
     if name == "draft":
         if not draft_model_path:
             raise ParameterError("proposer 'draft' needs --draft-model PATH")
+        if not os.path.isfile(draft_model_path):
+            raise ModelFileError(f"draft model file not found: {draft_model_path}")
         draft_model, draft_tokenizer = load_model_and_tokenizer(draft_model_path)
         check_same_vocabulary(tokenizer, draft_tokenizer, draft_model_path)
         return DraftModelProposer(draft_model, draft_cost=draft_model.n_parameters / model.n_parameters)
@@ -105,6 +107,8 @@ def make_proposer(
 
 def heads_proposer(model: LlamaModel, path: str) -> MedusaProposer | RecurrentHeadProposer:
     """The proposer a heads file makes, by its kind, checked against `model`."""
+    if not os.path.isfile(path):
+        raise ModelFileError(f"heads file not found: {path}")
     kind = GGUFFile(path).get("general.architecture")
     if kind == RECURRENT_ARCHITECTURE:
         head = RecurrentHead.load(path)
