@@ -2,8 +2,13 @@
 
 A round that drafts k tokens emits on average E(k) = 1 + c0 + c0*c1 + ... tokens,
 where c_i is the chance that draft i is accepted once drafts 0..i-1 were, and costs
-about 1 + k * (row_cost + draft_cost) plain steps. The engine picks the k in
+about base + k * (row_cost + draft_cost) plain steps. The engine picks the k in
 0..k_max with the most tokens per unit of cost; k = 0 is plain decoding.
+
+base is 1 for a request decoded alone: its one row streams all the weights. In a
+batched round the weights are streamed once for every request, so a request's share
+of the round is less than a step (base_cost) while a draft row costs what it costs
+alone: drafts pay only where they are right far more often.
 
 The estimates are counts decayed every round towards a prior, so that a request whose
 drafts stopped paying (k = 0, nothing measured) drifts back to the prior and tries
@@ -31,6 +36,11 @@ PRIOR_REACHED = 2.0
 # figure drafts where drafts do not pay: at 0.33 with the layer stack, prompt lookup
 # fell to 0.89x plain decoding on code and 0.90x on math and translation.
 ROW_COST = 0.40
+# A further request's row in a batched round, relative to a lone one-row step: a round
+# of 8 requests at context 200 measured 4.56x a lone step (docs/performance.md), so
+# (4.56 - 1) / 7 = 0.51. Dearer than a verification row: each request's row reads a
+# cache of its own.
+BATCH_ROW_COST = 0.5
 
 
 @dataclass(frozen=True)
@@ -68,14 +78,20 @@ class AcceptanceStats:
         return cls(reached=tuple(d["reached"]), accepted=tuple(d["accepted"]))
 
 
-def choose_k(stats: AcceptanceStats, k_max: int, draft_cost: float) -> int:
-    """The draft length in 0..k_max with the most expected tokens per unit of cost."""
-    best_k, best_rate = 0, 1.0
+def base_cost(batch: int) -> float:
+    """A request's share, in lone one-row steps, of a round that `batch` requests share."""
+    return (1.0 + (max(batch, 1) - 1) * BATCH_ROW_COST) / max(batch, 1)
+
+
+def choose_k(stats: AcceptanceStats, k_max: int, draft_cost: float, base: float = 1.0) -> int:
+    """The draft length in 0..k_max with the most expected tokens per unit of cost,
+    for a request whose plain round costs `base` (base_cost)."""
+    best_k, best_rate = 0, 1.0 / base
     expected, reach = 1.0, 1.0
     for k, c in enumerate(stats.rates(k_max), start=1):
         reach *= c
         expected += reach
-        rate = expected / (1.0 + k * (ROW_COST + draft_cost))
+        rate = expected / (base + k * (ROW_COST + draft_cost))
         if rate > best_rate:
             best_k, best_rate = k, rate
     return best_k

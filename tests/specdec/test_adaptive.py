@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specq.specdec.adaptive import ROW_COST, AcceptanceStats, choose_k
+from specq.specdec.adaptive import BATCH_ROW_COST, ROW_COST, AcceptanceStats, base_cost, choose_k
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.proposers import NgramProposer
@@ -28,6 +28,24 @@ def test_fresh_requests_draft_and_the_choice_follows_acceptance():
     assert choose_k(bad, 6, 0.0) == 0
     # An expensive proposer needs better acceptance to be worth drafting.
     assert choose_k(AcceptanceStats(), 6, 1.0) == 0
+
+
+def test_in_a_batch_drafts_must_be_right_more_often_to_pay():
+    assert base_cost(1) == 1.0
+    assert base_cost(8) == pytest.approx((1 + 7 * BATCH_ROW_COST) / 8)
+    stats = AcceptanceStats()
+    for _ in range(30):
+        stats = stats.after_round(1, 1 if _ % 4 else 0)  # draft 0 right 3 times in 4
+    # The decayed counts put c_0 at 0.70. Alone, one draft pays: 1.70 tokens for 1.4
+    # steps, 1.21 a step against plain's 1. In a round of 8, a request's plain share
+    # is 0.5625 of a step (1.78 tokens a step), and one draft with the head's cost
+    # gives 1.70 tokens for 1.02 steps, 1.66 a step: not worth it.
+    assert choose_k(stats, 4, 0.0) >= 1
+    assert choose_k(stats, 4, 0.06, base_cost(8)) == 0
+    always = AcceptanceStats()
+    for _ in range(30):
+        always = always.after_round(4, 4)
+    assert 1 <= choose_k(always, 4, 0.0, base_cost(8)) < choose_k(always, 4, 0.0)
 
 
 def test_only_judged_positions_count():
