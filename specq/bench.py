@@ -60,6 +60,9 @@ class BenchReport:
     verify_cost: dict[int, float]  # rows -> forward time relative to a 1-row forward
     settings: dict = field(default_factory=dict)
     batch_cost: dict[int, float] = field(default_factory=dict)  # requests -> decode round time relative to one
+    # requests -> what one more row per request (a draft each) adds to that round, per
+    # request, relative to a lone one-row step
+    batch_draft_cost: dict[int, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -67,6 +70,7 @@ class BenchReport:
             "settings": self.settings,
             "verify_cost": {str(k): v for k, v in self.verify_cost.items()},
             "batch_cost": {str(k): v for k, v in self.batch_cost.items()},
+            "batch_draft_cost": {str(k): v for k, v in self.batch_draft_cost.items()},
             "results": [asdict(r) for r in self.results],
         }
 
@@ -143,11 +147,13 @@ def run_bench(
             results.append(_summarize(label, "all", reps, runs[BASELINE], runs[batched[0]], int(batched[1])))
         else:
             results += [_summarize(label, cat, reps, runs[BASELINE], runs[BASELINE]) for cat in categories]
+    batch_cost, batch_draft_cost = measure_batch_cost(model, [batch_size]) if batch_size else ({}, {})
     return BenchReport(
         machine=machine_info(),
         results=results,
         verify_cost=measure_verify_cost(model, sorted({c.k + 1 for c in configs if c.proposer != BASELINE})),
-        batch_cost=measure_batch_cost(model, [batch_size]) if batch_size else {},
+        batch_cost=batch_cost,
+        batch_draft_cost=batch_draft_cost,
         settings={"repeat": repeat, "adaptive": defaults.adaptive, "batch_size": batch_size,
                   "max_tokens": sorted({s.overrides.get("max_tokens", defaults.max_tokens) for s in specs}),
                   "temperature": defaults.temperature, "requests": len(specs),
@@ -261,24 +267,31 @@ def measure_verify_cost(model: LlamaModel, rows: Sequence[int], *, context: int 
 
 
 def measure_batch_cost(model: LlamaModel, sizes: Sequence[int], *, context: int = 200,
-                       trials: int = 15) -> dict[int, float]:
+                       trials: int = 15) -> tuple[dict[int, float], dict[int, float]]:
     """Time of one decode round of n requests (n segments of one new row each, every
     one at `context` positions) relative to a lone request's; n over that ratio is
-    what batching multiplies decoding throughput by, prefill aside."""
-    caches = [model.new_cache(context + 2) for _ in range(max(sizes, default=1))]
+    what batching multiplies decoding throughput by, prefill aside. And, from the
+    same trials, what a second row per request (one draft each) adds to the round,
+    per request, in lone steps: the price a draft pays in a batch
+    (specq.specdec.adaptive.base_cost)."""
+    caches = [model.new_cache(context + 3) for _ in range(max(sizes, default=1))]
     for cache in caches:
         model.forward([Segment(cache, [5] * context, 0, all_logits=False)])
     ratios: dict[int, list[float]] = {n: [] for n in sizes}
+    drafts: dict[int, list[float]] = {n: [] for n in sizes}
     for _ in range(trials):
         one = _time_round(model, caches[:1], context)
         for n in sizes:
-            ratios[n].append(_time_round(model, caches[:n], context) / one)
-    return {n: round(statistics.median(r), 3) for n, r in ratios.items()}
+            plain, drafted = (_time_round(model, caches[:n], context, rows) / one for rows in (1, 2))
+            ratios[n].append(plain)
+            drafts[n].append((drafted - plain) / n)
+    return ({n: round(statistics.median(r), 3) for n, r in ratios.items()},
+            {n: round(statistics.median(r), 3) for n, r in drafts.items()})
 
 
-def _time_round(model: LlamaModel, caches: list, start: int) -> float:
+def _time_round(model: LlamaModel, caches: list, start: int, rows: int = 1) -> float:
     t0 = time.perf_counter()
-    model.forward([Segment(cache, [7], start) for cache in caches])
+    model.forward([Segment(cache, [7] * rows, start) for cache in caches])
     return time.perf_counter() - t0
 
 
@@ -311,8 +324,11 @@ def format_table(report: BenchReport) -> str:
     if costs:
         lines.append(f"verify cost (forward time relative to 1 row): {costs}")
     for n, c in report.batch_cost.items():
-        lines.append(f"decode round of {n} requests: {c:.2f}x one request's, so {n / c:.2f}x the decoding "
-                     "throughput (prefill aside)")
+        line = f"decode round of {n} requests: {c:.2f}x one request's, so {n / c:.2f}x the decoding throughput " \
+               "(prefill aside)"
+        if n in report.batch_draft_cost:
+            line += f"; a draft each adds {report.batch_draft_cost[n]:.2f} of a lone step per request"
+        lines.append(line)
     m = report.machine
     lines.append(f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, numpy {m['numpy']}")
     return "\n".join(lines)

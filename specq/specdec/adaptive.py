@@ -39,7 +39,8 @@ ROW_COST = 0.40
 # A further request's row in a batched round, relative to a lone one-row step: a round
 # of 8 requests at context 200 measured 4.56x a lone step (docs/performance.md), so
 # (4.56 - 1) / 7 = 0.51. Dearer than a verification row: each request's row reads a
-# cache of its own.
+# cache of its own. A draft per request in that round added 0.40 of a lone step per
+# request (`specq bench --batch-size 8` prints both), so ROW_COST holds there too.
 BATCH_ROW_COST = 0.5
 
 
