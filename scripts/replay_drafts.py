@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Drafting policies replayed against a trace, without timing anything.
+
+Greedy output does not depend on what is drafted, and neither do the target's
+hidden states (every row gets the same bits in any round). So one plain decode can
+record, at every position, what prompt lookup and the shipped recurrent head would
+propose there (the head ungated, 4 deep, with its confidence at each depth), and any
+drafting policy can then be replayed against the known output: which drafts it would
+make, which would be accepted, and what the rounds would cost at a given row cost.
+Noise-free, and seconds a policy instead of a benchmark run each.
+
+  record   decode the prompts plainly and write the trace (about a minute for the
+           bench mix at 128 tokens)
+  replay   print each policy's modeled speedup over plain decoding, per category,
+           prefill aside; --batch B models rounds that B requests share. Policies:
+           the engine's choice; per-source (lookup and head drafts estimated apart);
+           +chained (a fresh draft position's prior is the estimate of the position
+           before, not 0.5); perfect (the right prefix of the better source, known)
+
+Cost model: a lone round costs 1 + row_cost per draft row + 0.06 per head step; in a
+batch, a request's plain share is specq.specdec.adaptive.base_cost(B).
+
+Usage:  python scripts/replay_drafts.py record [--input F] [--max-tokens 128] [--trace T]
+        python scripts/replay_drafts.py replay [--trace T] [--row-cost 0.4] [--batch 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import pickle
+
+import numpy as np
+
+from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
+from specq.specdec import adaptive
+from specq.specdec.adaptive import PRIOR_ACCEPTED, PRIOR_REACHED, ROW_COST, AcceptanceStats, base_cost, choose_k
+from specq.specdec.loader import load_engine, make_proposer
+from specq.specdec.products import embed, linear
+from specq.specdec.proposers.hybrid import MIN_MATCH
+from specq.specdec.proposers.ngram import lookup
+from specq.specdec.proposers.recurrent import RecurrentHeadProposer
+
+K_MAX = 4
+HEAD_STEP = RecurrentHeadProposer.draft_cost
+
+
+def record(args) -> None:
+    engine = load_engine(proposer="none")
+    hybrid = make_proposer("hybrid", engine.model, engine.tokenizer)
+    head, rows = hybrid.medusa.head, hybrid.medusa.rows
+    table = engine.model.weights.token_embedding
+    traces = []
+    for spec in read_jsonl(args.input):
+        req = to_request(spec, engine.tokenizer, GenerationDefaults(max_tokens=args.max_tokens, k=1, adaptive=False))
+        session = engine.session(engine.start(req))
+        positions = {}
+        while not session.state.finished:
+            if session.state.output_ids:
+                ids = session.state.all_ids
+                copied = lookup(ids, K_MAX, hybrid.ngram.max_ngram, 1)
+                match = next((n for n in (3, 2, 1) if lookup(ids, 1, hybrid.ngram.max_ngram, n)), 0)
+                state, token, guesses, confidence = np.asarray(session.last_hidden)[None, :], ids[-1], [], []
+                for _ in range(K_MAX):
+                    state = head.step(state, embed(table, np.array([token])))
+                    logits = linear(state, rows)[0].astype(np.float64)
+                    best = int(np.argmax(logits))
+                    confidence.append(float(1.0 / np.exp(logits - logits[best]).sum()))
+                    token = int(head.vocab[best])
+                    guesses.append(token)
+                positions[len(session.state.output_ids)] = (copied, match, guesses, confidence)
+            session.step()
+        traces.append((spec.category or "all", list(session.state.output_ids), positions))
+    with open(args.trace, "wb") as f:
+        pickle.dump({"gate": hybrid.medusa.gate, "traces": traces}, f)
+    print(f"{len(traces)} decodes, {sum(len(t[1]) for t in traces)} tokens -> {args.trace}")
+
+
+def chained_rates(stats: AcceptanceStats, k_max: int) -> list[float]:
+    """A fresh position's prior is the position before it's estimate, not 0.5."""
+    rates, prior = [], PRIOR_ACCEPTED / PRIOR_REACHED
+    for i in range(k_max):
+        reached = stats.reached[i] if i < len(stats.reached) else 0.0
+        accepted = stats.accepted[i] if i < len(stats.accepted) else 0.0
+        prior = (accepted + PRIOR_REACHED * prior) / (reached + PRIOR_REACHED)
+        rates.append(prior)
+    return rates
+
+
+class _Rates:
+    """What choose_k reads of AcceptanceStats, for rates computed here."""
+
+    def __init__(self, rates: list[float]) -> None:
+        self._rates = rates
+
+    def rates(self, k_max: int) -> list[float]:
+        return self._rates[:k_max]
+
+
+def replay(policy: str, data: dict, row_cost: float, batch: int) -> dict[str, float]:
+    adaptive.ROW_COST = row_cost  # choose_k's row cost
+    gate, base = data["gate"], base_cost(batch)
+    tokens, costs = collections.Counter(), collections.Counter()
+    for category, output, positions in data["traces"]:
+        # The engine keeps one estimate for both sources; "per-source" one for each.
+        stats = {"lookup": AcceptanceStats(), "head": AcceptanceStats(), "shared": AcceptanceStats()}
+        t = 1
+        while t < len(output):
+            copied, match, guesses, confidence = positions[t]
+            k_max, truth = min(K_MAX, len(output) - t - 1), output[t:]
+            source = "lookup" if copied and match >= MIN_MATCH else "head"
+            if policy == "perfect":  # drafts exactly the right prefix of the better source
+                right = [sum(1 for _ in _prefix(d[:k_max], truth)) for d in (copied if match else [], guesses)]
+                n_lookup, n_head = right
+                gains = [(0, 0), (n_lookup, 0), (n_head, n_head + (n_head < k_max) if n_head else 0)]
+                n, steps = max(gains, key=lambda g: (g[0] + 1) / (base + row_cost * g[0] + HEAD_STEP * g[1]))
+                draft = truth[:n]
+            else:
+                key = source if policy.startswith("per-source") else "shared"
+                rates = chained_rates(stats[key], K_MAX) if policy.endswith("chained") else stats[key].rates(K_MAX)
+                # The hybrid is charged as the head, lookup drafts included (HybridProposer).
+                decide_as = 1.0 if policy == "engine-as-alone" else base
+                k = min(choose_k(_Rates(rates), K_MAX, HEAD_STEP, decide_as), k_max)
+                draft, steps = [], 0
+                if k and source == "lookup":
+                    draft = copied[:k]
+                elif k:
+                    for i in range(k):
+                        steps += 1
+                        if confidence[i] < gate[min(i, len(gate) - 1)]:
+                            break
+                        draft.append(guesses[i])
+                accepted = sum(1 for _ in _prefix(draft, truth))
+                stats[key] = stats[key].after_round(len(draft), accepted)
+            accepted = sum(1 for _ in _prefix(draft, truth))
+            tokens[category] += accepted + 1
+            costs[category] += base + row_cost * len(draft) + HEAD_STEP * steps
+            t += accepted + 1
+    speedup = {c: tokens[c] / costs[c] * base for c in sorted(tokens)}
+    speedup["all"] = sum(tokens.values()) / sum(costs.values()) * base
+    return speedup
+
+
+def _prefix(draft, truth):
+    for a, b in zip(draft, truth):
+        if a != b:
+            return
+        yield a
+
+
+# engine-as-alone: the engine before it weighed the batch (what a batched request
+# chose before 2026-12-01's third pass); the same as engine for --batch 1.
+POLICIES = ("engine", "engine-as-alone", "per-source", "engine+chained", "per-source+chained", "perfect")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("record", "replay"))
+    parser.add_argument("--input", default="examples/bench_prompts.jsonl")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--trace", default="drafts-trace.pkl")
+    parser.add_argument("--row-cost", type=float, default=ROW_COST)
+    parser.add_argument("--batch", type=int, default=1)
+    args = parser.parse_args()
+    if args.command == "record":
+        record(args)
+        return
+    with open(args.trace, "rb") as f:
+        data = pickle.load(f)
+    print(f"modeled speedup over plain decoding{' batched' if args.batch > 1 else ''} (prefill aside), "
+          f"row cost {args.row_cost}, batch {args.batch}:")
+    for policy in POLICIES:
+        result = replay(policy, data, args.row_cost, args.batch)
+        print(f"  {policy:19}" + " ".join(f"{c} {v:.3f}" for c, v in result.items()))
+
+
+if __name__ == "__main__":
+    main()
