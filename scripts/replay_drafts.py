@@ -13,7 +13,8 @@ Noise-free, and seconds a policy instead of a benchmark run each.
            bench mix at 128 tokens)
   replay   print each policy's modeled speedup over plain decoding, per category,
            prefill aside; --batch B models rounds that B requests share. Policies:
-           the engine's choice; per-source (lookup and head drafts estimated apart);
+           the engine's choice; batch-aware (deciding with a batched request's share of
+           a round); per-source (lookup and head drafts estimated apart);
            +chained (a fresh draft position's prior is the estimate of the position
            before, not 0.5); perfect (the right prefix of the better source, known)
 
@@ -119,7 +120,7 @@ def replay(policy: str, data: dict, row_cost: float, batch: int) -> dict[str, fl
                 key = source if policy.startswith("per-source") else "shared"
                 rates = chained_rates(stats[key], K_MAX) if policy.endswith("chained") else stats[key].rates(K_MAX)
                 # The hybrid is charged as the head, lookup drafts included (HybridProposer).
-                decide_as = 1.0 if policy == "engine-as-alone" else base
+                decide_as = base if policy == "batch-aware" else 1.0  # the engine decides as alone
                 k = min(choose_k(_Rates(rates), K_MAX, HEAD_STEP, decide_as), k_max)
                 draft, steps = [], 0
                 if k and source == "lookup":
@@ -148,9 +149,9 @@ def _prefix(draft, truth):
         yield a
 
 
-# engine-as-alone: the engine before it weighed the batch (what a batched request
-# chose before 2026-12-01's third pass); the same as engine for --batch 1.
-POLICIES = ("engine", "engine-as-alone", "per-source", "engine+chained", "per-source+chained", "perfect")
+# batch-aware: the engine's choice with a batched request's share of a round as its
+# base cost (adaptive.base_cost); the same as engine for --batch 1.
+POLICIES = ("engine", "batch-aware", "per-source", "engine+chained", "per-source+chained", "perfect")
 
 
 def main() -> None:

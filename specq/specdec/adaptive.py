@@ -8,7 +8,12 @@ about base + k * (row_cost + draft_cost) plain steps. The engine picks the k in
 base is 1 for a request decoded alone: its one row streams all the weights. In a
 batched round the weights are streamed once for every request, so a request's share
 of the round is less than a step (base_cost) while a draft row costs what it costs
-alone: drafts pay only where they are right far more often.
+alone: drafts pay only where they are right far more often (about 80% of the time
+at 8 requests, not 40%). The engine still decides every request as if alone
+(base 1). Weighing the batch was tried: a fresh request's estimate (0.5) is below
+what pays in a full batch, so it never drafts and never learns where drafts would
+pay; scripts/replay_drafts.py models +2.5% from it for batches of 8, which wall
+times on this machine could not show (docs/performance.md). The replay uses base.
 
 The estimates are counts decayed every round towards a prior, so that a request whose
 drafts stopped paying (k = 0, nothing measured) drifts back to the prior and tries

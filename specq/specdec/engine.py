@@ -20,7 +20,7 @@ import numpy as np
 
 from specq.errors import ParameterError
 from specq.specdec.acceptance import accept, accept_tree_greedy, resolve_rule
-from specq.specdec.adaptive import base_cost, choose_k
+from specq.specdec.adaptive import choose_k
 from specq.specdec.model import LlamaModel, Segment, SegmentOutput
 from specq.specdec.products import BULK_ROWS
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
@@ -143,7 +143,7 @@ class BatchDecoder:
         pools would take turns 120 times (once a product), each turn costing a spin
         against the other on two cores. Apart, they take turns twice a round."""
         active = [(key, s) for key, s in self.sessions.items() if not s.state.finished]
-        planned = [session.plan(batch=len(active)) for _, session in active]
+        planned = [session.plan() for _, session in active]
         outputs: list = [None] * len(planned)
         forward_s = [0.0] * len(planned)
         bulk = [i for i, p in enumerate(planned) if p.segment.n >= BULK_ROWS]
@@ -193,10 +193,9 @@ class DecodeSession:
         out = self.model.forward([planned.segment])[0]
         return self.finish(planned, out, perf_counter() - t0)
 
-    def plan(self, batch: int = 1) -> "PlannedRound":
+    def plan(self) -> "PlannedRound":
         """Propose, and lay out this round's rows for the target forward. The
-        forward itself may be shared with other sessions' rounds (run_many): `batch`
-        requests in all."""
+        forward itself may be shared with other sessions' rounds (run_many)."""
         state = self.state
         assert not state.finished, "a round of a finished request"
         req = state.request
@@ -204,7 +203,7 @@ class DecodeSession:
             # The prefill forward over the prompt emits output token 0.
             return PlannedRound(Draft(), Segment(self.cache, req.prompt_ids, 0, all_logits=False), 0.0)
         ids = state.all_ids
-        k = self._draft_budget(batch)
+        k = self._draft_budget()
         t0 = perf_counter()
         draft = Draft()
         if k > 0:
@@ -303,23 +302,17 @@ class DecodeSession:
             ),
         )
 
-    def _draft_budget(self, batch: int) -> int:
+    def _draft_budget(self) -> int:
         """Drafts that fit and pay: a round emits up to k+1 tokens, never past
         max_tokens; its k+1 rows must fit the context with room for the token it
-        emits; with `adaptive`, k is what the measured acceptance says pays best.
-
-        Only a greedy request weighs the batch it is in: its output is the argmax
-        whatever it drafts. A sampled one drafts as it would alone, because its
-        draws depend on its drafts, and its output must not depend on which other
-        requests happen to share its rounds (resumes land in other batches)."""
+        emits; with `adaptive`, k is what the measured acceptance says pays best."""
         state = self.state
         req = state.request
         remaining = req.max_tokens - len(state.output_ids)
         room = self.model.config.context_length - len(state.all_ids) - 1
         k = req.k
         if req.adaptive:
-            base = base_cost(batch) if self.rule == "greedy" else 1.0
-            k = choose_k(state.acceptance, req.k, self.engine.proposer.draft_cost, base)
+            k = choose_k(state.acceptance, req.k, self.engine.proposer.draft_cost)
         return max(0, min(k, remaining - 1, room))
 
     def _uniforms(self, n_output: int):

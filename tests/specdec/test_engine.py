@@ -444,42 +444,5 @@ def test_batched_decoding_equals_each_request_alone(toy, other_toy, name, temper
     alone = [engine.run(r) for r in requests]
     together = engine.run_many(requests, batch_size=3)
     assert [s.output_ids for s in together] == [s.output_ids for s in alone]
-    # Requests that draft as they would alone make the same rounds; a greedy adaptive
-    # one weighs the batch it is in (test_a_batched_greedy_request_drafts_what_pays_in_a_batch).
-    same = [i for i, r in enumerate(requests) if not (r.adaptive and temperature == 0.0)]
-    assert [together[i].metrics.target_forwards for i in same] == [alone[i].metrics.target_forwards for i in same]
+    assert [s.metrics.target_forwards for s in together] == [s.metrics.target_forwards for s in alone]
     assert all(s.finished for s in together)
-
-
-def test_a_batched_greedy_request_drafts_what_pays_in_a_batch(toy, other_toy):
-    """In a round that 4 requests share, a request's plain share of the round is 0.625
-    of a lone step, so drafts must be right far more often to pay. Fresh requests
-    (estimated acceptance 0.5) with another model's drafts, which alone are tried now
-    and then, are not tried; requests whose drafts were measured right (the target as
-    its own draft, 8 lone rounds first) go on drafting. The outputs are plain greedy
-    decoding's either way."""
-    model, tokenizer = toy
-    requests = [request(tokenizer, p, max_tokens=40, k=3, adaptive=True) for p in PROMPTS + ["a b c"]]
-
-    engine = Engine(model, tokenizer, DraftModelProposer(other_toy[0], draft_cost=0.0))
-    alone = [engine.run(r) for r in requests]
-    together = engine.run_many(requests, batch_size=4)
-    assert [s.output_ids for s in together] == [s.output_ids for s in alone]
-    assert sum(s.metrics.drafted for s in together) == 0 < sum(s.metrics.drafted for s in alone)
-
-    engine = Engine(model, tokenizer, DraftModelProposer(model, draft_cost=0.0))
-    warm = []
-    for r in requests:
-        session = engine.session(engine.start(r))
-        for _ in range(8):
-            if not session.state.finished:
-                session.step()
-        warm.append(session.state)
-    assert all(s.metrics.accepted == s.metrics.drafted > 0 for s in warm if not s.finished)
-    alone = [list(engine.generate(s))[-1] if not s.finished else s for s in warm]
-    together = list(warm)
-    for index, state in engine.generate_many(warm, batch_size=4):
-        together[index] = state
-    assert [s.output_ids for s in together] == [s.output_ids for s in alone]
-    drafted_in_batch = [t.metrics.drafted - w.metrics.drafted for t, w in zip(together, warm)]
-    assert sum(drafted_in_batch) > 0, drafted_in_batch
