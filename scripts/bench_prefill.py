@@ -26,24 +26,17 @@ import time
 import numpy as np
 
 import specq.specdec.products as products
-from specq.specdec import fused
 from specq.specdec.loader import default_model_path, load_model_and_tokenizer
 from specq.specdec.model import LlamaModel, Segment
 
 
-def whole_square_attend(self, seg, visible, layer, q, k, v):
-    """LlamaModel._attend as it was: every score of the segment at once."""
+def whole_square_attend(self, seg, visible, q_scaled, cache_k, cache_v):
+    """LlamaModel._attend_prompt as it was: every score of the segment at once."""
     cfg = self.config
     n, end = seg.n, seg.start + seg.n
-    cache_k, cache_v = seg.cache.keys[layer], seg.cache.values[layer]
-    cache_k[:, :, seg.start : end] = k.transpose(1, 2, 0)
-    cache_v[:, seg.start : end] = v.transpose(1, 0, 2)
-    scale = np.float32(1.0 / np.sqrt(cfg.head_dim))
-    if n < products.BULK_ROWS:
-        return fused.attend(q, cache_k, cache_v, seg.start, visible, scale)
     group = cfg.n_heads // cfg.n_kv_heads
-    qg = q.transpose(1, 0, 2).reshape(cfg.n_kv_heads, group * n, cfg.head_dim)
-    scores = (qg @ cache_k[:, :, :end] * scale).reshape(cfg.n_kv_heads, group, n, end)
+    qg = q_scaled.transpose(1, 0, 2).reshape(cfg.n_kv_heads, group * n, cfg.head_dim)
+    scores = (qg @ cache_k[:, :, :end]).reshape(cfg.n_kv_heads, group, n, end)
     hidden_from = np.zeros((n, end), dtype=bool)
     hidden_from[:, seg.start :] = ~visible
     scores = np.where(hidden_from, -np.inf, scores)
@@ -61,7 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     model, _ = load_model_and_tokenizer(default_model_path())
-    current_attend, current_dense_t = LlamaModel._attend, products.dequantized_t
+    current_attend, current_dense_t = LlamaModel._attend_prompt, products.dequantized_t
     ways = {
         "before": (whole_square_attend, lambda w: products.dequantized(w).T),
         "now": (current_attend, current_dense_t),
@@ -72,13 +65,13 @@ def main() -> None:
         for n in lengths:
             ids = [5 + (i * 7) % 1000 for i in range(n)]  # any ids: the cost does not depend on them
             for way, (attend, dense_t) in ways.items():
-                LlamaModel._attend, products.dequantized_t = attend, dense_t
+                LlamaModel._attend_prompt, products.dequantized_t = attend, dense_t
                 cache = model.new_cache(n + 1)
                 t0 = time.perf_counter()
                 out = model.forward([Segment(cache, ids, 0, all_logits=False)])[0]
                 times.setdefault((n, way), []).append(time.perf_counter() - t0)
                 logits[n, way] = out.logits
-    LlamaModel._attend, products.dequantized_t = current_attend, current_dense_t
+    LlamaModel._attend_prompt, products.dequantized_t = current_attend, current_dense_t
     print(f"prefill from position 0, {args.trials} trials, median ms (tokens/s):")
     for n in lengths:
         before, now = (statistics.median(times[n, w]) for w in ways)

@@ -387,10 +387,18 @@ class LlamaModel:
         scale = np.float32(1.0 / np.sqrt(cfg.head_dim))
         if n < BULK_ROWS:
             return fused.attend(q, cache_k, cache_v, seg.start, visible, scale)
+        return self._attend_prompt(seg, visible, q * scale, cache_k, cache_v)
+
+    def _attend_prompt(self, seg: Segment, visible: np.ndarray, q_scaled: np.ndarray, cache_k: np.ndarray,
+                       cache_v: np.ndarray) -> np.ndarray:
+        """_attend for a long segment, whose keys and values are in the cache already;
+        q_scaled [n, Hq, hd] is q over sqrt(hd)."""
+        cfg = self.config
+        n = seg.n
         group, n_kv, hd = cfg.n_heads // cfg.n_kv_heads, cfg.n_kv_heads, cfg.head_dim
         # Query head h reads kv head h // group: fold the group into the row axis so
         # that one batched product per kv head serves all of its query heads.
-        q_scaled = (q * scale).transpose(1, 0, 2).reshape(n_kv, group, n, hd)
+        q_scaled = q_scaled.transpose(1, 0, 2).reshape(n_kv, group, n, hd)
         out = np.empty((n, cfg.n_heads * hd), dtype=np.float32)
         # Blocks of query rows, each against only the keys it can see (the cache and
         # the segment up to its last row): half the work of the whole n x T square,
