@@ -156,7 +156,7 @@ class QuantizedMatrix:
         the calling thread. This is the layout the lanes already have: a chunk's
         outputs for one input sit side by side, so it is written in contiguous runs,
         3 times faster than dequantize(); and BLAS multiplies by it faster than by
-        dequantize().T (a 109-row prompt's products 1.5x faster, measured)."""
+        dequantize().T (1.5x faster for a 109-row product with the 3072x576 gate|up)."""
         n_out, n_in = self.shape
         out = np.empty((n_in, self.quants.shape[0] * LANES), dtype=np.float32)
         (_q4_1_columns if self.type_name == "Q4_1" else _q8_0_columns)(self.quants, self.scales, out)
