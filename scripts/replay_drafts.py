@@ -14,9 +14,9 @@ Noise-free, and seconds a policy instead of a benchmark run each.
   replay   print each policy's modeled speedup over plain decoding, per category,
            prefill aside; --batch B models rounds that B requests share. Policies:
            the engine's choice; batch-aware (deciding with a batched request's share of
-           a round); per-source (lookup and head drafts estimated apart);
-           +chained (a fresh draft position's prior is the estimate of the position
-           before, not 0.5); perfect (the right prefix of the better source, known)
+           a round); per-source (lookup and head drafts estimated apart); flat-prior
+           (every unexplored draft position at 0.5, as before); perfect (the right
+           prefix of the better source, known)
 
 Cost model: a lone round costs 1 + row_cost per draft row + 0.06 per head step; in a
 batch, a request's plain share is specq.specdec.adaptive.base_cost(B).
@@ -77,15 +77,10 @@ def record(args) -> None:
     print(f"{len(traces)} decodes, {sum(len(t[1]) for t in traces)} tokens -> {args.trace}")
 
 
-def chained_rates(stats: AcceptanceStats, k_max: int) -> list[float]:
-    """A fresh position's prior is the position before it's estimate, not 0.5."""
-    rates, prior = [], PRIOR_ACCEPTED / PRIOR_REACHED
-    for i in range(k_max):
-        reached = stats.reached[i] if i < len(stats.reached) else 0.0
-        accepted = stats.accepted[i] if i < len(stats.accepted) else 0.0
-        prior = (accepted + PRIOR_REACHED * prior) / (reached + PRIOR_REACHED)
-        rates.append(prior)
-    return rates
+def flat_rates(stats: AcceptanceStats, k_max: int) -> list[float]:
+    """The estimator before the chained prior: 0.5 for every unexplored position."""
+    return [((stats.accepted[i] if i < len(stats.accepted) else 0.0) + PRIOR_ACCEPTED)
+            / ((stats.reached[i] if i < len(stats.reached) else 0.0) + PRIOR_REACHED) for i in range(k_max)]
 
 
 class _Rates:
@@ -118,7 +113,7 @@ def replay(policy: str, data: dict, row_cost: float, batch: int) -> dict[str, fl
                 draft = truth[:n]
             else:
                 key = source if policy.startswith("per-source") else "shared"
-                rates = chained_rates(stats[key], K_MAX) if policy.endswith("chained") else stats[key].rates(K_MAX)
+                rates = flat_rates(stats[key], K_MAX) if policy == "flat-prior" else stats[key].rates(K_MAX)
                 # The hybrid is charged as the head, lookup drafts included (HybridProposer).
                 decide_as = base if policy == "batch-aware" else 1.0  # the engine decides as alone
                 k = min(choose_k(_Rates(rates), K_MAX, HEAD_STEP, decide_as), k_max)
@@ -151,7 +146,9 @@ def _prefix(draft, truth):
 
 # batch-aware: the engine's choice with a batched request's share of a round as its
 # base cost (adaptive.base_cost); the same as engine for --batch 1.
-POLICIES = ("engine", "batch-aware", "per-source", "engine+chained", "per-source+chained", "perfect")
+# flat-prior: the engine's estimator before an unexplored position's prior became the
+# estimate of the position before it.
+POLICIES = ("engine", "batch-aware", "per-source", "flat-prior", "perfect")
 
 
 def main() -> None:
