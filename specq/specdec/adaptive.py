@@ -12,7 +12,7 @@ alone: drafts pay only where they are right far more often (about 80% of the tim
 at 8 requests, not 40%). The engine still decides every request as if alone
 (base 1). Weighing the batch was tried: a fresh request's estimate (0.5) is below
 what pays in a full batch, so it never drafts and never learns where drafts would
-pay; scripts/replay_drafts.py models +2.5% from it for batches of 8, which wall
+pay; scripts/replay_drafts.py models +3% from it for batches of 8, which wall
 times on this machine could not show (docs/performance.md). The replay uses base.
 
 The estimates are counts decayed every round towards a prior, so that a request whose
