@@ -19,7 +19,7 @@ Noise-free, and seconds a policy instead of a benchmark run each.
            prefix of the better source, known)
 
 Cost model: a lone round costs 1 + row_cost per draft row + 0.06 per head step; in a
-batch, a request's plain share is specq.specdec.adaptive.base_cost(B).
+batch, a request's plain share is base_cost(B).
 
 Usage:  python scripts/replay_drafts.py record [--input F] [--max-tokens 128] [--trace T]
         python scripts/replay_drafts.py replay [--trace T] [--row-cost 0.4] [--batch 1]
@@ -34,8 +34,7 @@ import pickle
 import numpy as np
 
 from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
-from specq.specdec import adaptive
-from specq.specdec.adaptive import PRIOR_ACCEPTED, PRIOR_REACHED, ROW_COST, AcceptanceStats, base_cost, choose_k
+from specq.specdec.adaptive import PRIOR_ACCEPTED, PRIOR_REACHED, ROW_COST, AcceptanceStats, choose_k
 from specq.specdec.loader import load_engine, make_proposer
 from specq.specdec.products import embed, linear
 from specq.specdec.proposers.hybrid import MIN_MATCH
@@ -44,6 +43,16 @@ from specq.specdec.proposers.recurrent import RecurrentHeadProposer
 
 K_MAX = 4
 HEAD_STEP = RecurrentHeadProposer.draft_cost
+# A further request's row in a batched round, relative to a lone one-row step:
+# `specq bench --batch-size 8` measured a round of 8 requests at 4.56x a lone step,
+# (4.56 - 1) / 7 = 0.51, and a draft per request in it adding 0.40 per request: the
+# row cost holds there too.
+BATCH_ROW_COST = 0.5
+
+
+def base_cost(batch: int) -> float:
+    """A request's share, in lone one-row steps, of a round that `batch` requests share."""
+    return (1.0 + (max(batch, 1) - 1) * BATCH_ROW_COST) / max(batch, 1)
 
 
 def record(args) -> None:
@@ -60,7 +69,8 @@ def record(args) -> None:
             if session.state.output_ids:
                 ids = session.state.all_ids
                 copied = lookup(ids, K_MAX, hybrid.ngram.max_ngram, 1)
-                match = next((n for n in (3, 2, 1) if lookup(ids, 1, hybrid.ngram.max_ngram, n)), 0)
+                max_n = hybrid.ngram.max_ngram
+                match = next((n for n in range(max_n, 0, -1) if lookup(ids, 1, max_n, n)), 0)  # longest
                 state, token, guesses, confidence = np.asarray(session.last_hidden)[None, :], ids[-1], [], []
                 for _ in range(K_MAX):
                     state = head.step(state, embed(table, np.array([token])))
@@ -94,7 +104,6 @@ class _Rates:
 
 
 def replay(policy: str, data: dict, row_cost: float, batch: int) -> dict[str, float]:
-    adaptive.ROW_COST = row_cost  # choose_k's row cost
     gate, base = data["gate"], base_cost(batch)
     tokens, costs = collections.Counter(), collections.Counter()
     for category, output, positions in data["traces"]:
@@ -116,7 +125,7 @@ def replay(policy: str, data: dict, row_cost: float, batch: int) -> dict[str, fl
                 rates = flat_rates(stats[key], K_MAX) if policy == "flat-prior" else stats[key].rates(K_MAX)
                 # The hybrid is charged as the head, lookup drafts included (HybridProposer).
                 decide_as = base if policy == "batch-aware" else 1.0  # the engine decides as alone
-                k = min(choose_k(_Rates(rates), K_MAX, HEAD_STEP, decide_as), k_max)
+                k = min(choose_k(_Rates(rates), K_MAX, HEAD_STEP, decide_as, row_cost), k_max)
                 draft, steps = [], 0
                 if k and source == "lookup":
                     draft = copied[:k]
@@ -145,7 +154,7 @@ def _prefix(draft, truth):
 
 
 # batch-aware: the engine's choice with a batched request's share of a round as its
-# base cost (adaptive.base_cost); the same as engine for --batch 1.
+# base cost (base_cost); the same as engine for --batch 1.
 # flat-prior: the engine's estimator before an unexplored position's prior became the
 # estimate of the position before it.
 POLICIES = ("engine", "batch-aware", "per-source", "flat-prior", "perfect")

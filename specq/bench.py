@@ -273,7 +273,7 @@ def measure_batch_cost(model: LlamaModel, sizes: Sequence[int], *, context: int 
     what batching multiplies decoding throughput by, prefill aside. And, from the
     same trials, what a second row per request (one draft each) adds to the round,
     per request, in lone steps: the price a draft pays in a batch
-    (specq.specdec.adaptive.base_cost)."""
+    (specq.specdec.adaptive's docstring)."""
     caches = [model.new_cache(context + 3) for _ in range(max(sizes, default=1))]
     for cache in caches:
         model.forward([Segment(cache, [5] * context, 0, all_logits=False)])

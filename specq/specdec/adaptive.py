@@ -5,15 +5,16 @@ where c_i is the chance that draft i is accepted once drafts 0..i-1 were, and co
 about base + k * (row_cost + draft_cost) plain steps. The engine picks the k in
 0..k_max with the most tokens per unit of cost; k = 0 is plain decoding.
 
-base is 1 for a request decoded alone: its one row streams all the weights. In a
-batched round the weights are streamed once for every request, so a request's share
-of the round is less than a step (base_cost) while a draft row costs what it costs
-alone: drafts pay only where they are right far more often (about 80% of the time
-at 8 requests, not 40%). The engine still decides every request as if alone
-(base 1). Weighing the batch was tried: a fresh request's estimate (0.5) is below
-what pays in a full batch, so it never drafts and never learns where drafts would
-pay; scripts/replay_drafts.py models +3% from it for batches of 8, which wall
-times on this machine could not show (docs/performance.md). The replay uses base.
+The engine's base is 1: a request's one row streams all the weights. `base` and
+`row_cost` let other costs be modeled (scripts/replay_drafts.py). In a batched round
+the weights are streamed once for every request, so a request's share of the round
+is about 0.57 of a step at 8 requests while a draft still adds 0.40 (`specq bench
+--batch-size 8` measures both): drafts pay there only where they are right about 80%
+of the time. The engine still decides every request as if alone. Weighing the batch
+was tried: a fresh request's estimate (0.5) is below what pays in a full batch, so it
+never drafts and never learns where drafts would pay; the replay models +3% from it
+for batches of 8, which wall times on this machine could not show
+(docs/performance.md).
 
 The estimates are counts decayed every round towards a prior, so that a request whose
 drafts stopped paying (k = 0, nothing measured) drifts back to the prior and tries
@@ -41,12 +42,6 @@ PRIOR_REACHED = 2.0
 # figure drafts where drafts do not pay: at 0.33 with the layer stack, prompt lookup
 # fell to 0.89x plain decoding on code and 0.90x on math and translation.
 ROW_COST = 0.40
-# A further request's row in a batched round, relative to a lone one-row step: a round
-# of 8 requests at context 200 measured 4.56x a lone step (docs/performance.md), so
-# (4.56 - 1) / 7 = 0.51. Dearer than a verification row: each request's row reads a
-# cache of its own. A draft per request in that round added 0.40 of a lone step per
-# request (`specq bench --batch-size 8` prints both), so ROW_COST holds there too.
-BATCH_ROW_COST = 0.5
 
 
 @dataclass(frozen=True)
@@ -91,20 +86,16 @@ class AcceptanceStats:
         return cls(reached=tuple(d["reached"]), accepted=tuple(d["accepted"]))
 
 
-def base_cost(batch: int) -> float:
-    """A request's share, in lone one-row steps, of a round that `batch` requests share."""
-    return (1.0 + (max(batch, 1) - 1) * BATCH_ROW_COST) / max(batch, 1)
-
-
-def choose_k(stats: AcceptanceStats, k_max: int, draft_cost: float, base: float = 1.0) -> int:
+def choose_k(stats: AcceptanceStats, k_max: int, draft_cost: float, base: float = 1.0,
+             row_cost: float = ROW_COST) -> int:
     """The draft length in 0..k_max with the most expected tokens per unit of cost,
-    for a request whose plain round costs `base` (base_cost)."""
+    for a request whose plain round costs `base` steps and a draft row `row_cost`."""
     best_k, best_rate = 0, 1.0 / base
     expected, reach = 1.0, 1.0
     for k, c in enumerate(stats.rates(k_max), start=1):
         reach *= c
         expected += reach
-        rate = expected / (base + k * (ROW_COST + draft_cost))
+        rate = expected / (base + k * (row_cost + draft_cost))
         if rate > best_rate:
             best_k, best_rate = k, rate
     return best_k

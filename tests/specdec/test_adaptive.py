@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from specq.specdec.adaptive import BATCH_ROW_COST, ROW_COST, AcceptanceStats, base_cost, choose_k
+from specq.specdec.adaptive import ROW_COST, AcceptanceStats, choose_k
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.proposers import NgramProposer
@@ -32,22 +32,23 @@ def test_fresh_requests_draft_and_the_choice_follows_acceptance():
     assert choose_k(AcceptanceStats(), 6, 1.0) == 0
 
 
-def test_in_a_batch_drafts_must_be_right_more_often_to_pay():
-    assert base_cost(1) == 1.0
-    assert base_cost(8) == pytest.approx((1 + 7 * BATCH_ROW_COST) / 8)
+def test_a_cheaper_plain_round_and_dearer_rows_need_better_drafts():
+    """`base` and `row_cost` model other costs (scripts/replay_drafts.py): a request's
+    share of a round of 8 is 0.5625 of a lone step, measured."""
     stats = AcceptanceStats()
-    for _ in range(30):
-        stats = stats.after_round(1, 1 if _ % 4 else 0)  # draft 0 right 3 times in 4
+    for i in range(30):
+        stats = stats.after_round(1, 1 if i % 4 else 0)  # draft 0 right 3 times in 4
     # The decayed counts put c_0 at 0.70. Alone, one draft pays: 1.70 tokens for 1.4
-    # steps, 1.21 a step against plain's 1. In a round of 8, a request's plain share
-    # is 0.5625 of a step (1.78 tokens a step), and one draft with the head's cost
-    # gives 1.70 tokens for 1.02 steps, 1.66 a step: not worth it.
+    # steps, 1.21 a step against plain's 1. With a plain round of 0.5625 (1.78 tokens a
+    # step), one draft with the head's cost gives 1.70 tokens for 1.02 steps, 1.66 a
+    # step: not worth it. Nor alone at a row cost of 1.
     assert choose_k(stats, 4, 0.0) >= 1
-    assert choose_k(stats, 4, 0.06, base_cost(8)) == 0
+    assert choose_k(stats, 4, 0.06, base=0.5625) == 0
+    assert choose_k(stats, 4, 0.0, row_cost=1.0) == 0
     always = AcceptanceStats()
     for _ in range(30):
         always = always.after_round(4, 4)
-    assert choose_k(always, 4, 0.06, base_cost(8)) >= 1  # drafts that are always right still pay
+    assert choose_k(always, 4, 0.06, base=0.5625) >= 1  # drafts that are always right still pay
 
 
 def test_a_second_draft_is_tried_once_first_drafts_are_mostly_right():
