@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import pickle
 
 import numpy as np
@@ -172,6 +173,8 @@ def main() -> None:
     if args.command == "record":
         record(args)
         return
+    if not os.path.isfile(args.trace):
+        raise SystemExit(f"no trace at {args.trace}: run `python scripts/replay_drafts.py record` first")
     with open(args.trace, "rb") as f:
         data = pickle.load(f)
     print(f"modeled speedup over plain decoding{' batched' if args.batch > 1 else ''} (prefill aside), "
