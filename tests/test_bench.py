@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from click.testing import CliRunner
 
@@ -42,7 +43,9 @@ def test_bench_reports_every_config_and_category(toy_model_path, tmp_path):
             assert r["tau"] >= 1.0 and len(r["accepted_per_position"]) <= int(config[-1])
     assert set(report["verify_cost"]) == {"3", "5"}
     assert set(report["batch_cost"]) == {"3"} and report["batch_cost"]["3"] > 0
-    assert set(report["batch_draft_cost"]) == {"3"} and report["batch_draft_cost"]["3"] > 0
+    # A difference of two timings: on a toy model it is tiny, and noise may make it
+    # negative; only its presence and form are checked here, never a timing.
+    assert set(report["batch_draft_cost"]) == {"3"} and math.isfinite(report["batch_draft_cost"]["3"])
     assert "decode round of 3 requests" in result.stderr and "a draft each adds" in result.stderr
     assert "tok/s" in result.stderr and "verify cost" in result.stderr
     charts = sorted(p.name for p in (tmp_path / "charts").iterdir())
