@@ -17,14 +17,28 @@ import time
 from typing import Sequence
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from rq import SimpleWorker
 
 from specq.jobs import keys
 from specq.jobs import runtime as runtime_mod
 from specq.jobs.config import HEARTBEAT_S, LEASE_TTL_MS, WORKER_ALIVE_S
-from specq.jobs.control import reap_all
-from specq.jobs.rq_glue import make_queue
+from specq.jobs.connection import RedisUnavailable
+from specq.jobs.control import reap_all, sweep
+from specq.jobs.liveness import fresh_workers, worker_is_alive
+from specq.jobs.rq_glue import SpecqJob, make_queue
 from specq.jobs.runtime import Runtime
+from specq.jobs.server_checks import require_noeviction
+from specq.jobs.store import BatchStore, _text
+
+# specq's own calls (checkpoints, leases, the reaper) are short: a Redis cut off by
+# the network must not hold one for minutes (RQ gives its connections 415 s, for its
+# blocking dequeue), so the decode loop notices within a fraction of a lease.
+STORE_SOCKET_TIMEOUT_S = max(0.5, min(5.0, LEASE_TTL_MS / 1000 / 4))
+# RQ's worker TTL sets its blocking dequeue (TTL - 15 s) and its socket timeout (TTL
+# - 5 s): 60 s bounds how long a worker idles on a connection that a partition cut.
+RQ_WORKER_TTL_S = 60
 
 log = logging.getLogger("specq.worker")
 
@@ -35,7 +49,7 @@ class SpecqWorker(SimpleWorker):
     stops it at once. `docker stop` allows 10 s: one round is well within that."""
 
     def __init__(self, *args, runtime: Runtime, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, job_class=SpecqJob, worker_ttl=RQ_WORKER_TTL_S, **kwargs)
         self.runtime = runtime
 
     def _install_signal_handlers(self) -> None:
@@ -93,19 +107,22 @@ class Heartbeat(threading.Thread):
 
 
 def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = False) -> bool:
-    """Work until stopped (or, with burst, until the queues are empty). A Redis outage
-    (a restart, a failover) ends RQ's work loop; this one waits with backoff for Redis
-    to answer again and starts a new one, keeping the loaded model."""
-    runtime = Runtime()
+    """Work until stopped (or, with burst, until nothing of the queues is left to
+    do). A Redis outage (a restart, a failover, a partition) ends RQ's work loop;
+    this one waits with backoff for Redis to answer again and starts a new one,
+    keeping the loaded model. A refused password ends it with RedisUnavailable."""
+    store_client = with_socket_timeout(client, STORE_SOCKET_TIMEOUT_S)
+    runtime = Runtime(client=store_client)
     runtime_mod.install(runtime)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     _stop_on_signals(runtime)
-    heartbeat = Heartbeat(client, runtime, queues)
+    heartbeat = Heartbeat(store_client, runtime, queues)
     worked = False
     try:
-        _wait_for_redis(client, runtime)
+        _wait_for_redis(store_client, runtime)
         if runtime.stop_requested.is_set():
             return worked
+        require_noeviction(store_client)
         heartbeat.start()
         for attempt in itertools.count():
             if runtime.stop_requested.is_set():  # a signal while Redis was away
@@ -124,14 +141,50 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
             _stop_on_signals(runtime)  # RQ's handlers assume its loop is running
             if runtime.stop_requested.is_set():
                 return worked
-            if _redis_answers(client) and burst:
-                return worked
-            _wait_for_redis(client, runtime)
+            if _redis_answers(store_client) and burst:
+                if not burst_work_left(store_client, queues):
+                    return worked
+                runtime.stop_requested.wait(HEARTBEAT_S)
+            _wait_for_redis(store_client, runtime)
     finally:
         heartbeat.leave()
         for sig, handler in previous.items():  # an embedding program gets its handlers back
             signal.signal(sig, handler)
     return worked
+
+
+def with_socket_timeout(client: redis.Redis, seconds: float) -> redis.Redis:
+    """A client on its own connection pool, like `client`'s but with this socket timeout."""
+    pool = client.connection_pool
+    # One immediate retry (a connection the server closed while idle), not redis-py's
+    # default three with backoff: those would stretch a cut-off call to seconds.
+    kwargs = {**pool.connection_kwargs, "socket_timeout": seconds, "retry": Retry(NoBackoff(), 1)}
+    if "path" not in kwargs:  # TCP (a Unix socket has no keepalive)
+        kwargs["socket_keepalive"] = True
+    return redis.Redis(connection_pool=pool.__class__(connection_class=pool.connection_class, **kwargs))
+
+
+def burst_work_left(client: redis.Redis, queues: Sequence[str]) -> bool:
+    """Whether a burst worker on these queues must go on: a batch of theirs has
+    claimable requests, or running requests whose owner is dead (their leases
+    expire within a TTL and they come back). Requests that a live worker decodes
+    are that worker's. Runs a reaper pass over those batches first (no lock: the
+    scripts are atomic and a spare job is harmless), so work re-queued meanwhile
+    has a job."""
+    wanted = set(queues)
+    mine = [b for b in (_text(x) for x in client.zrange(keys.BATCHES, 0, -1))
+            if (_text(client.hget(keys.BatchKeys(b).meta, "queue")) or "") in wanted]
+    sweep(client, mine)
+    fresh = fresh_workers(client)
+    for batch_id in mine:
+        store = BatchStore(client, batch_id)
+        if store.counts()["queued"] and not store.batch_flags() & {"paused", "cancelled"}:
+            return True
+        for rid in store.running():
+            lease = _text(client.get(store.keys.lease(rid)))
+            if lease is None or not worker_is_alive(lease.rsplit("#", 1)[0], fresh):
+                return True
+    return any(make_queue(client, q).count for q in queues)
 
 
 def check_health(client: redis.Redis, host: str | None = None) -> tuple[bool, str]:
@@ -162,10 +215,23 @@ def _stop_on_signals(runtime: Runtime) -> None:
 
 
 def _redis_answers(client: redis.Redis) -> bool:
+    """False while Redis cannot be reached; a refused password raises instead: it
+    will not mend itself by waiting."""
     try:
         return bool(client.ping())
+    except redis.AuthenticationError:
+        raise RedisUnavailable(f"Redis at {_where(client)} refused the password (check the URL or SPECQ_REDIS_URL)") from None
+    except redis.ResponseError as exc:
+        if "AUTH" in str(exc).upper():
+            raise RedisUnavailable(f"Redis at {_where(client)} refused the credentials: {exc}") from None
+        return False
     except (redis.RedisError, OSError):
         return False
+
+
+def _where(client: redis.Redis) -> str:
+    kwargs = client.connection_pool.connection_kwargs
+    return kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
 
 
 def _wait_for_redis(client: redis.Redis, runtime: Runtime, max_wait_s: float = 5.0) -> None:
@@ -173,7 +239,7 @@ def _wait_for_redis(client: redis.Redis, runtime: Runtime, max_wait_s: float = 5
     while not _redis_answers(client):
         if runtime.stop_requested.is_set():
             return
-        log.warning("Redis does not answer; retrying in %.1fs", delay)
+        log.warning("Redis at %s does not answer; retrying in %.1fs", _where(client), delay)
         runtime.stop_requested.wait(delay)
         delay = min(delay * 2, max_wait_s)
 

@@ -413,3 +413,78 @@ def test_batched_generation_prints_the_same_records_in_input_order(toy_model_pat
 
 def test_stream_refuses_a_batch(toy_model_path):
     user_error(generate("--model", toy_model_path, "--prompt", "hi", "--stream", "--batch-size", 2), 2, "--stream")
+
+
+# --- hostile input (issue 13): one line each, never a traceback ----------------------
+
+HOSTILE_LINES = [
+    ('{"prompt": "a\\ud800"}', ("line 2", "'prompt'", "not valid Unicode")),
+    ('{"messages": [{"role": "user", "content": "\\udc00"}]}', ("line 2", "'messages[0].content'", "Unicode")),
+    ('{"prompt": "a", "stop": "\\ud800"}', ("line 2", "'stop'", "Unicode")),
+    ('{"prompt": "a", "custom_id": "\\ud800"}', ("line 2", "'custom_id'", "Unicode")),
+    ('{"prompt": "a", "seed": %s}' % ("7" * 5000), ("line 2", "'seed'", "5000 digits")),
+    ("[" * 100_000, ("line 2", "nested too deeply")),
+    ('{"prompt": "a", "custom_id": "two\\nlines"}', ("line 2", "'custom_id'", "control character")),
+    ('{"prompt": "a", "temperature": 1000}', ("line 2", "'temperature'", "100")),
+    ('{"prompt": "a", "top_k": 10000000}', ("line 2", "'top_k'", "1000000")),
+]
+
+
+@pytest.mark.parametrize("bad_line, fragments", HOSTILE_LINES, ids=[f[1] for _, f in HOSTILE_LINES])
+def test_a_hostile_input_line_is_one_error_line(toy_model_path, tmp_path, bad_line, fragments):
+    path = write_jsonl(tmp_path / "in.jsonl", {"prompt": "a"}, bad_line)
+    result = generate("--model", toy_model_path, "--input", path, "--json")
+    user_error(result, 1, "in.jsonl", *fragments)
+    assert "tokens/s" not in result.stderr
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("--temperature", 100.5), "100"),
+    (("--temperature", "1e308"), "100"),
+    (("--top-k", 1_000_001), "1000000"),
+    (("--top-k", 10**30), "1000000"),
+])
+def test_options_above_their_bound_are_usage_errors_that_say_the_bound(toy_model_path, args, fragment):
+    user_error(generate("--model", toy_model_path, "--prompt", "hi", *args), 2, args[0], fragment)
+
+
+def test_a_huge_max_tokens_is_clipped_by_the_context(toy_model_file, tmp_path):
+    # The key/value cache is sized for prompt + max_tokens, at most the context: a
+    # huge max_tokens ends at the context, as a slightly too large one does.
+    path = toy_model_file(context_length=32)
+    rec = one_record(generate("--model", path, "--prompt", "a", "--raw-prompt", "--max-tokens", 10**12, "--json"))
+    assert rec["finish_reason"] == "length" and rec["usage"]["total_tokens"] == 32
+    lines = write_jsonl(tmp_path / "in.jsonl", {"prompt": "a", "max_tokens": 10**30})
+    rec = one_record(generate("--model", path, "--input", lines, "--raw-prompt", "--json"))
+    assert rec["finish_reason"] == "length" and rec["usage"]["total_tokens"] == 32
+
+
+# --- ids and Redis URLs: refused in one line before anything connects ----------------
+
+
+def cli(*args) -> Result:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("batch_id", ["abc\n", "-abc", "a" * 65, "a b"])
+def test_submit_refuses_a_bad_batch_id_before_connecting(toy_model_path, tmp_path, batch_id):
+    path = write_jsonl(tmp_path / "in.jsonl", {"prompt": "a"})
+    result = cli("submit", path, "--model", toy_model_path, "--batch-id", batch_id,
+                 "--redis-url", "redis://127.0.0.1:1/0")
+    user_error(result, 1, "batch id", repr(batch_id))
+
+
+@pytest.mark.parametrize("url", [
+    "redis://:secret@[::1/0",  # urlsplit: "Invalid IPv6 URL"
+    "redis://:secret@[::1]:99999/0",
+    "redis://127.0.0.1:1/0?password=secret",
+    "redis://127.0.0.1:1/0?db=0&password=secret",
+    "redis://user:secret@127.0.0.1:1/0",
+    "unix://:secret@/nonexistent/specq.sock",
+    "unix:///nonexistent/specq.sock?password=secret",
+    "http://:secret@example/",
+    "redis://:secret\uff20@127.0.0.1:1/0",  # urlsplit's NFKC check quotes the netloc
+])
+def test_a_bad_or_unreachable_redis_url_is_one_line_without_the_password(url):
+    line = user_error(cli("status", "--redis-url", url), 1, "Redis")
+    assert "secret" not in line

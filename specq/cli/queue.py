@@ -86,9 +86,12 @@ def _with(options):
 
 
 def _submit(client, input_path, batch_id, queue, skip_invalid, gen):
-    """Submit with the command's options; reports on stderr; returns the SubmitOutcome."""
+    """Submit with the command's options; reports on stderr; returns the SubmitOutcome.
+    Refuses a Redis that may evict keys before anything is written."""
+    from specq.jobs.server_checks import require_noeviction
     from specq.jobs.submit import submit as do_submit
 
+    require_noeviction(client)
     config, model_file = _batch_config(
         gen["model_path"], gen["proposer"], gen["draft_model_path"], gen["medusa_heads_path"],
         defaults_from(**{k: gen[k] for k in ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "accept",
@@ -147,6 +150,8 @@ def _duration(seconds: float | None) -> str:
 
 
 def format_batch(st: dict) -> str:
+    if "damaged" in st:
+        return f"batch {st['batch_id']}  DAMAGED: {st['damaged']}"
     c = st["counts"]
     finished = c["completed"] + c["failed"] + c["cancelled"]
     width = 30
@@ -161,7 +166,9 @@ def format_batch(st: dict) -> str:
         f"  {st['tokens']} tokens, {st['tokens_per_second']:.1f} tokens/s, tau {tau}, acceptance {acc}, "
         f"resumed after a crash {st['resumes']['crash']}, time left {_duration(st['eta_seconds'])}",
     ] + ([f"  {st['proposer_fallbacks']} requests went on without drafts (the proposer failed on a worker)"]
-         if st["proposer_fallbacks"] else []))
+         if st["proposer_fallbacks"] else [])
+      + ([f"  STALLED: {c['queued']} requests wait and no live job will run them: start a worker on queue "
+          f"{st['queue']} (a running worker restores the job within seconds)"] if st.get("stalled") else []))
 
 
 @click.command()
@@ -172,19 +179,20 @@ def format_batch(st: dict) -> str:
 @redis_option
 def status(batch_id, as_json, watch, interval, redis_url) -> None:
     """Show every batch, or one: requests by state, tokens/s, tau, workers, time left.
+    A batch whose keys were lost or broken is shown as DAMAGED, with what is wrong.
     Reads only; never changes anything.
 
     \b
     specq status
     specq status nightly --watch
     """
-    from specq.jobs.status import batch_status, overview, workers_alive
+    from specq.jobs.status import batch_report, overview, workers_alive
 
     with user_errors():
         client = _connect(redis_url)
         while True:
             if batch_id:
-                report = {"workers_alive": workers_alive(client), "batches": [batch_status(client, batch_id)]}
+                report = {"workers_alive": workers_alive(client), "batches": [batch_report(client, batch_id)]}
             else:
                 report = overview(client)
             if as_json:
@@ -198,7 +206,8 @@ def status(batch_id, as_json, watch, interval, redis_url) -> None:
                 if not report["batches"]:
                     click.echo("no batches")
                 click.echo(f"workers alive: {len(report['workers_alive'])}")
-            if not watch or all(b["done"] for b in report["batches"]):
+            # A damaged batch is reported, not waited for: it may never finish.
+            if not watch or all(b.get("damaged") or b["done"] for b in report["batches"]):
                 return
             time.sleep(interval)
 

@@ -44,7 +44,7 @@ def run(input_path, output, errors_path, processes, skip_invalid, redis_url, **g
     specq run examples/prompts.jsonl -o results.jsonl
     """
     from specq.jobs.connection import resolve_url
-    from specq.jobs.control import reap_all
+    from specq.jobs.control import checkpointed_unfinished, reap_all
     from specq.jobs.control import resolve as resolve_target
     from specq.jobs.control import resume as do_resume
     from specq.jobs.status import batch_status
@@ -65,10 +65,13 @@ def run(input_path, output, errors_path, processes, skip_invalid, redis_url, **g
         queue = f"specq-run-{batch_id}"
         outcome = _submit(client, input_path, batch_id, queue, skip_invalid, gen)
         if outcome.already_present:
-            # A previous run was interrupted: its requests resume from their checkpoints.
-            resumed = do_resume(resolve_target(client, batch_id))
-            click.echo(f"continuing batch {batch_id}: {resumed['resumed'] + resumed['abandoned']} requests "
-                       "resumed from checkpoints", err=True)
+            # A previous run was interrupted: its requests resume from their checkpoints
+            # (those its workers handed back on Ctrl-C are queued with one already).
+            target = resolve_target(client, batch_id)
+            do_resume(target)
+            done = batch_status(client, batch_id)["counts"]["completed"]
+            click.echo(f"continuing batch {batch_id}: {done} requests already completed, "
+                       f"{checkpointed_unfinished(target.store)} resume from checkpoints", err=True)
         supervisor = Supervisor(worker_argv([queue], burst=False), processes, restart=True,
                                 env={**os.environ, "SPECQ_REDIS_URL": url})
         if not batch_status(client, batch_id)["done"]:
@@ -79,7 +82,8 @@ def run(input_path, output, errors_path, processes, skip_invalid, redis_url, **g
             click.echo("\ninterrupted: workers are checkpointing; run the same command again to continue", err=True)
             supervisor.stop()
             sys.exit(130)
-        supervisor.stop()
+        finally:
+            supervisor.stop()  # whatever ended the wait (an error too): no worker outlives the run
         n_out, n_err = _write_results(client, batch_id, output, errors_path if _has_errors(st) else None)
     click.echo(f"batch {batch_id}: {n_out} results in {output}" + (f", {n_err} errors in {errors_path}" if n_err else ""),
                err=True)

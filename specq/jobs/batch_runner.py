@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from rq.timeouts import JobTimeoutException
 
 from specq.errors import SpecqError
@@ -28,6 +30,10 @@ from specq.specdec.state import DecodeState, GenerationRequest
 
 
 FLAG_CHECK_S = 0.25  # pause and cancel take effect within this, plus one round
+# Redis restarting, failing over or cut off: the call may or may not have reached it.
+REDIS_OUTAGE = (redis.ConnectionError, redis.TimeoutError)
+
+log = logging.getLogger("specq.worker")
 
 
 @dataclass
@@ -36,6 +42,9 @@ class Owned:
     spec: dict[str, Any]
     written: DecodeState  # as last written to Redis: deltas and "checkpoint due" count from it
     written_at: float
+    # The settle being written (new state, payload, decode state): replayed if Redis
+    # went away before it answered.
+    settling: tuple[str, str, DecodeState] | None = None
 
 
 def progress_deltas(old: DecodeState, new: DecodeState) -> dict[str, float]:
@@ -55,6 +64,13 @@ def progress_deltas(old: DecodeState, new: DecodeState) -> dict[str, float]:
     for i, n in enumerate(b.accepted_per_position):
         deltas[f"accepted_pos_{i}"] = n - (a.accepted_per_position[i] if i < len(a.accepted_per_position) else 0)
     return deltas
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
 
 
 def result_record(engine: Engine, spec: dict[str, Any], state: DecodeState, worker_id: str) -> dict[str, Any]:
@@ -85,6 +101,7 @@ class BatchRunner:
         self.deadline = deadline  # time.monotonic() after which the job hands its work back
         self.decoder = BatchDecoder(self.engine)
         self.owned: dict[str, Owned] = {}
+        self._claimed: dict[str, Lease] = {}  # claimed, not yet owned (spec and checkpoint being read)
         self.summary = {"completed": 0, "failed": 0, "retried": 0, "handed_back": 0, "released": 0, "lost": 0}
         self._last_renew = time.monotonic()
         self._last_flag_check = float("-inf")
@@ -117,7 +134,8 @@ class BatchRunner:
     def run(self) -> dict[str, Any]:
         """Decode until no request is left to claim, or until asked to stop (SIGTERM)
         or the job's time is up; then every owned request goes back to the pending
-        list with a fresh checkpoint. Returns counts of what happened."""
+        list with a fresh checkpoint. Returns counts of what happened. Whatever ends
+        the job, its leases are no longer renewed once it returns or raises."""
         try:
             while True:
                 if self.runtime.stop_requested.is_set() or time.monotonic() > self.deadline:
@@ -131,14 +149,59 @@ class BatchRunner:
                 if not self.decoder:
                     break
                 self._round()
+        except REDIS_OUTAGE as exc:
+            self._ride_out_outage(exc)
         except BaseException:
-            # The engine (or Redis) failed mid-round: hand back what can be handed back,
+            # The engine failed mid-round: hand back what can be handed back,
             # unchanged since its last checkpoint, so that healthy workers continue it.
             for rid in list(self.owned):
-                with contextlib.suppress(Exception):  # Redis may be the failure; leases then expire
+                with contextlib.suppress(Exception):  # Redis may be failing too; leases then expire
                     self._let_go(rid, "queued", write_progress=False)
             raise
+        finally:
+            for rid in list(self.owned) + list(self._claimed):
+                self.runtime.release(self.store.batch_id, rid)
         return self.summary
+
+    def _ride_out_outage(self, exc: BaseException) -> None:
+        """Redis went away mid-job. Redis is called only between rounds, so the decode
+        states in memory are whole: wait for Redis to answer, then hand every request
+        back with its latest state (a finished one completes), each write fenced, so
+        one taken over meanwhile is left alone. Waiting past the lease's lifetime is
+        pointless (every lease has expired: the reaper hands the requests back from
+        their last checkpoints), and so is waiting once asked to stop."""
+        log.warning("lost Redis mid-job (%s); waiting to hand %d requests back", exc.__class__.__name__,
+                    len(self.owned) + len(self._claimed))
+        deadline = time.monotonic() + LEASE_TTL_MS / 1000
+        delay = 0.1
+        while not _answers(self.store.client):
+            if time.monotonic() + delay > deadline or self.runtime.stop_requested.is_set():
+                self.summary["lost"] += len(self.owned) + len(self._claimed)
+                return
+            self.runtime.stop_requested.wait(delay)
+            delay = min(delay * 2, 1.0)
+        try:
+            for rid, lease in list(self._claimed.items()):  # claimed, not yet decoding
+                self.store.settle(lease, "queued", "", {})
+                del self._claimed[rid]
+                self.summary["handed_back"] += 1
+            for rid in list(self.owned):
+                self.summary["handed_back" if self._hand_back_latest(rid) else "lost"] += 1
+        except REDIS_OUTAGE:
+            # Gone again: the rest wait for their leases to expire.
+            self.summary["lost"] += len(self.owned) + len(self._claimed)
+
+    def _hand_back_latest(self, rid: str) -> bool:
+        owned = self.owned[rid]
+        if owned.settling is not None:
+            new_state, payload, state = owned.settling
+            return self._settle(rid, new_state, payload, state)
+        self.pending_counts.add("resumes_preempt")
+        state = self.decoder.sessions[rid].state if rid in self.decoder.sessions else owned.written
+        if state.finished:
+            record = result_record(self.engine, owned.spec, state, self.runtime.worker_id)
+            return self._settle(rid, "completed", json.dumps(record, ensure_ascii=False), state)
+        return self._let_go(rid, "queued")
 
     def _round(self) -> None:
         before = {rid: len(session.state.output_ids) for rid, session in self.decoder.sessions.items()}
@@ -219,12 +282,12 @@ class BatchRunner:
         if self.store.bump_attempts(rid) >= MAX_ATTEMPTS:
             error = {"custom_id": rid, "line": owned.spec.get("line"), "reason": "engine_error", "message": message}
             self.pending_counts.add("failed_engine_error")
-            self._settle(rid, "failed", json.dumps(error, ensure_ascii=False), owned.written, dropped=True)
+            self._settle(rid, "failed", json.dumps(error, ensure_ascii=False), owned.written)
             self.summary["failed"] += 1
         else:
             # Back to the front of the pending list, from its last checkpoint.
             self.pending_counts.add("retries")
-            self._settle(rid, "queued", "", owned.written, dropped=True)
+            self._settle(rid, "queued", "", owned.written)
             self.summary["retried"] += 1
 
     def _fill(self) -> None:
@@ -235,6 +298,7 @@ class BatchRunner:
                 return
             self.runtime.hold(self.store, lease)
             rid = lease.request_id
+            self._claimed[rid] = lease
             spec = self.store.spec(rid)
             try:
                 saved = self.store.checkpoint_of(rid)
@@ -246,10 +310,12 @@ class BatchRunner:
                     state = self.engine.start(GenerationRequest.from_dict(spec["request"]))
             except SpecqError as exc:
                 self._fail(lease, spec, "checkpoint" if saved else "invalid_request", str(exc))
+                del self._claimed[rid]
                 continue
             if self.degraded:
                 self.pending_counts.add("proposer_fallbacks")
             self.owned[rid] = Owned(lease, spec, state, time.monotonic())
+            del self._claimed[rid]
             try:
                 self.decoder.add(rid, state)  # a resumed state re-runs one prefill here
             except Exception as exc:
@@ -281,18 +347,21 @@ class BatchRunner:
         if not write_progress:
             state = owned.written
         payload = checkpoint.encode(state, self.fingerprint) if state.output_ids else ""
-        return self._settle(rid, new_state, payload, state, dropped=True)
+        return self._settle(rid, new_state, payload, state)
 
-    def _settle(self, rid: str, new_state: str, payload: str, state: DecodeState, *, dropped: bool = False) -> bool:
-        """False when the write was refused: another worker owns the request now."""
-        owned = self.owned.pop(rid)
-        if not dropped:
+    def _settle(self, rid: str, new_state: str, payload: str, state: DecodeState) -> bool:
+        """False when the write was refused: another worker owns the request now. The
+        request stays owned until Redis has answered, so that an outage can replay it."""
+        owned = self.owned[rid]
+        owned.settling = (new_state, payload, state)
+        if rid in self.decoder.sessions:
             self.decoder.drop(rid)
         deltas = self._deltas(owned.written, state)
         if new_state == "completed":
             deltas["completed_tokens"] = len(state.output_ids)  # status estimates time left from it
         with self._redis_time():
             written = self.store.settle(owned.lease, new_state, payload, deltas)
+        del self.owned[rid]
         if not written:
             self.store.count("fenced_writes_refused")
         self.runtime.release(self.store.batch_id, rid)

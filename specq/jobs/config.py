@@ -4,16 +4,17 @@ timing constants of leases, heartbeats and checkpoints (one home for each)."""
 from __future__ import annotations
 
 import os
-import re
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specq.errors import ParameterError
+# The ids' rules live in specq.jobs.ids, which inputs (imported below) can use without
+# importing this module back; they are part of a batch's contract, so named here too.
+from specq.jobs.ids import BATCH_ID_PATTERN, check_batch_id, check_request_id  # noqa: F401
 from specq.jobs.inputs import GenerationDefaults
 
 DEFAULT_QUEUE = "specq"
-BATCH_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 def _env_number(name: str, default: float) -> float:
     """Timing overrides for tests and unusual deployments (SPECQ_LEASE_TTL_MS,
@@ -41,14 +42,6 @@ WORKER_ALIVE_S = 3 * HEARTBEAT_S
 # 46 KB a token for the default model), so an unbounded max_tokens lets one line
 # claim gigabytes of a worker's memory; submit refuses lines above this.
 MAX_OUTPUT_TOKENS = int(_env_number("SPECQ_MAX_OUTPUT_TOKENS", 4096))
-
-
-def check_batch_id(batch_id: str) -> str:
-    if not BATCH_ID_PATTERN.match(batch_id):
-        raise ParameterError(
-            f"batch id {batch_id!r} must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
-        )
-    return batch_id
 
 
 @dataclass(frozen=True)

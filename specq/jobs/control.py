@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ import redis
 from specq.errors import InputError
 from specq.jobs import keys, scripts
 from specq.jobs.config import LEASE_TTL_MS, MAX_ATTEMPTS, BatchConfig
+from specq.jobs.liveness import batch_jobs, fresh_workers, has_claimable_work, process_is_dead_here
 from specq.jobs.rq_glue import enqueue_batch_jobs
 from specq.jobs.store import BatchStore, _text
 from specq.jobs.submit import MAX_PARALLEL_JOBS
@@ -34,7 +34,10 @@ class Target:
 
 
 def resolve(client: redis.Redis, target: str) -> Target:
-    batch_id, _, request_id = target.partition(":")
+    batch_id, colon, request_id = target.partition(":")
+    if colon and not request_id:
+        # "nightly:" is a request target with the id left out, not the whole batch.
+        raise InputError(f"{target!r} names no request: give BATCH or BATCH:CUSTOM_ID")
     store = BatchStore(client, batch_id)
     if not store.exists():
         raise InputError(f"no batch {batch_id!r}")
@@ -107,6 +110,13 @@ def resume(target: Target) -> dict[str, int]:
     return {"resumed": len(moved), "abandoned": abandoned, "jobs": jobs}
 
 
+def checkpointed_unfinished(store: BatchStore) -> int:
+    """Requests not yet finished that will resume from a checkpoint, not from scratch."""
+    with_checkpoint = [_text(r) for r in store.client.hkeys(store.keys.ckpt)]
+    states = store.client.hmget(store.keys.state, with_checkpoint) if with_checkpoint else []
+    return sum(_text(s) in ("queued", "running", "paused") for s in states)
+
+
 def _reason(error_json: str) -> str:
     try:
         return json.loads(error_json).get("reason", "")
@@ -132,7 +142,7 @@ def reap_batch(store: BatchStore, *, force: bool = False) -> int:
     for rid in store.running():
         lease_key = store.keys.lease(rid)
         value = _text(store.client.get(lease_key))
-        if value is not None and _owner_is_dead_here(value):
+        if value is not None and process_is_dead_here(value.rsplit("#", 1)[0]):
             delete_if(keys=[lease_key], args=[value])
         if store.reap(rid, MAX_ATTEMPTS) == 1:
             requeued += 1
@@ -141,28 +151,51 @@ def reap_batch(store: BatchStore, *, force: bool = False) -> int:
     return requeued
 
 
-def _owner_is_dead_here(lease_value: str) -> bool:
-    owner = lease_value.rsplit("#", 1)[0]
-    host, _, rest = owner.rpartition(".")  # host.pid.nonce
-    host, _, pid = host.rpartition(".")
-    if host != socket.gethostname() or not pid.isdigit():
+def ensure_job(store: BatchStore, fresh: set[str] | None = None) -> bool:
+    """Keep the invariant: a batch with claimable requests has a job that a live
+    worker will run. Forgets the batch's ended jobs; enqueues one job when none is
+    live (their worker died between taking the job and claiming, say, or the job
+    was lost with a Redis that lost its last writes). Returns whether it enqueued."""
+    client = store.client
+    views = batch_jobs(client, store.batch_id, fresh)
+    ended = [v.job_id for v in views if v.ended]
+    if ended:
+        client.srem(store.keys.jobs, *ended)
+    if any(v.live for v in views) or not has_claimable_work(client, store.batch_id):
         return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    if not client.llen(store.keys.pending):
+        # Queued requests that are in no pending list (damaged or hand-edited data):
+        # push them again; a duplicate would be skipped by the claim.
+        store.transition(store.request_ids(), ("queued",), "queued", push=True)
+    enqueue_batch_jobs(client, store.meta().get("queue", "specq"), store.batch_id, 1)
+    store.count("jobs_restored")
+    return True
 
 
 def reap_all(client: redis.Redis, *, lock_ms: int = LEASE_TTL_MS // 6) -> int:
-    """One reaper pass over every batch, by whichever process takes the short lock."""
+    """One reaper pass over every batch, by whichever process takes the short lock:
+    abandoned requests back to pending, and a live job for every batch with work.
+    Returns how many requests went back to pending."""
     if not client.set(keys.REAPER_LOCK, socket.gethostname(), nx=True, px=lock_ms):
         return 0
+    return sweep(client, [_text(raw) for raw in client.zrange(keys.BATCHES, 0, -1)])
+
+
+def sweep(client: redis.Redis, batch_ids: list[str]) -> int:
+    if not batch_ids:
+        return 0
+    pipe = client.pipeline(transaction=False)
+    for batch_id in batch_ids:
+        k = keys.BatchKeys(batch_id)
+        pipe.scard(k.running)
+        pipe.hget(k.counts, "queued")
+    replies = pipe.execute()
+    fresh = fresh_workers(client)
     total = 0
-    for raw in client.zrange(keys.BATCHES, 0, -1):
-        store = BatchStore(client, _text(raw))
-        if client.scard(store.keys.running):
+    for batch_id, n_running, n_queued in zip(batch_ids, replies[0::2], replies[1::2]):
+        store = BatchStore(client, batch_id)
+        if n_running:
             total += reap_batch(store)
+        if n_running or int(n_queued or 0) > 0:
+            ensure_job(store, fresh)
     return total

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from specq.errors import InputError, SpecqError
+from specq.jobs.ids import is_valid_unicode, request_id_fault, shown
 from specq.specdec.sampling import SamplingParams
 from specq.specdec.state import GenerationRequest
 
@@ -20,6 +21,10 @@ KNOWN_FIELDS = frozenset({"custom_id", "category", "prompt", "messages", *OVERRI
 ROLES = ("system", "user", "assistant")
 MAX_STOP_STRINGS = 8
 MAX_LINE_CHARS = 1_000_000  # a line larger than this is a mistake, not a prompt
+# At 100 the softmax of any model's logits is all but uniform; more is a typo.
+MAX_TEMPERATURE = 100
+# Above the vocabulary top_k restricts nothing, so a larger value is meaningless.
+MAX_TOP_K = 1_000_000
 
 # The OpenAI Batch request line: {"custom_id", "method": "POST", "url":
 # "/v1/chat/completions", "body": {...}}. Body fields outside these would change the
@@ -60,6 +65,9 @@ def parse_line(obj: Any, line: int, where: str) -> PromptSpec:
 
     if not isinstance(obj, dict):
         raise fail(f"expected a JSON object, got {type(obj).__name__}")
+    bad_text = lone_surrogate_path(obj)
+    if bad_text is not None:
+        raise fail(f"field {bad_text!r} is not valid Unicode (lone surrogate)")
     if "body" in obj or "url" in obj or "method" in obj:
         return parse_openai_line(obj, line, fail)
     unknown = sorted(set(obj) - KNOWN_FIELDS)
@@ -75,9 +83,7 @@ def parse_line(obj: Any, line: int, where: str) -> PromptSpec:
             raise fail("field 'prompt' must be a non-empty string")
     else:
         messages = check_messages(obj["messages"], fail)
-    custom_id = obj.get("custom_id", f"request-{line}")
-    if not isinstance(custom_id, str) or not custom_id:
-        raise fail("field 'custom_id' must be a non-empty string")
+    custom_id = check_custom_id(obj.get("custom_id", f"request-{line}"), fail)
     category = obj.get("category", "")
     if not isinstance(category, str):
         raise fail("field 'category' must be a string")
@@ -97,9 +103,7 @@ def parse_openai_line(obj: dict, line: int, fail) -> PromptSpec:
     unknown = sorted(set(obj) - OPENAI_LINE_FIELDS)
     if unknown:
         raise fail(f"unknown field {unknown[0]!r} in an OpenAI Batch line (known: {', '.join(sorted(OPENAI_LINE_FIELDS))})")
-    custom_id = obj.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id:
-        raise fail("field 'custom_id' must be a non-empty string (required in an OpenAI Batch line)")
+    custom_id = check_custom_id(obj.get("custom_id"), fail, " (required in an OpenAI Batch line)")
     if obj.get("method") != "POST":
         raise fail(f"field 'method' must be \"POST\", got {obj.get('method')!r}")
     if obj.get("url") != OPENAI_URL:
@@ -134,6 +138,35 @@ def parse_openai_line(obj: dict, line: int, fail) -> PromptSpec:
                       model=model)
 
 
+def check_custom_id(custom_id: Any, fail, note: str = "") -> str:
+    """The request id, if it follows the rule of specq.jobs.ids."""
+    fault = request_id_fault(custom_id)
+    if fault:
+        raise fail(f"field 'custom_id' {fault}{note}, got {shown(custom_id)}")
+    return custom_id
+
+
+def lone_surrogate_path(obj: Any) -> str | None:
+    """Where in a parsed line ("messages[0].content", a value or a field name) the
+    first string holding a lone surrogate is; None if none does. Iterative, since
+    json.loads accepts nesting deeper than a recursive walk would survive."""
+    pending: list[tuple[str, Any]] = [("", obj)]
+    while pending:
+        path, value = pending.pop()
+        if isinstance(value, str):
+            if not is_valid_unicode(value):
+                return path
+        elif isinstance(value, dict):
+            children = [(f"{path}.{key}" if path else key, item) for key, item in value.items()]
+            for child, _ in children:
+                if not is_valid_unicode(child):
+                    return child
+            pending.extend(reversed(children))  # reversed: popped in the line's order
+        elif isinstance(value, list):
+            pending.extend(reversed([(f"{path}[{i}]", item) for i, item in enumerate(value)]))
+    return None
+
+
 def check_messages(messages: Any, fail) -> tuple[dict[str, str], ...]:
     if not isinstance(messages, list) or not messages:
         raise fail("field 'messages' must be a non-empty list")
@@ -161,12 +194,12 @@ def check_option(name: str, value: Any) -> Any:
     is_num = is_int or (isinstance(value, float) and math.isfinite(value))
     if name == "max_tokens" and not (is_int and value >= 1):
         raise OptionError(f"must be an integer >= 1, got {value!r}")
-    if name == "temperature" and not (is_num and value >= 0):
-        raise OptionError(f"must be a finite number >= 0, got {value!r}")
+    if name == "temperature" and not (is_num and 0 <= value <= MAX_TEMPERATURE):
+        raise OptionError(f"must be a finite number in [0, {MAX_TEMPERATURE}], got {value!r}")
     if name == "top_p" and not (is_num and 0 < value <= 1):
         raise OptionError(f"must be a number in (0, 1], got {value!r}")
-    if name == "top_k" and not (is_int and value >= 0):
-        raise OptionError(f"must be an integer >= 0, got {value!r}")
+    if name == "top_k" and not (is_int and 0 <= value <= MAX_TOP_K):
+        raise OptionError(f"must be an integer in [0, {MAX_TOP_K}] (0: no limit), got {value!r}")
     if name == "seed" and not (is_int and 0 <= value < 2**63):
         raise OptionError(f"must be an integer in [0, 2^63), got {value!r}")
     if name == "stop":
@@ -202,10 +235,7 @@ def parse_jsonl_lenient(lines: Iterable[str], where: str = "") -> tuple[list[Pro
         try:
             if len(raw) > MAX_LINE_CHARS:
                 raise InputError(f"{where}line {number}: longer than {MAX_LINE_CHARS} characters")
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{where}line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            obj = _loads(raw, f"{where}line {number}")
             spec = parse_line(obj, number, where)
             if spec.custom_id in seen:
                 raise InputError(
@@ -213,11 +243,42 @@ def parse_jsonl_lenient(lines: Iterable[str], where: str = "") -> tuple[list[Pro
                 )
         except InputError as exc:
             custom_id = obj.get("custom_id") if isinstance(obj, dict) else None
-            invalid.append(InvalidLine(number, custom_id if isinstance(custom_id, str) else None, str(exc)))
+            # Only an id within the rule is kept: it becomes a Redis field and an output value.
+            invalid.append(InvalidLine(number, custom_id if request_id_fault(custom_id) is None else None, str(exc)))
             continue
         seen[spec.custom_id] = number
         specs.append(spec)
     return specs, invalid
+
+
+class HugeInteger:
+    """An integer literal with more digits than Python converts (4300 by default,
+    sys.get_int_max_str_digits): parsed as this marker, so the field that holds it
+    is refused by name like any other wrong value."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits} digits"
+
+
+def _json_int(text: str) -> int | HugeInteger:
+    try:
+        return int(text)
+    except ValueError:  # the digit limit; json only hands over well-formed integers
+        return HugeInteger(len(text.lstrip("-")))
+
+
+def _loads(raw: str, where_line: str) -> Any:
+    try:
+        return json.loads(raw, parse_int=_json_int)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where_line}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        # json.loads descends one C call per "[" or "{" and stops at Python's
+        # recursion limit; no request nests that deep.
+        raise InputError(f"{where_line}: JSON nested too deeply") from None
 
 
 def read_jsonl(path: str) -> list[PromptSpec]:

@@ -19,6 +19,7 @@ Layout (B = batch id, R = a request's custom_id):
   specq:batch:B:rate            list  recent "time tokens_total" samples, newest first
   specq:batch:B:flags           hash  paused / cancelled for the whole batch
   specq:batch:B:req_flags       hash  R -> paused / cancelled for one request
+  specq:batch:B:jobs            set   ids of the RQ jobs enqueued for the batch and not yet seen ended
   specq:workers                 zset  worker id -> last heartbeat time
   specq:worker:W                hash  the worker's host, pid, queues, state
   specq:reaper                  str   short lock: one reaper at a time
@@ -59,6 +60,7 @@ class BatchKeys:
         self.rate = f"{base}:rate"
         self.flags = f"{base}:flags"
         self.req_flags = f"{base}:req_flags"
+        self.jobs = f"{base}:jobs"
         self._lease_prefix = f"{base}:lease:"
 
     @property
@@ -71,4 +73,4 @@ class BatchKeys:
     def all_fixed(self) -> list[str]:
         """Every key of the batch except the per-request leases."""
         return [self.meta, self.ids, self.spec, self.state, self.counts, self.pending, self.running, self.fence, self.ckpt,
-                self.result, self.error, self.attempts, self.stats, self.rate, self.flags, self.req_flags]
+                self.result, self.error, self.attempts, self.stats, self.rate, self.flags, self.req_flags, self.jobs]

@@ -7,7 +7,9 @@ Names follow Prometheus conventions (specq_ prefix, base units, _total counters)
 mirror vLLM's speculative-decoding metrics so existing dashboards carry over. Labels
 are model, proposer, queue, state, position, reason and kind: never a job or request
 id. Counters are summed over the batches Redis still holds, so deleting a batch
-makes them drop; Prometheus's rate() treats a drop as a counter reset.
+makes them drop; Prometheus's rate() treats a drop as a counter reset. A damaged
+batch (keys lost or unreadable, see specq.jobs.status) is left out of them and
+counted in specq_batches_damaged, so it cannot fail a scrape.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from specq.errors import InputError
 from specq.jobs.histograms import BUCKETS, cumulative
-from specq.jobs.status import batch_ids, workers_alive
-from specq.jobs.store import BatchStore
+from specq.jobs.liveness import fresh_workers, is_stalled
+from specq.jobs.status import BatchDamaged, batch_ids, read_batch, workers_alive
 
 FAILURE_KINDS = ("invalid_request", "checkpoint", "engine_error", "abandoned")
 RESUME_REASONS = {"crash": "resumes_crash", "preempt": "resumes_preempt", "manual": "resumes_manual"}
@@ -46,20 +49,37 @@ class SpecqCollector(Collector):
     def collect(self) -> Iterator:
         sums: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         by_state: dict[tuple[str, str], int] = defaultdict(int)
+        damaged = stalled = 0
+        fresh = fresh_workers(self.client)
         for batch_id in batch_ids(self.client):
-            store = BatchStore(self.client, batch_id)
-            config = store.config()
-            if not config:
-                continue  # deleted while we read
-            labels = (model_label(config.get("model_path", "")), config.get("proposer", ""))
-            for name, value in store.stats().items():
+            try:
+                record = read_batch(self.client, batch_id)
+            except InputError:
+                continue  # gone since the list was read
+            except BatchDamaged:
+                damaged += 1  # counted, not summed: one broken batch must not fail the scrape
+                continue
+            labels = (model_label(record.config.get("model_path", "")), record.config.get("proposer", ""))
+            for name, value in record.stats.items():
                 sums[labels][name] += value
-            queue = store.meta().get("queue", "")
-            for state, n in store.counts().items():
-                by_state[(queue, state)] += n
+            for state, n in record.counts.items():
+                by_state[(record.meta["queue"], state)] += n
+            stalled += is_stalled(self.client, batch_id, fresh)
         yield from self._spec_decode(sums)
         yield from self._generation(sums)
         yield from self._reliability(sums, by_state)
+        batches_damaged = GaugeMetricFamily(
+            "specq_batches_damaged",
+            "Batches whose keys are partly lost or unreadable (`specq status` says what is wrong); left out of "
+            "every other metric.")
+        batches_damaged.add_metric([], damaged)
+        yield batches_damaged
+        batches_stalled = GaugeMetricFamily(
+            "specq_batches_stalled",
+            "Batches with queued requests and no live job to run them (no worker on their queue, or none alive); "
+            "a running worker's reaper restores a job within seconds, so a lasting non-zero value is an alert.")
+        batches_stalled.add_metric([], stalled)
+        yield batches_stalled
 
     def _spec_decode(self, sums) -> Iterator:
         drafts = CounterMetricFamily("specq_spec_decode_num_drafts", "Rounds that verified at least one draft token.",

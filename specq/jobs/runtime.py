@@ -40,8 +40,9 @@ def new_worker_id() -> str:
 
 
 class Runtime:
-    def __init__(self, worker_id: str | None = None) -> None:
+    def __init__(self, worker_id: str | None = None, client=None) -> None:
         self.worker_id = worker_id or new_worker_id()
+        self.client = client  # for specq's own reads and writes; None: the job's connection
         self.stop_requested = threading.Event()
         self._engines: dict[tuple[str, ...], LoadedEngine] = {}
         self._lock = threading.Lock()

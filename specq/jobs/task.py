@@ -8,6 +8,7 @@ import contextlib
 import time
 from typing import Any
 
+import redis
 from rq import get_current_job
 
 from specq.jobs import runtime as runtime_mod
@@ -18,13 +19,15 @@ from specq.jobs.store import BatchStore
 
 
 def work_on_batch(batch_id: str) -> dict[str, Any]:
-    client = get_current_job().connection
+    runtime = runtime_mod.current()
+    # The runtime's client has short socket timeouts (a cut-off Redis must not hold a
+    # checkpoint write for minutes); RQ's own, for blocking dequeues, has long ones.
+    client = runtime.client or get_current_job().connection
     store = BatchStore(client, batch_id)
     if not store.exists():
         return {"batch": batch_id, "skipped": "no such batch (deleted?)"}
     if not client.llen(store.keys.pending):
         return {"batch": batch_id, "skipped": "nothing pending"}
-    runtime = runtime_mod.current()
     queue = store.meta().get("queue", "specq")
     if runtime.breaker.state == "open":
         # Sick: give the job to a healthy worker, and take nothing until the probe.
@@ -36,6 +39,8 @@ def work_on_batch(batch_id: str) -> dict[str, Any]:
         loaded = runtime.engine_for(config)
         runner = BatchRunner(store, config, loaded, runtime, deadline=time.monotonic() + JOB_SECONDS)
         summary = runner.run()
+    except (redis.ConnectionError, redis.TimeoutError):
+        raise  # Redis is away, not the model: no breaker; the reaper restores a job for the batch
     except Exception as exc:
         # The worker failed, not a request (a request's own failures are handled in
         # the runner): its requests are pending again; leave a job for them.

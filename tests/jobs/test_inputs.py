@@ -9,9 +9,11 @@ import json
 import pytest
 
 import toy_gguf
-from specq.errors import InputError
+from specq.errors import InputError, ParameterError
+from specq.jobs.config import check_batch_id, check_request_id
 from specq.jobs.inputs import (
-    MAX_STOP_STRINGS, GenerationDefaults, PromptSpec, parse_jsonl, read_jsonl, to_request,
+    MAX_STOP_STRINGS, GenerationDefaults, OptionError, PromptSpec, check_option, parse_jsonl, parse_jsonl_lenient,
+    read_jsonl, to_request,
 )
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.tokenizer import Tokenizer
@@ -320,3 +322,149 @@ def test_to_request_errors_name_the_request_and_line(tokenizer):
     with pytest.raises(Exception) as excinfo:
         to_request(spec, tokenizer, GenerationDefaults(stop=("",)))
     assert "'bad'" in str(excinfo.value) and "line 4" in str(excinfo.value)
+
+
+# --- hostile lines (issue 13): one-line errors naming the line and field, never a crash
+
+
+def openai_line(custom_id="o", content="Hi", **body) -> dict:
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
+            "body": {"messages": [{"role": "user", "content": content}], **body}}
+
+
+# JSON's \ud800 escape decodes to a lone surrogate: a str Python holds but cannot
+# encode, so it crashed the tokenizer, the JSON output and Redis.
+LONE_SURROGATE_LINES = [
+    ('{"prompt": "a\\ud800b"}', "prompt"),
+    ('{"messages": [{"role": "user", "content": "\\udfff"}]}', "messages[0].content"),
+    ('{"prompt": "a", "stop": ["ok", "\\ud800"]}', "stop[1]"),
+    ('{"prompt": "a", "stop": "\\ud800"}', "stop"),
+    ('{"prompt": "a", "custom_id": "x\\ud800"}', "custom_id"),
+    ('{"prompt": "a", "category": "\\uDBFF"}', "category"),
+    (json.dumps(openai_line(content="\ud800")), "body.messages[0].content"),
+    (json.dumps(openai_line(custom_id="\ud800")), "custom_id"),
+]
+
+
+@pytest.mark.parametrize("line, field", LONE_SURROGATE_LINES)
+def test_a_lone_surrogate_is_refused_naming_the_field(line, field):
+    msg = refused({"prompt": "fine"}, line)
+    assert msg == f"line 2: field {field!r} is not valid Unicode (lone surrogate)"
+    msg.encode("utf-8")  # the message itself can be printed
+
+
+def test_a_valid_surrogate_pair_escape_is_accepted():
+    (spec,) = parse_jsonl(lines('{"prompt": "\\ud83d\\ude00", "stop": "\\ud83d\\ude00"}'))
+    assert spec.prompt == "\U0001F600" and spec.overrides["stop"] == ("\U0001F600",)
+
+
+@pytest.mark.parametrize("name", ["seed", "max_tokens", "top_k", "temperature", "custom_id"])
+def test_an_integer_with_thousands_of_digits_is_refused_naming_the_field(name):
+    # Python refuses to convert integer strings of more than 4300 digits (a ValueError
+    # that json.loads let escape).
+    msg = refused('{"prompt": "a", "%s": %s}' % (name, "9" * 5000))
+    assert msg.startswith("line 1: ") and f"'{name}'" in msg and "5000 digits" in msg
+    assert len(msg) < 200
+
+
+def test_an_integer_with_thousands_of_digits_in_an_openai_body_is_refused():
+    line = json.dumps(openai_line()).replace('"Hi"}]', '"Hi"}], "seed": ' + "1" * 5000)
+    msg = refused(line)
+    assert msg.startswith("line 1: ") and "'seed'" in msg and "5000 digits" in msg
+
+
+@pytest.mark.parametrize("line", ["[" * 100_000, '{"prompt": ' + "[" * 100_000, "[" * 100_000 + "]" * 100_000])
+def test_json_nested_too_deeply_is_refused(line):
+    msg = refused({"prompt": "fine"}, line)
+    assert msg.startswith("line 2: ") and "nested too deeply" in msg
+
+
+def test_deep_nesting_that_json_accepts_is_a_field_error():
+    msg = refused('{"prompt": "a", "stop": ' + "[" * 500 + "]" * 500 + "}")
+    assert msg.startswith("line 1: ") and "'stop'" in msg
+
+
+def test_hostile_lines_become_invalid_lines_and_the_rest_goes_ahead():
+    hostile = [line for line, _ in LONE_SURROGATE_LINES] + [
+        '{"prompt": "a", "seed": %s}' % ("9" * 5000), "[" * 100_000,
+        {"prompt": "a", "custom_id": "abc\n"}, {"prompt": "a", "custom_id": "x" * 257},
+    ]
+    specs, invalid = parse_jsonl_lenient(lines({"prompt": "ok", "custom_id": "good"}, *hostile))
+    assert [s.custom_id for s in specs] == ["good"]
+    assert [bad.line for bad in invalid] == list(range(2, len(hostile) + 2))
+    for bad in invalid:
+        assert bad.message.startswith(f"line {bad.line}: ")
+        bad.message.encode("utf-8")
+    # Only a valid id is kept (the OpenAI line with a bad content); one that breaks the
+    # rule would become a Redis field and an output value.
+    assert {bad.line: bad.custom_id for bad in invalid if bad.custom_id is not None} == {8: "o"}
+
+
+# --- request ids and batch ids --------------------------------------------------------
+
+
+@pytest.mark.parametrize("custom_id, fragment", [
+    ("abc\n", "control character"),
+    ("a\x00b", "control character"),
+    ("tab\there", "control character"),
+    ("del\x7f", "control character"),
+    ("\r", "control character"),
+    ("x" * 257, "256"),
+    ("", "non-empty"),
+])
+@pytest.mark.parametrize("openai", [False, True], ids=["plain", "openai"])
+def test_a_bad_custom_id_is_refused_naming_the_line_and_field(custom_id, fragment, openai):
+    line = openai_line(custom_id=custom_id) if openai else {"prompt": "a", "custom_id": custom_id}
+    msg = refused({"prompt": "fine"}, line)
+    assert msg.startswith("line 2: field 'custom_id' ") and fragment in msg
+    assert "\n" not in msg and len(msg) < 200  # one line, the value shown escaped and cut short
+
+
+@pytest.mark.parametrize("custom_id", ["x" * 256, "a b", "Größe-東京-✓", "nightly:req.17", "1"])
+def test_custom_ids_within_the_rule_are_accepted(custom_id):
+    for line in ({"prompt": "a", "custom_id": custom_id}, openai_line(custom_id=custom_id)):
+        (spec,) = parse_jsonl(lines(line))
+        assert spec.custom_id == custom_id
+
+
+@pytest.mark.parametrize("custom_id", ["abc\n", "", "x" * 257, "\ud800", 7, None])
+def test_check_request_id_refuses_what_lines_refuse(custom_id):
+    with pytest.raises(ParameterError) as excinfo:
+        check_request_id(custom_id)
+    assert "request id" in str(excinfo.value) and "\n" not in str(excinfo.value)
+
+
+def test_check_request_id_returns_a_valid_id():
+    assert check_request_id("req-17") == "req-17"
+
+
+@pytest.mark.parametrize("batch_id", ["abc\n", "abc\n\n", "", "-a", ".a", "a" * 65, "a b", "a/b", "a:b", "é"])
+def test_check_batch_id_refuses_ids_outside_the_rule(batch_id):
+    with pytest.raises(ParameterError) as excinfo:
+        check_batch_id(batch_id)
+    assert repr(batch_id) in str(excinfo.value)
+
+
+@pytest.mark.parametrize("batch_id", ["a", "nightly", "b2026.12.01", "x_y-z", "9" + "a" * 63])
+def test_check_batch_id_accepts_ids_within_the_rule(batch_id):
+    assert check_batch_id(batch_id) == batch_id
+
+
+# --- bounds on numeric options --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, value, bound", [
+    ("temperature", 100.5, "100"), ("temperature", 1e308, "100"), ("top_k", 1_000_001, "1000000"),
+    ("top_k", 10**30, "1000000"),
+])
+def test_numeric_options_above_their_bound_are_refused_saying_so(name, value, bound):
+    with pytest.raises(OptionError) as excinfo:
+        check_option(name, value)
+    assert bound in str(excinfo.value)
+    msg = refused({"prompt": "x", name: value})
+    assert "line 1" in msg and f"'{name}'" in msg and bound in msg
+
+
+@pytest.mark.parametrize("name, value", [("temperature", 100), ("temperature", 100.0), ("top_k", 1_000_000)])
+def test_numeric_options_at_their_bound_are_accepted(name, value):
+    assert check_option(name, value) == value

@@ -48,3 +48,10 @@ def queue_env(redis_server: EmbeddedRedis, tmp_path: Path, monkeypatch: pytest.M
 def long_model_path(toy_model_file: Callable[..., str]) -> str:
     """A toy model that (almost) never ends a turn: generations run to max_tokens."""
     return toy_model_file(quiet_end=True)
+
+
+@pytest.fixture(scope="session")
+def slow_model_path(toy_model_file: Callable[..., str]) -> str:
+    """A wider toy model (about 700 tokens/s alone) whose generations never end a
+    turn: a batch of it lasts seconds, so that faults land mid-decode."""
+    return toy_model_file(quiet_end=True, n_layers=6, d_model=384, d_ffn=1024, context_length=1024)

@@ -208,3 +208,49 @@ def test_results_into_a_missing_directory_is_one_line(client, queue_env, tmp_pat
     result = cli("results", "nodir", "-o", str(tmp_path / "missing" / "out.jsonl"), ok=False)
     assert result.exit_code == 1 and "cannot write" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+# Lines an attacker (or a broken exporter) writes (issue 13): each one line of error,
+# and with --skip-invalid an invalid line whose message reaches the error output.
+HOSTILE_LINES = {
+    "lone surrogate": ('{"custom_id": "h1", "prompt": "a\\ud800"}', "'prompt'", "not valid Unicode"),
+    "5000-digit seed": ('{"custom_id": "h2", "prompt": "a", "seed": %s}' % ("9" * 5000), "'seed'", "5000 digits"),
+    "deep nesting": ("[" * 100_000, "line 2", "nested too deeply"),
+    "control character in custom_id": ('{"custom_id": "h\\n4", "prompt": "a"}', "'custom_id'", "control character"),
+    "surrogate custom_id": ('{"custom_id": "\\udc00", "prompt": "a"}', "'custom_id'", "not valid Unicode"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_LINES))
+def test_a_hostile_line_is_one_line_and_nothing_is_enqueued(client, queue_env, tmp_path, long_model_path, case):
+    line, *fragments = HOSTILE_LINES[case]
+    path = tmp_path / "hostile.jsonl"
+    path.write_text('{"prompt": "fine"}\n' + line + "\n", encoding="utf-8")
+    result = cli("submit", str(path), "--model", long_model_path, ok=False)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    (message,) = result.output.strip().splitlines()
+    assert message.startswith("Error: ") and "line 2" in message
+    assert all(f in message for f in fragments), message
+    assert client.dbsize() == 0
+
+
+def test_hostile_lines_with_skip_invalid_become_failed_requests(client, queue_env, tmp_path, long_model_path):
+    path = tmp_path / "hostile.jsonl"
+    hostile = [HOSTILE_LINES[case][0] for case in sorted(HOSTILE_LINES)]
+    good = ['{"custom_id": "ok1", "prompt": "fine"}', '{"custom_id": "ok2", "prompt": "b"}']
+    path.write_text("\n".join([good[0], *hostile, good[1]]) + "\n", encoding="utf-8")
+    cli("submit", str(path), "--model", long_model_path, "--skip-invalid", "--batch-id", "hostile",
+        "--max-tokens", "3")
+    st = json.loads(cli("status", "hostile", "--json").output)
+    assert st["counts"]["queued"] == 2 and st["counts"]["failed"] == len(hostile)
+    run_worker(client, ["specq"], burst=True)
+    errors = tmp_path / "errors.jsonl"
+    cli("results", "hostile", "-o", str(tmp_path / "out.jsonl"), "--errors", str(errors))
+    out = [json.loads(l) for l in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [o["custom_id"] for o in out] == ["ok1", "ok2"]
+    bad = [json.loads(l) for l in errors.read_text(encoding="utf-8").splitlines()]
+    # Lines 2-6 in sorted(HOSTILE_LINES) order: a valid id is kept, an id that breaks
+    # the rule (or none) is replaced by the line's.
+    assert [b["custom_id"] for b in bad] == ["h2", "line-3", "line-4", "h1", "line-6"]
+    for b in bad:
+        assert b["error"]["message"].startswith(f"{path}: line "), b

@@ -147,8 +147,14 @@ def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, long_model_path
     assert run.wait(30) == 130, run.stderr.read()
     assert not out.exists()
     done_before = {r: json.loads(raw)["completed_at"] for r, raw in zip(store.request_ids(), store.results(store.request_ids())) if raw}
+    from specq.jobs.control import checkpointed_unfinished
+
+    with_checkpoints = checkpointed_unfinished(store)
+    assert with_checkpoints >= 1, "the Ctrl-C must leave requests handed back with their checkpoints"
     again = specq(["run", str(path), "-o", str(out), *common, *CHUNK], queue_env)
     assert "continuing batch" in again.stderr
+    # It used to say "0 requests resumed from checkpoints" here.
+    assert f"{with_checkpoints} resume from checkpoints" in again.stderr, again.stderr
     got = [json.loads(line) for line in out.read_text().splitlines()]
     assert [g["custom_id"] for g in got] == [e["custom_id"] for e in expected]
     assert [g["specq"]["token_ids"] for g in got] == [e["token_ids"] for e in expected]

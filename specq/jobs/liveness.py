@@ -1,0 +1,121 @@
+"""Which workers and which of a batch's RQ jobs are alive, read from Redis without side
+effects (plain reads of the job hashes, never RQ's registry reads, which clean up and
+retry in the caller).
+
+The invariant the reaper keeps: a batch with pending requests always has a job that a
+live worker will run. A job is live while it waits in its queue's list, or while a
+worker whose heartbeat is fresh runs it. A job taken by a worker that then died (a
+SIGKILL between RQ's dequeue and the first claim, say) stays "started" in RQ's
+records until RQ's own maintenance, ten minutes later by default; here it is dead as
+soon as its worker's heartbeat is stale, or at once when that worker was a process
+of this machine that no longer exists.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+import redis
+from rq.job import Job
+from rq.queue import Queue
+
+from specq.jobs import keys
+from specq.jobs.config import WORKER_ALIVE_S
+
+LIVE_STATUSES_IF_QUEUED = ("queued", "deferred", "scheduled")
+ENDED_STATUSES = ("finished", "failed", "stopped", "canceled")
+
+
+def _text(value) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def process_is_dead_here(owner: str) -> bool:
+    """True when `owner` (a worker id, host.pid.nonce) names a process of this machine
+    that no longer exists; False when it lives, is elsewhere, or cannot be told."""
+    host, _, _nonce = owner.rpartition(".")
+    host, _, pid = host.rpartition(".")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def fresh_workers(client: redis.Redis, now: float | None = None) -> set[str]:
+    now = time.time() if now is None else now
+    return {_text(w) for w in client.zrangebyscore(keys.WORKERS, now - WORKER_ALIVE_S, "+inf")}
+
+
+def worker_is_alive(worker_id: str, fresh: set[str]) -> bool:
+    return worker_id in fresh and not process_is_dead_here(worker_id)
+
+
+@dataclass(frozen=True)
+class JobView:
+    job_id: str
+    status: str | None  # None: the job's hash is gone (expired, deleted)
+    live: bool
+    ended: bool  # finished, failed or gone: it will never run the batch again
+
+
+def batch_jobs(client: redis.Redis, batch_id: str, fresh: set[str] | None = None) -> list[JobView]:
+    """Every job in the batch's jobs set, classified."""
+    job_ids = sorted(_text(j) for j in client.smembers(keys.BatchKeys(batch_id).jobs))
+    if not job_ids:
+        return []
+    fresh = fresh_workers(client) if fresh is None else fresh
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hmget(Job.key_for(job_id), "status", "worker_name", "origin")
+    rows = pipe.execute()
+    positions = {}
+    queued = [(job_id, _text(row[2])) for job_id, row in zip(job_ids, rows) if _text(row[0]) == "queued" and row[2]]
+    if queued:
+        pipe = client.pipeline(transaction=False)
+        for job_id, origin in queued:
+            pipe.lpos(Queue.redis_queue_namespace_prefix + origin, job_id)
+        positions = {job_id: pos for (job_id, _), pos in zip(queued, pipe.execute())}
+    views = []
+    for job_id, (status, worker_name, _origin) in zip(job_ids, rows):
+        status, worker_name = _text(status), _text(worker_name)
+        if status is None or status in ENDED_STATUSES:
+            views.append(JobView(job_id, status, live=False, ended=True))
+        elif status == "queued":
+            # Out of the queue's list but not yet started: being dequeued right now, or
+            # dequeued by a worker that died at that moment. Not live either way; a
+            # spare job costs a worker one look at an empty pending list.
+            views.append(JobView(job_id, status, live=positions.get(job_id) is not None, ended=False))
+        elif status in LIVE_STATUSES_IF_QUEUED:
+            views.append(JobView(job_id, status, live=True, ended=False))
+        else:  # started: live while the worker that took it is
+            owner = (worker_name or "").rsplit(".", 1)[0]  # RQ's worker name is "<worker id>.<attempt>"
+            views.append(JobView(job_id, status, live=bool(owner) and worker_is_alive(owner, fresh), ended=False))
+    return views
+
+
+def has_live_job(client: redis.Redis, batch_id: str, fresh: set[str] | None = None) -> bool:
+    return any(v.live for v in batch_jobs(client, batch_id, fresh))
+
+
+def has_claimable_work(client: redis.Redis, batch_id: str) -> bool:
+    """Queued requests in a batch that is neither paused nor cancelled (a paused
+    batch's requests wait on purpose). The pending list is not the test: it may
+    hold stale ids (the claim skips them)."""
+    k = keys.BatchKeys(batch_id)
+    queued = client.hget(k.counts, "queued")
+    if not queued or int(queued) <= 0:
+        return False
+    return not (client.hexists(k.flags, "paused") or client.hexists(k.flags, "cancelled"))
+
+
+def is_stalled(client: redis.Redis, batch_id: str, fresh: set[str] | None = None) -> bool:
+    """Claimable requests and no live job to take them: the alert condition."""
+    return has_claimable_work(client, batch_id) and not has_live_job(client, batch_id, fresh)
