@@ -29,7 +29,9 @@ from specq.jobs.control import reap_all, sweep
 from specq.jobs.liveness import fresh_workers, worker_is_alive
 from specq.jobs.rq_glue import SpecqJob, make_queue
 from specq.jobs.runtime import Runtime
+from specq.errors import SpecqError
 from specq.jobs.server_checks import require_noeviction
+from specq.jobs.status import read_batch
 from specq.jobs.store import BatchStore, _text
 
 # specq's own calls (checkpoints, leases, the reaper) are short: a Redis cut off by
@@ -177,9 +179,13 @@ def burst_work_left(client: redis.Redis, queues: Sequence[str]) -> bool:
     sweep(client, mine)
     fresh = fresh_workers(client)
     for batch_id in mine:
-        store = BatchStore(client, batch_id)
-        if store.counts()["queued"] and not store.batch_flags() & {"paused", "cancelled"}:
+        try:
+            record = read_batch(client, batch_id)
+        except SpecqError:
+            continue  # damaged or gone: no worker can do its work (status says what is wrong)
+        if record.counts["queued"] and not set(record.flags) & {"paused", "cancelled"}:
             return True
+        store = BatchStore(client, batch_id)
         for rid in store.running():
             lease = _text(client.get(store.keys.lease(rid)))
             if lease is None or not worker_is_alive(lease.rsplit("#", 1)[0], fresh):

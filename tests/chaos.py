@@ -43,7 +43,7 @@ class ChaosConfig:
     max_tokens: int = 48
     lease_ms: int = 3000
     heartbeat_s: float = 0.5
-    worker_life_s: float = 12.0  # a worker dies at U(0, this) after its start, or lives on (1 in 3)
+    worker_life_s: float = 12.0  # a worker dies at U(0, this) after its start (all but the first)
     stop_every_s: float = 20.0  # mean time between SIGSTOPs
     redis_kill_every_s: float = 45.0  # mean time between Redis kills
     deadline_minutes: float = 20.0
@@ -113,12 +113,13 @@ class Chaos:
         self.batches.append(batch_id)
 
     # --- faults ---------------------------------------------------------------
-    def _spawn(self) -> tuple[subprocess.Popen, float, float | None]:
+    def _spawn(self, spared: bool = False) -> tuple[subprocess.Popen, float, float | None]:
+        """A worker with its time of death drawn uniformly from its start; a spared
+        one is never killed (its memory is watched for leaks)."""
         proc = subprocess.Popen([sys.executable, "-m", "specq", "worker"], env=self.env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         start = time.monotonic()
-        dies = start + self.rng.uniform(0, self.cfg.worker_life_s) if self.rng.random() < 2 / 3 else None
-        return proc, start, dies
+        return proc, start, None if spared else start + self.rng.uniform(0, self.cfg.worker_life_s)
 
     def _held_by(self, client: redis.Redis, pid: int | None) -> dict[tuple[str, str], str]:
         """Leases now held (by the process pid, or by anyone when pid is None)."""
@@ -201,7 +202,7 @@ class Chaos:
     def run(self) -> dict:
         self.prepare()
         self._submit()
-        self.workers = [self._spawn() for _ in range(self.cfg.workers)]
+        self.workers = [self._spawn(spared=i == 0) for i in range(self.cfg.workers)]
         watcher = threading.Thread(target=self._watch, daemon=True)
         watcher.start()
         started = time.monotonic()

@@ -73,10 +73,10 @@ def _answers(client: redis.Redis) -> bool:
         return False
 
 
-def result_record(engine: Engine, spec: dict[str, Any], state: DecodeState, worker_id: str) -> dict[str, Any]:
+def result_record(engine: Engine, custom_id: str, state: DecodeState, worker_id: str) -> dict[str, Any]:
     prompt_tokens, completion_tokens = len(state.request.prompt_ids), len(state.output_ids)
     return {
-        "custom_id": spec["custom_id"],
+        "custom_id": custom_id,
         "text": engine.text(state),
         "finish_reason": state.finish_reason,
         "token_ids": list(state.output_ids),
@@ -199,7 +199,7 @@ class BatchRunner:
         self.pending_counts.add("resumes_preempt")
         state = self.decoder.sessions[rid].state if rid in self.decoder.sessions else owned.written
         if state.finished:
-            record = result_record(self.engine, owned.spec, state, self.runtime.worker_id)
+            record = result_record(self.engine, rid, state, self.runtime.worker_id)
             return self._settle(rid, "completed", json.dumps(record, ensure_ascii=False), state)
         return self._let_go(rid, "queued")
 
@@ -220,7 +220,7 @@ class BatchRunner:
             self._observe_latency(before[rid], len(state.output_ids), round_s)
             if state.finished:
                 self.pending_counts.observe("request_duration_seconds", state.metrics.decode_seconds)
-                record = result_record(self.engine, owned.spec, state, self.runtime.worker_id)
+                record = result_record(self.engine, rid, state, self.runtime.worker_id)
                 written = self._settle(rid, "completed", json.dumps(record, ensure_ascii=False), state)
                 self.summary["completed" if written else "lost"] += 1
             elif (len(state.output_ids) - len(owned.written.output_ids) >= self.config.checkpoint_tokens
@@ -299,17 +299,21 @@ class BatchRunner:
             self.runtime.hold(self.store, lease)
             rid = lease.request_id
             self._claimed[rid] = lease
-            spec = self.store.spec(rid)
+            saved = self.store.checkpoint_of(rid)
             try:
-                saved = self.store.checkpoint_of(rid)
+                spec = self.store.spec(rid)
                 if saved is not None:
                     state = checkpoint.decode(saved, self.fingerprint)
                     # Resuming re-runs a prefill over everything committed but the last token.
                     self.pending_counts.add("recomputed_tokens", len(state.all_ids) - 1)
                 else:
                     state = self.engine.start(GenerationRequest.from_dict(spec["request"]))
-            except SpecqError as exc:
-                self._fail(lease, spec, "checkpoint" if saved else "invalid_request", str(exc))
+            except (SpecqError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                # A record the worker cannot read (corrupt, or written by hand into
+                # Redis) fails that request alone; it must not fail the worker.
+                reason = "checkpoint" if isinstance(exc, checkpoint.CheckpointError) else "invalid_request"
+                message = str(exc) if isinstance(exc, SpecqError) else f"unreadable request record ({exc!r})"
+                self._fail(lease, reason, message)
                 del self._claimed[rid]
                 continue
             if self.degraded:
@@ -367,8 +371,11 @@ class BatchRunner:
         self.runtime.release(self.store.batch_id, rid)
         return written
 
-    def _fail(self, lease: Lease, spec: dict[str, Any], reason: str, message: str) -> None:
-        error = {"custom_id": spec["custom_id"], "line": spec.get("line"), "reason": reason, "message": message}
+    def _fail(self, lease: Lease, reason: str, message: str) -> None:
+        error = {"custom_id": lease.request_id, "reason": reason, "message": message}
+        spec_line = self.store.spec_line(lease.request_id)
+        if spec_line is not None:
+            error["line"] = spec_line
         self.store.settle(lease, "failed", json.dumps(error, ensure_ascii=False), {f"failed_{reason}": 1})
         self.runtime.release(self.store.batch_id, lease.request_id)
         self.summary["failed"] += 1

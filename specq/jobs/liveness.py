@@ -13,6 +13,7 @@ of this machine that no longer exists.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -22,8 +23,9 @@ import redis
 from rq.job import Job
 from rq.queue import Queue
 
+from specq.errors import SpecqError
 from specq.jobs import keys
-from specq.jobs.config import WORKER_ALIVE_S
+from specq.jobs.config import WORKER_ALIVE_S, BatchConfig
 
 LIVE_STATUSES_IF_QUEUED = ("queued", "deferred", "scheduled")
 ENDED_STATUSES = ("finished", "failed", "stopped", "canceled")
@@ -107,13 +109,25 @@ def has_live_job(client: redis.Redis, batch_id: str, fresh: set[str] | None = No
 
 def has_claimable_work(client: redis.Redis, batch_id: str) -> bool:
     """Queued requests in a batch that is neither paused nor cancelled (a paused
-    batch's requests wait on purpose). The pending list is not the test: it may
-    hold stale ids (the claim skips them)."""
+    batch's requests wait on purpose) and whose configuration a worker can read.
+    The pending list is not the test: it may hold stale ids (the claim skips them)."""
     k = keys.BatchKeys(batch_id)
     queued = client.hget(k.counts, "queued")
     if not queued or int(queued) <= 0:
         return False
-    return not (client.hexists(k.flags, "paused") or client.hexists(k.flags, "cancelled"))
+    if client.hexists(k.flags, "paused") or client.hexists(k.flags, "cancelled"):
+        return False
+    return config_is_readable(client.hget(k.meta, "config"))
+
+
+def config_is_readable(raw: bytes | str | None) -> bool:
+    """Whether a worker could decode the batch at all: a damaged or hand-written
+    configuration is for an operator (status shows it), not for job after job."""
+    try:
+        BatchConfig.from_dict(json.loads(raw))
+    except (SpecqError, KeyError, TypeError, ValueError, AttributeError):
+        return False
+    return True
 
 
 def is_stalled(client: redis.Redis, batch_id: str, fresh: set[str] | None = None) -> bool:

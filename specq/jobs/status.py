@@ -18,7 +18,7 @@ import redis
 from specq.errors import InputError, SpecqError
 from specq.jobs import keys
 from specq.jobs.config import WORKER_ALIVE_S
-from specq.jobs.liveness import is_stalled
+from specq.jobs.liveness import config_is_readable, is_stalled
 from specq.jobs.store import STATES, _text
 
 RATE_WINDOW_S = 60.0
@@ -131,6 +131,8 @@ def _config_from_meta(meta: dict[str, str], problems: list[str]) -> dict[str, An
     if not isinstance(config, dict):
         problems.append("config in meta hash is not a JSON object")
         return {}
+    if "config" in meta and not config_is_readable(meta["config"]):
+        problems.append("config in meta hash is not a batch configuration")
     return config
 
 

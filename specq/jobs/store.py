@@ -62,6 +62,14 @@ class BatchStore:
     def spec(self, request_id: str) -> dict[str, Any]:
         return json.loads(self.client.hget(self.keys.spec, request_id))
 
+    def spec_line(self, request_id: str) -> int | None:
+        """The request's line in the submitted file, or None if its record is unreadable."""
+        try:
+            line = self.spec(request_id).get("line")
+        except (TypeError, ValueError, AttributeError):
+            return None
+        return line if isinstance(line, int) else None
+
     def states(self) -> dict[str, str]:
         return {_text(k): _text(v) for k, v in self.client.hgetall(self.keys.state).items()}
 

@@ -5,17 +5,21 @@ or on any worker without doing anything twice."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import Any
 
 import redis
 from rq import get_current_job
 
+from specq.errors import SpecqError
 from specq.jobs import runtime as runtime_mod
 from specq.jobs.batch_runner import BatchRunner
 from specq.jobs.config import JOB_SECONDS, BatchConfig
 from specq.jobs.rq_glue import enqueue_batch_jobs
 from specq.jobs.store import BatchStore
+
+log = logging.getLogger("specq.worker")
 
 
 def work_on_batch(batch_id: str) -> dict[str, Any]:
@@ -36,6 +40,12 @@ def work_on_batch(batch_id: str) -> dict[str, Any]:
         return {"batch": batch_id, "skipped": "circuit breaker open"}
     try:
         config = BatchConfig.from_dict(store.config())
+    except (SpecqError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        # Damaged or hand-written: nothing any worker can do (status shows it), and
+        # not this worker's sickness, so no breaker and no successor job.
+        log.error("batch %s has an unreadable configuration (%r); skipping it", batch_id, exc)
+        return {"batch": batch_id, "skipped": "unreadable configuration"}
+    try:
         loaded = runtime.engine_for(config)
         runner = BatchRunner(store, config, loaded, runtime, deadline=time.monotonic() + JOB_SECONDS)
         summary = runner.run()

@@ -159,6 +159,9 @@ def test_a_short_redis_outage_hands_the_work_back_with_its_progress(own_redis, t
     """Down for less than a lease: the worker waits, then hands every request back
     with the state it had decoded (nothing lost), and the batch completes exactly."""
     server, env = own_redis
+    # Leases outlive the outage: a worker whose job gave up used to keep renewing
+    # them, idle, so no one could ever take the requests over.
+    env = {**env, "SPECQ_LEASE_TTL_MS": "20000"}
     n = 6
     expected = submit_with_expected(env, tmp_path, slow_model_path, n, "rs", max_tokens=400, chunk=SLOW_CHUNK)
     client = redis.Redis(unix_socket_path=str(server.socket))
@@ -167,12 +170,12 @@ def test_a_short_redis_outage_hands_the_work_back_with_its_progress(own_redis, t
     try:
         wait_for_progress(store)
         assert store.counts()["completed"] < n, "the outage must land mid-batch"
-        server.stop()  # a clean restart: SHUTDOWN writes the append-only file
+        kill_server(server)
         time.sleep(1.0)
         server.ensure_running()
         client = redis.Redis(unix_socket_path=str(server.socket))
         store = BatchStore(client, "rs")
-        wait_until(lambda: store.counts()["completed"] == n, 240, "the batch to finish after the restart")
+        wait_until(lambda: store.counts()["completed"] == n, 90, "the batch to finish after the restart")
     finally:
         stop_process(worker)
     assert outputs(store) == expected
@@ -193,6 +196,9 @@ def test_a_burst_worker_finishes_work_reaped_from_a_killed_worker(client, queue_
         first.send_signal(signal.SIGKILL)
         first.wait()
     assert store.counts()["completed"] < 2 and make_queue(client, "specq").count == 0
+    # Another process's reaper pass holds the lock as the burst worker starts: its
+    # own first pass is skipped, and its RQ loop finds the queue empty.
+    client.set("specq:reaper", "elsewhere", px=3000)
     burst = start_worker(queue_env, "--burst")
     assert burst.wait(180) == 0, burst.stdout.read()
     assert store.counts()["completed"] == 2
@@ -239,3 +245,28 @@ def test_a_worker_with_a_wrong_password_says_so_and_exits(password_redis, queue_
     assert proc.returncode != 0
     assert "refused the password" in proc.stderr and "Xq7-not-it" not in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_hand_written_records_fail_their_request_or_batch_not_the_worker(client, queue_env, tmp_path, long_model_path):
+    """Garbage where a request's record or a batch's configuration should be: that
+    request fails (reason invalid_request), that batch is skipped, and the worker,
+    its breaker closed, finishes the healthy work and exits its burst."""
+    expected = submit_with_expected(queue_env, tmp_path, long_model_path, 4, "ok", max_tokens=20)
+    write_prompts(tmp_path / "q.jsonl", 3)
+    specq(["submit", str(tmp_path / "q.jsonl"), "--batch-id", "garbled", "--model", long_model_path], queue_env)
+    specq(["submit", str(tmp_path / "q.jsonl"), "--batch-id", "noconfig", "--model", long_model_path], queue_env)
+    client.hset("specq:batch:garbled:spec", "r000", "[1, 2")  # not JSON
+    client.hset("specq:batch:garbled:spec", "r001", json.dumps({"custom_id": "r001", "request": {"max_tokens": 9}}))
+    client.hset("specq:batch:noconfig", "config", json.dumps({"model_path": 5}))
+    burst = start_worker(queue_env, "--burst")
+    log = burst.communicate(timeout=180)[0]
+    assert burst.returncode == 0, log
+    assert outputs(BatchStore(client, "ok")) == expected
+    garbled = BatchStore(client, "garbled")
+    assert garbled.counts()["failed"] == 2 and garbled.counts()["completed"] == 1
+    errors = {r: json.loads(e) for r, e in garbled.errors().items()}
+    assert {e["reason"] for e in errors.values()} == {"invalid_request"}
+    assert BatchStore(client, "noconfig").counts()["queued"] == 3  # untouched, for an operator to look at
+    assert "unreadable configuration" in log
+    status = json.loads(specq(["status", "--json"], queue_env).stdout)
+    assert any(b.get("damaged") for b in status["batches"] if b["batch_id"] == "noconfig")
