@@ -13,7 +13,8 @@ import redis
 
 from specq.cli.options import DEFAULT_BATCH_SIZE, defaults_from, generation_options, model_options, redis_option
 from specq.errors import ModelFileError, ParameterError, SpecqError
-from specq.jobs.config import DEFAULT_QUEUE, BatchConfig, check_batch_id
+from specq.jobs.config import DEFAULT_QUEUE, BatchConfig
+from specq.jobs.ids import check_batch_id
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from specq.specdec.state import DecodeState, GenerationRequest
 
 FLAG_CHECK_S = 0.25  # pause and cancel take effect within this, plus one round
 # Redis restarting, failing over or cut off: the call may or may not have reached it.
-REDIS_OUTAGE = (redis.ConnectionError, redis.TimeoutError)
+REDIS_OUTAGE = (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError)  # ReadOnly: mid-failover
 
 log = logging.getLogger("specq.worker")
 

@@ -9,9 +9,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specq.errors import ParameterError
-# The ids' rules live in specq.jobs.ids, which inputs (imported below) can use without
-# importing this module back; they are part of a batch's contract, so named here too.
-from specq.jobs.ids import BATCH_ID_PATTERN, check_batch_id, check_request_id  # noqa: F401
 from specq.jobs.inputs import GenerationDefaults
 
 DEFAULT_QUEUE = "specq"

@@ -15,7 +15,8 @@ import redis
 
 from specq.errors import InputError, ParameterError, SpecqError
 from specq.jobs import keys
-from specq.jobs.config import MAX_OUTPUT_TOKENS, BatchConfig, check_batch_id
+from specq.jobs.config import MAX_OUTPUT_TOKENS, BatchConfig
+from specq.jobs.ids import check_batch_id
 from specq.jobs.inputs import InvalidLine, PromptSpec, read_jsonl_lenient, to_request
 from specq.jobs.rq_glue import enqueue_batch_jobs
 from specq.specdec.gguf_file import GGUFFile

@@ -10,7 +10,7 @@ import pytest
 
 import toy_gguf
 from specq.errors import InputError, ParameterError
-from specq.jobs.config import check_batch_id, check_request_id
+from specq.jobs.ids import check_batch_id, check_request_id
 from specq.jobs.inputs import (
     MAX_STOP_STRINGS, GenerationDefaults, OptionError, PromptSpec, check_option, parse_jsonl, parse_jsonl_lenient,
     read_jsonl, to_request,

@@ -55,3 +55,15 @@ def slow_model_path(toy_model_file: Callable[..., str]) -> str:
     """A wider toy model (about 700 tokens/s alone) whose generations never end a
     turn: a batch of it lasts seconds, so that faults land mid-decode."""
     return toy_model_file(quiet_end=True, n_layers=6, d_model=384, d_ffn=1024, context_length=1024)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path, queue_env: dict[str, str], monkeypatch: pytest.MonkeyPatch):
+    """A server of the test's own (persistence on), so it can be killed and restarted:
+    (the server, the environment for processes that use it)."""
+    server = EmbeddedRedis(tmp_path / "redis")
+    server.ensure_running()
+    env = {**queue_env, "SPECQ_REDIS_URL": server.url}
+    monkeypatch.setenv("SPECQ_REDIS_URL", server.url)
+    yield server, env
+    server.stop()

@@ -9,11 +9,9 @@ import random
 import signal
 import time
 
-import pytest
 import redis
 
 from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
-from specq.jobs.connection import EmbeddedRedis
 from specq.jobs.store import BatchStore
 
 CHUNK = ["--checkpoint-tokens", "5", "--checkpoint-seconds", "0.3", "--batch-size", "3"]
@@ -69,17 +67,6 @@ def test_twenty_random_sigkills_lose_and_duplicate_nothing(client, queue_env, tm
     assert kills >= kills_wanted, f"only {kills} kills before the batch finished; make it longer"
     assert store.counts() == {"queued": 0, "running": 0, "paused": 0, "completed": n, "failed": 0, "cancelled": 0}
     check_results(queue_env, tmp_path, "chaos", expected, store)
-
-
-@pytest.fixture
-def own_redis(tmp_path, queue_env, monkeypatch):
-    """A server of this test's own (persistence on), so it can be restarted."""
-    server = EmbeddedRedis(tmp_path / "redis")
-    server.ensure_running()
-    env = {**queue_env, "SPECQ_REDIS_URL": server.url}
-    monkeypatch.setenv("SPECQ_REDIS_URL", server.url)
-    yield server, env
-    server.stop()
 
 
 def test_a_redis_restart_mid_batch_is_survived(own_redis, tmp_path, long_model_path):

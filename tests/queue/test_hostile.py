@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import redis
@@ -65,7 +64,7 @@ def take_job_and_die(client: redis.Redis, queue: str) -> Job:
                          serializer=make_queue(client, queue).serializer)
     worker.register_birth()
     job, q = worker.dequeue_job_and_maintain_ttl(timeout=1)
-    execution = worker.prepare_execution(job)
+    worker.prepare_execution(job)
     worker.prepare_job_execution(job)
     assert job.get_status(refresh=True) == "started" and make_queue(client, queue).count == 0
     return job
@@ -110,17 +109,6 @@ def test_a_worker_killed_while_loading_the_model_does_not_stall_the_batch(client
         wait_until(lambda: store.counts()["completed"] == 3, 180, "the batch to finish after the kill")
     finally:
         stop_process(second)
-
-
-@pytest.fixture
-def own_redis(tmp_path, queue_env, monkeypatch):
-    """A server of this test's own (persistence on), so it can be killed and restarted."""
-    server = EmbeddedRedis(tmp_path / "redis")
-    server.ensure_running()
-    env = {**queue_env, "SPECQ_REDIS_URL": server.url}
-    monkeypatch.setenv("SPECQ_REDIS_URL", server.url)
-    yield server, env
-    server.stop()
 
 
 def kill_server(server: EmbeddedRedis) -> None:
