@@ -70,6 +70,12 @@ def test_run_refuses_an_evicting_redis_and_writes_nothing(evicting, queue_env, t
     assert not out.exists()
 
 
+def test_a_worker_refuses_an_evicting_redis_before_taking_work(evicting, queue_env):
+    url, private = evicting
+    proc = specq(["worker", "--burst"], {**queue_env, "SPECQ_REDIS_URL": url}, check=False, timeout=60)
+    assert_refused_in_one_line(proc, private)
+
+
 def test_noeviction_passes_and_config_get_is_the_fallback(client, evicting, monkeypatch):
     require_noeviction(client)  # the test server runs as the embedded one does
     _, private = evicting

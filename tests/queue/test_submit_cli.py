@@ -254,3 +254,16 @@ def test_hostile_lines_with_skip_invalid_become_failed_requests(client, queue_en
     assert [b["custom_id"] for b in bad] == ["h2", "line-3", "line-4", "h1", "line-6"]
     for b in bad:
         assert b["error"]["message"].startswith(f"{path}: line "), b
+
+
+def test_a_batch_id_with_a_dot_runs_and_an_empty_request_id_is_refused(client, queue_env, tmp_path, long_model_path):
+    """'v1.2' is a valid batch id (README: Ids); RQ job ids allow no '.', so jobs name
+    their batch by a digest. 'v1.2:' names no request: refused, not the whole batch."""
+    path = write_prompts(tmp_path / "p.jsonl", 2)
+    cli("submit", str(path), "--model", long_model_path, "--batch-id", "v1.2", "--max-tokens", "5")
+    refused = cli("cancel", "v1.2:", ok=False)
+    assert refused.exit_code == 1 and "names no request" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1
+    assert client.hlen("specq:batch:v1.2:flags") == 0 and client.hlen("specq:batch:v1.2:req_flags") == 0
+    run_worker(client, ["specq"], burst=True)
+    assert client.hget("specq:batch:v1.2:counts", "completed") == b"2"
