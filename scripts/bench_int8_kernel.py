@@ -1,9 +1,152 @@
 """Integer (int8 activations) products with Q4_1 / Q8_0 weights, measured alone (issue 14).
 
-RESULTS: see the block filled in below after measuring.
+What this is. A prototype `int8_matmul_t(x, Int8Weights(QuantizedMatrix))`: activations
+quantized per row and block of 32 like Q8_0 (d = max|x|/127, q = rint(x/d)), exact int32
+block sums of weights x activations in AVX2 vector code emitted through numba
+`@intrinsic` + llvmlite (a numba type whose data model is an LLVM <N x iK> vector, so
+vector values live in registers; `llvm.x86.avx2.pmadd.ub.sw` / `pmadd.wd`, and
+`llvm.x86.avx512.vpdpbusd.256` for the AVX-VNNI variant), then per block and row
+    out = fma(float(isum), d_w * d_x, out)   (Q4_1 then: out = fma(m_w, d_x * sum(q_x), out))
+Register blocking: a micro-kernel keeps NO x 8 outputs x NR rows of float accumulators
+(and as many int16/int32 block sums) in registers over all blocks, streaming the weights
+of NO*8 outputs once per NR rows (from L1: a group's weights are 2-12 KB); lanes are
+outputs, each int32 lane holds 4 consecutive inputs, activations are a 4-byte broadcast:
+no horizontal sums, no shuffles. Weights repacked at load (see Int8Weights): Q4_1 stays
+4-bit (nibbles unpacked in the kernel: and / shift / and), Q8_0 stays 8-bit. Threads: a
+numba prange over slices of outputs, as qmatmul_t. Code generated per (NO, NR) from text.
+Portable path: `int8_matmul_t_portable` (numpy, slow) computes the same exact integer
+sums and the same epilogue order with mul + add instead of fma (differs by an ulp).
+
+Kernels. q41: Q4_1, AVX2 vpmaddubsw (u4 weight x s8 activation, pairs -> s16; the 8 products
+of a block added in s16, max 8 * 2 * 15 * 127 = 30480, no saturation) then vpmaddwd with
+ones -> s32. q41v: the same with AVX-VNNI vpdpbusd (u8 x s8, 4 products -> s32 accumulate).
+q8w: Q8_0 on AVX2 through int16 (vpmovsxbw weights, vpmaddwd 2 products -> s32): an int8 x
+int8 vpmaddubsw would saturate (2 * 127 * 127 > 32767) unless every product goes through
+the sign trick (psignb + vpmaddubsw + vpmaddwd per 32 products, llama.cpp's
+mul_sum_i8_pairs), no cheaper. q8v: Q8_0 with vpdpbusd on (q_x + 128) as u8 x weights as
+s8, minus 128 * sum(w) per output and block, precomputed.
+
+Correctness (--check; random Gaussian weights quantized by gguf, 32 rows; all kernels and
+blockings give the same bits). Against float64 x @ dequantized.T: max|err| / max|ref|
+0.5-0.7e-2 and rms err / rms ref 0.54e-2 on Gaussian x (the current float kernel: 1.5e-6);
+1.0-1.2e-2 max (rms 0.8-0.9e-2) with 5 inputs at 20 sigma (an outlier inflates its block's
+step). That is int8 activation rounding, llama.cpp's error: it does change near-tie
+argmaxes (design.md: llama.cpp's greedy outputs differ where its top-2 gap is small), so an
+integration changes specq's outputs vs. today's float path. For Q4_1 the block sum of x in
+the m term must be d_x * sum(q_x) (as llama.cpp's Q8_1), not the float sum: the latter
+leaves an error (w - m) * dx instead of w * dx, measured twice as large (rms 1.1-1.4e-2).
+Row invariance: row r alone, in groups of 5, 8 and 32 rows: bitwise identical (integer
+sums are exact; the float epilogue is per row in block order, explicit llvm.fma, no
+fast-math flags), checked for every shape and blocking.
+
+MACHINE (measured 2026-12-01, 22:35-22:52 UTC, no pytest/worker/chaos process running): "AMD EPYC",
+2 vCPUs, LLVM host cpu znver5, L1d 48 KB + L2 1 MB per core, L3 32 MB. NOTE: /proc/cpuinfo
+lists avx512f/bw/vl, avx512_vnni and avx_vnni, contrary to design.md ("no AVX-512, no
+VNNI"); numba compiles for the host, so today's kernel runs with 512-bit vectors here
+(its `_wide_vectors`) and the int kernels get 32 ymm registers and the VNNI variants.
+To see the machine design.md describes, the "AVX2-only" runs compile everything (both
+kernels) with NUMBA_CPU_NAME=znver3 and NUMBA_CPU_FEATURES = host features with every
+avx512*/vnni feature off (16 ymm registers, no EVEX, no vpdpwssd fusion). The host is
+shared and noisy: identical host runs differed by up to 1.7x in absolute speed
+(run 2 slower for every kernel, current included); the ratios between kernels measured
+in the same run, interleaved per R, were steadier. Weights are cache-hot (each matrix
+called repeatedly; in a forward they come from L3/DRAM, which matters at R = 1 only).
+
+RESULTS, time(R)/time(1) per kernel (median of up to 100 calls, 2 threads), host run 1:
+    shape          kernel   t(1) us   R = 1     2     4     5     8    16    32    64   GMAC/s at R=32
+    qkv 576x960    current     12.8    1.00  1.17  1.97  1.88  3.02  6.02 11.53 22.12    120
+                   q41          6.1    1.00  1.59  2.05  2.52  3.67  7.07 13.07 22.75    222
+                   q41v         6.1    1.00  1.56  1.90  2.10  3.00  5.82 10.46 19.80    277
+    out 576x576    current      7.2    1.00  1.29  1.94  2.74  3.92  7.35 11.72 22.71    126
+                   q41          4.9    1.00  1.20  1.71  2.02  3.22  4.76  8.80 18.31    246
+                   q41v         4.8    1.00  1.15  2.00  2.23  2.92  4.00  7.29 15.10    303
+    gate_up        current     26.1    1.00  1.39  2.24  2.58  4.64  8.31 19.84 36.09    109
+      576x3072     q41         11.4    1.00  1.46  2.65  3.60  4.96 10.95 22.17 44.79    224
+                   q41v        10.6    1.00  1.36  2.39  3.32  4.28  9.99 16.59 38.80    322
+    down 1536x576  current     14.5    1.00  1.53  2.23  2.53  4.18  9.47 18.31 35.15    107
+                   q41          7.4    1.00  1.41  2.46  3.08  4.65  8.82 17.62 32.85    217
+                   q41v         8.3    1.00  1.13  1.94  2.19  3.27  6.51 12.66 22.81    269
+    head 576x49152 current    800.1    1.00  1.08  1.85  1.98  2.75  5.19 10.68 22.36    106
+      (Q8_0)       q8w        861.3    1.00  0.98  1.36  1.94  3.06  4.44  6.98 13.84    151
+                   q8v        681.0    1.00  1.23  1.19  2.07  2.52  3.98  5.16  9.81    258
+  AVX2-only codegen, run 1 (run 2 within ~20%; blocking q41 1x4, q8w 1x4):
+    qkv            current     18.1    1.00  1.23  1.96  2.59  4.38  7.95 15.48 29.61     63
+                   q41          7.8    1.00  1.17  1.87  2.69  3.32  6.19 11.96 22.76    190
+    out            current     11.3    1.00  1.27  1.97  2.45  4.10  7.55 14.65 29.12     64
+                   q41          5.4    1.00  1.19  1.81  2.22  3.11  5.56 10.67 20.52    184
+    gate_up        current     47.8    1.00  1.34  2.23  2.76  4.82  9.44 17.67 35.45     67
+                   q41         15.1    1.00  1.50  2.55  3.44  5.07  9.60 19.45 38.38    193
+    down           current     25.4    1.00  1.35  2.24  2.69  4.49  8.85 17.04 34.75     65
+                   q41          9.0    1.00  1.41  2.27  2.80  4.18  8.02 15.82 31.06    199
+    head           current    976.0    1.00  1.20  1.88  2.42  4.15  7.10 13.86 21.27     67
+                   q8w        524.5    1.00  1.26  1.85  3.70  5.85  9.12 14.11 26.31    122
+  Quantizing the activations (QActs): first written as plain numba loops it cost 1.2-1.5
+  ns per element (a scalar max chain, calls in the loop): 30 us at R = 32 for 576 inputs,
+  70-110 us for 1536, half of `down`'s kernel time. Rewritten with the same intrinsics
+  (quantize_rows_vec: vmaxps, vcvtps2dq; bitwise the same q, d and sums) it costs, in run 3:
+  R = 1: 2.2-4.2 us (numba dispatch ~1.5 us + Python object ~2 us), R = 32: 9 us (576
+  inputs), 15.6 us (1536), i.e. 0.3-0.5 ns per element, 5-10% of the kernel at R = 32.
+
+The ratio t(R)/t(1) is the wrong yardstick on its own: the int kernels also make R = 1
+2-3x faster (less launch/unpack work), so their ratios look like today's. The cost of an
+extra row relative to TODAY's one-row product, (t(32) - t(1)) / 31 / t_current(1):
+    host run 1:  current 0.31-0.61, q41 0.17-0.30, q41v 0.14-0.22, head q8w 0.21, q8v 0.11
+    host run 2:  current 0.25-0.46, q41 0.18-0.31, q41v 0.12-0.24
+    host run 3:  current 0.32-0.55, q41 0.16-0.24, q41v 0.12-0.20, head q8w 0.18, q8v 0.11
+    AVX2-only:   current 0.31-0.54, q41 0.10-0.19, head q8w 0.23
+i.e. at R = 32 the int route is 1.5-2.35x (AVX2 maddubs, host), 1.9-2.9x (VNNI) and 2.9-3.2x
+(AVX2-only build, against today's kernel built the same way) faster than today's kernel;
+Q8_0 head: 1.0-1.4x (q8w, host), 1.8x (AVX2-only), 1.5-2.4x (VNNI). New kernel G MAC/s at
+R = 32 over the three host runs: q41 128-246, q41v 161-322, q8w 128-151, q8v 195-258.
+
+CONCLUSIONS
+* An integer route makes extra rows about 2x cheaper on this (AVX-512/VNNI) machine, ~3x
+  on an AVX2-only build; not the 4x+ the instruction width suggests. q41 reaches ~200-250 G
+  MAC/s at R >= 8 against today's ~110-125 (512-bit floats) or ~65 (AVX2-only floats);
+  the "23 G/s" of design.md is the whole decode step, not these kernels alone.
+* Where the time goes (gate_up, R = 32, ablations in this script, --kinds q41-nounpack,
+  q41-noepi; the results are then wrong, only timed): without nibble unpacking -10..-22%,
+  without the per-block float epilogue -18..-25%, without both -26..-32%. So ~70% is the
+  core: per 32 MACs one vpmaddubsw, one vpaddw and half a vpbroadcastd (2x2 blocking),
+  i.e. ~250 G MAC/s = ~1 vpmaddubsw per cycle per core, half of its throughput; the s16
+  adds and broadcasts share the ports. VNNI (vpdpbusd) removes the vpaddw and the
+  vpmaddwd-with-ones: +25-45%; without its epilogue it reaches ~280 G MAC/s.
+* Q8_0 (the head, 21% of a row's MACs) gains little on AVX2: the int16 route does 16 MACs
+  per vpmaddwd (+ vpmovsxbw), the same op count per MAC as 256-bit float FMA; the
+  epilogue is irrelevant there (ablation: no change). It needs VNNI (q8v, 2-2.4x) or a
+  cheaper AVX2 form (split the int8 weight into two nibble planes -> two Q4_1-like
+  vpmaddubsw passes with an offset correction; not tried).
+* R = 1 stays memory/overhead bound (head: ~0.7-1 ms both kernels, ~30-40 GB/s); the
+  smaller matrices take 5-15 us, where numba's parallel launch (a few us) and the
+  activation quantization (2.6-5 us now) are a large share.
+* Blocking: on the host (32 ymm registers) 2x2 (16 outputs x 2 rows) for q41, 2x3 for
+  q8w/q8v/q41v were best in a sweep (--tune); AVX2-only (16 registers) 1x3 or 1x4. The
+  sweep was as noisy as the rest (+-30%).
+
+What a full integration needs (not done here; specq/ untouched):
+  1. a fast quantizer written with the same vector intrinsics (max, vroundps, vcvtps2dq,
+     pack) and fused: one quantization per activation shared by q|k|v (already one
+     product) and gate|up, done inside the numba driver, no Python objects per call;
+  2. the kernels in specq.specdec with `cache=True` and explicit signatures (the
+     generated code is plain numba source: write it out or exec it at import), chosen
+     at import by CPU features: VNNI -> q41v/q8v, AVX2 -> q41/q8w, else the current
+     float kernels (the portable numpy path here is only a reference);
+  3. an Int8 weight layout at load (from_gguf_bytes already repacks; this one is
+     [8 outputs x 4 inputs] per 32-byte vector, d and m converted to float32 at load,
+     +1/16 memory for Q4_1), so QuantizedMatrix would hold both or only this one;
+  4. a decision on numerics: int8 activations change outputs (0.5% rms per product),
+     which breaks equality with today's float path and parity tests; row invariance is
+     preserved, so plain decoding, verification and prefill still agree with each other;
+  5. a forward-level benchmark (weights from DRAM, all 30 layers), since these numbers are
+     for cache-hot weights and one product at a time.
+  Also worth checking: design.md's "no AVX-512, no VNNI" is not true of this machine.
 
 Usage:  python scripts/bench_int8_kernel.py [--check] [--bench] [--rows 1,2,4,5,8,16,32,64]
-                                            [--repeat 200] [--shapes all|small]
+            [--repeat 100] [--kinds q41,q41v,q8w,q8v] [--shapes all|gate_up,head]
+            [--blocking q41=2x2,q8w=2x3] [--tune 1x2,1x4,2x2,2x3]
+  AVX2-only build: NUMBA_CPU_NAME=znver3 NUMBA_CACHE_DIR=/tmp/x NUMBA_CPU_FEATURES=<host
+  features with avx512*,avxvnni off> (the VNNI kernels are then skipped).
+  Ablation kinds (timing only, wrong results): q41-nounpack, q41-noepi, q8w-noepi, ...
 """
 
 from __future__ import annotations
@@ -311,52 +454,163 @@ class Int8Weights:
 # q = rint(x / d) in [-127, 127]; plus (Q4_1) the block sum of x taken as
 # d * sum(q) (see below). Per row, so row invariant.
 # ----------------------------------------------------------------------------------------
-EXACT_X_SUM = 0
+EXACT_X_SUM = 0  # 1: the m term uses the float32 sum of x (measured: twice the error)
 
 
-@njit(cache=True, nogil=True)
-def quantize_rows(x, xq, xq16, xu, xd, xs):  # pragma: no cover - compiled
+# 'reassoc' is safe here: it only lets LLVM vectorize the max (exact in any order); the
+# integer sum is exact; every other float operation is per element.
+@njit(fastmath={"nnan", "ninf", "reassoc"}, cache=True, nogil=True)
+def quantize_rows(x, xq, xq16, xu, xd, xs, want16, wantu):  # pragma: no cover - compiled
     n, n_in = x.shape
     nb = n_in // BLOCK
+    qbuf = np.empty(BLOCK, np.int32)
     for r in range(n):
         for b in range(nb):
+            o = b * BLOCK
             amax = np.float32(0.0)
-            total = np.float32(0.0)
             for j in range(BLOCK):
-                v = x[r, b * BLOCK + j]
-                amax = max(amax, abs(v))
-                total += v
+                amax = max(amax, abs(x[r, o + j]))
             d = amax / np.float32(127.0)
             inv = np.float32(127.0) / amax if amax > 0 else np.float32(0.0)
             xd[r * nb + b] = d
             qsum = 0
-            for j in range(BLOCK):
-                q = np.int32(np.rint(x[r, b * BLOCK + j] * inv))
-                q = min(127, max(-127, q))
+            for j in range(BLOCK):  # |x * inv| <= 127 up to rounding: clamp anyway
+                q = np.int32(min(np.float32(127.0), max(np.float32(-127.0), np.rint(x[r, o + j] * inv))))
+                qbuf[j] = q
                 qsum += q
-                i = r * n_in + b * BLOCK + j
-                xq[i] = q
-                xq16[i] = q
-                xu[i] = q + 128
+            i = r * n_in + o
+            for j in range(BLOCK):
+                xq[i + j] = qbuf[j]
+            if want16:
+                for j in range(BLOCK):
+                    xq16[i + j] = qbuf[j]
+            if wantu:
+                for j in range(BLOCK):
+                    xu[i + j] = qbuf[j] + 128
             # sum of the *quantized* x (llama.cpp's Q8_1 choice): the m term then sees the
             # same x as the d q term and their errors cancel; with the exact float sum the
             # error was (w - m) dx instead of w dx, twice as large (measured rms 1.1-1.4e-2
-            # against 0.6e-2 on Gaussian x). `total` kept for that comparison.
-            xs[r * nb + b] = np.float32(qsum) * d if EXACT_X_SUM == 0 else total
+            # against 0.54e-2 on Gaussian x).
+            if EXACT_X_SUM:
+                t = np.float32(0.0)
+                for j in range(BLOCK):
+                    t += x[r, o + j]
+                xs[r * nb + b] = t
+            else:
+                xs[r * nb + b] = np.float32(qsum) * d
+
+
+@intrinsic
+def fabsmax(typingctx, a, b):  # pragma: no cover - compiled
+    """max(a, |b|) lane by lane (vandps + vmaxps)."""
+    def cg(context, builder, sig, args):
+        vi = ir.VectorType(_I32T, 8)
+        ab = builder.bitcast(builder.and_(builder.bitcast(args[1], vi), ir.Constant(vi, [0x7FFFFFFF] * 8)), _VF)
+        return _call(builder, "llvm.x86.avx.max.ps.256", _VF, [args[0], ab])
+    return F32(F32, F32), cg
+
+
+@intrinsic
+def hmax(typingctx, a):  # pragma: no cover - compiled
+    def cg(context, builder, sig, args):
+        m = builder.extract_element(args[0], ir.Constant(_I32T, 0))
+        for k in range(1, 8):
+            e = builder.extract_element(args[0], ir.Constant(_I32T, k))
+            m = builder.select(builder.fcmp_ordered(">", e, m), e, m)
+        return m
+    return types.float32(F32), cg
+
+
+@intrinsic
+def qround(typingctx, a, inv):  # pragma: no cover - compiled
+    """rint(a * inv) as int32 (vmulps + vcvtps2dq: round half to even, like np.rint)."""
+    def cg(context, builder, sig, args):
+        return _call(builder, "llvm.x86.avx.cvt.ps2dq.256", _V32, [builder.fmul(args[0], args[1])])
+    return I32(F32, F32), cg
+
+
+@intrinsic
+def st_narrow(typingctx, arr, i, v, offset):  # pragma: no cover - compiled
+    """Store the 8 int32 lanes of v (+ offset) narrowed to arr's element type at arr[i:]."""
+    def cg(context, builder, sig, args):
+        et = context.get_data_type(sig.args[0].dtype)
+        w = builder.add(args[2], _splat(builder, builder.trunc(args[3], _I32T) if args[3].type.width > 32 else args[3], _V32))
+        vt = ir.VectorType(et, 8)
+        p = builder.bitcast(_elem_ptr(context, builder, sig.args[0], args[0], args[1]), vt.as_pointer())
+        builder.store(builder.trunc(w, vt), p, align=1)
+        return context.get_dummy_value()
+    return types.void(arr, i, I32, offset), cg
+
+
+@intrinsic
+def hsum(typingctx, a):  # pragma: no cover - compiled
+    def cg(context, builder, sig, args):
+        t = builder.extract_element(args[0], ir.Constant(_I32T, 0))
+        for k in range(1, 8):
+            t = builder.add(t, builder.extract_element(args[0], ir.Constant(_I32T, k)))
+        return builder.sext(t, _I64T)
+    return types.int64(I32), cg
+
+
+@njit(cache=True, nogil=True)
+def quantize_rows_vec(x, n, n_in, xq, xq16, xu, xd, xs, want16, wantu):  # pragma: no cover - compiled
+    """quantize_rows with the vector intrinsics: same results, bit for bit (vcvtps2dq
+    rounds half to even like rint; the max is exact in any order). x: flat float32."""
+    nb = n_in // BLOCK
+    for r in range(n):
+        for b in range(nb):
+            i = r * n_in + b * BLOCK
+            v0 = ldf(x, i)
+            v1 = ldf(x, i + 8)
+            v2 = ldf(x, i + 16)
+            v3 = ldf(x, i + 24)
+            z = zf()
+            amax = hmax(fabsmax(fabsmax(fabsmax(fabsmax(z, v0), v1), v2), v3))
+            d = amax / np.float32(127.0)
+            inv = bcf(np.float32(127.0) / amax if amax > 0 else np.float32(0.0))
+            q0 = qround(v0, inv)
+            q1 = qround(v1, inv)
+            q2 = qround(v2, inv)
+            q3 = qround(v3, inv)
+            st_narrow(xq, i, q0, 0)
+            st_narrow(xq, i + 8, q1, 0)
+            st_narrow(xq, i + 16, q2, 0)
+            st_narrow(xq, i + 24, q3, 0)
+            if want16:
+                st_narrow(xq16, i, q0, 0)
+                st_narrow(xq16, i + 8, q1, 0)
+                st_narrow(xq16, i + 16, q2, 0)
+                st_narrow(xq16, i + 24, q3, 0)
+            if wantu:
+                st_narrow(xu, i, q0, 128)
+                st_narrow(xu, i + 8, q1, 128)
+                st_narrow(xu, i + 16, q2, 128)
+                st_narrow(xu, i + 24, q3, 128)
+            qsum = hsum(add32(add32(q0, q1), add32(q2, q3)))
+            xd[r * nb + b] = d
+            xs[r * nb + b] = np.float32(qsum) * d
 
 
 class QActs:
-    def __init__(self, x: np.ndarray):
+    """Quantized activations. `need` limits the work to what one kernel reads: "q41"
+    (int8 + scales + sums), "q8w" (+ int16 copy), "q8v" (+ uint8 x + 128); None: all."""
+
+    def __init__(self, x: np.ndarray, need: str | None = None):
         x = np.ascontiguousarray(x, dtype=np.float32)
         n, n_in = x.shape
         nb = n_in // BLOCK
         self.n, self.n_in = n, n_in
+        want16 = need in (None, "q8w")
+        wantu = need in (None, "q8v")
         self.xq = np.empty(n * n_in, np.int8)
-        self.xq16 = np.empty(n * n_in, np.int16)
-        self.xu = np.empty(n * n_in, np.uint8)
+        self.xq16 = np.empty(n * n_in if want16 else 0, np.int16)
+        self.xu = np.empty(n * n_in if wantu else 0, np.uint8)
         self.xd = np.empty(n * nb, np.float32)
         self.xs = np.empty(n * nb, np.float32)
-        quantize_rows(x, self.xq, self.xq16, self.xu, self.xd, self.xs)
+        if HAVE_AVX2 and not EXACT_X_SUM:
+            quantize_rows_vec(x.reshape(-1), n, n_in, self.xq, self.xq16, self.xu, self.xd, self.xs, want16, wantu)
+        else:
+            quantize_rows(x, self.xq, self.xq16, self.xu, self.xd, self.xs, want16, wantu)
 
 
 # ----------------------------------------------------------------------------------------
@@ -560,7 +814,8 @@ def int8_matmul_t_q(a: QActs, w: Int8Weights, out: np.ndarray | None = None, kin
 def int8_matmul_t(x: np.ndarray, w: Int8Weights, **kw) -> np.ndarray:
     """x float32 [n, n_in] -> float32 [n, n_out] ~= x @ dequantized(w).T, through int8
     activations (quantized here, per row)."""
-    return int8_matmul_t_q(QActs(x), w, **kw)
+    kind = kw.get("kind")
+    return int8_matmul_t_q(QActs(x, kind.split("-")[0] if kind else None), w, **kw)
 
 
 def int8_matmul_t_portable(a: QActs, w: Int8Weights, out: np.ndarray) -> np.ndarray:
@@ -683,7 +938,7 @@ def tune(kinds, rows, repeat, candidates) -> None:
         for k in kinds:
             if (t == "Q4_1") != k.startswith("q41"):
                 continue
-            w = Int8Weights(qm, vnni=k.endswith("v"))
+            w = Int8Weights(qm, vnni=k.split("-")[0].endswith("v"))
             for R in rows:
                 a = QActs(rng.standard_normal((R, n_in)).astype(np.float32))
                 out = np.empty((R, n_out), np.float32)
@@ -718,7 +973,7 @@ def bench(kinds, rows, repeat, shapes) -> None:
     print(f"threads {numba.get_num_threads()}, rows {rows}; times in us (median); GMAC/s; ratio = t(R)/t(1)")
     for name, n_in, n_out, t in shapes:
         qm = make_matrix(n_in, n_out, t)
-        ws = {k: Int8Weights(qm, vnni=k.endswith("v")) for k in kinds if (t == "Q4_1") == k.startswith("q41")}
+        ws = {k: Int8Weights(qm, vnni=k.split("-")[0].endswith("v")) for k in kinds if (t == "Q4_1") == k.startswith("q41")}
         res: dict[str, list] = {"current": [], "quant": []}
         for k in ws:
             res[k] = []
@@ -726,7 +981,7 @@ def bench(kinds, rows, repeat, shapes) -> None:
             x = rng.standard_normal((R, n_in)).astype(np.float32)
             tc = _median_time(lambda: qmatmul_t(x, qm), repeat)
             res["current"].append(tc)
-            res["quant"].append(_median_time(lambda: QActs(x), repeat))
+            res["quant"].append(_median_time(lambda: QActs(x, "q41" if t == "Q4_1" else "q8w"), repeat))
             a = QActs(x)
             out = np.empty((R, n_out), np.float32)
             for k, w in ws.items():

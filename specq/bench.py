@@ -63,6 +63,9 @@ class BenchReport:
     # requests -> what one more row per request (a draft each) adds to that round, per
     # request, relative to a lone one-row step
     batch_draft_cost: dict[int, float] = field(default_factory=dict)
+    # The row-cost curve: "verify" -> rows of one sequence, "decode" -> sequences of one
+    # row each (a decode round); each -> R -> forward time relative to a 1-row forward
+    row_curve: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -71,6 +74,7 @@ class BenchReport:
             "verify_cost": {str(k): v for k, v in self.verify_cost.items()},
             "batch_cost": {str(k): v for k, v in self.batch_cost.items()},
             "batch_draft_cost": {str(k): v for k, v in self.batch_draft_cost.items()},
+            "row_curve": {kind: {str(k): v for k, v in curve.items()} for kind, curve in self.row_curve.items()},
             "results": [asdict(r) for r in self.results],
         }
 
@@ -111,12 +115,14 @@ def run_bench(
     *,
     defaults: GenerationDefaults,
     repeat: int = 3,
-    batch_size: int | None = None,
+    batch_sizes: Sequence[int] = (),
+    row_curve: Sequence[int] = (),
     baselines: Sequence[TimedBaseline] = (),
     progress: Callable[[str], None] = lambda _: None,
 ) -> BenchReport:
-    """Every configuration, each external tool and, with `batch_size`, every
-    configuration batched, interleaved within each repetition, on the same prompts."""
+    """Every configuration, each external tool and, for each of `batch_sizes`, every
+    configuration batched, interleaved within each repetition, on the same prompts;
+    with `row_curve` (row counts), the cost of a forward of that many rows."""
     if all(c.proposer != BASELINE for c in configs):
         configs = [BenchConfig(BASELINE, 1), *configs]
     engines = {c.proposer: Engine(model, tokenizer, make_proposer(c.proposer)) for c in configs}
@@ -124,9 +130,8 @@ def run_bench(
     for config in configs:
         requests = [(spec, to_request(spec, tokenizer, _with_k(defaults, config.k))) for spec in specs]
         passes.append((config.label, _single_pass(engines[config.proposer], requests)))
-        if batch_size:
-            passes.append((_batched(config.label, batch_size), _batched_pass(engines[config.proposer], requests,
-                                                                              batch_size)))
+        for size in batch_sizes:
+            passes.append((_batched(config.label, size), _batched_pass(engines[config.proposer], requests, size)))
     plain_requests = [(spec, to_request(spec, tokenizer, defaults)) for spec in specs]
     for baseline in baselines:
         passes.append((baseline.name, _baseline_pass(baseline, plain_requests, tokenizer.end_of_turn_ids)))
@@ -147,14 +152,20 @@ def run_bench(
             results.append(_summarize(label, "all", reps, runs[BASELINE], runs[batched[0]], int(batched[1])))
         else:
             results += [_summarize(label, cat, reps, runs[BASELINE], runs[BASELINE]) for cat in categories]
-    batch_cost, batch_draft_cost = measure_batch_cost(model, [batch_size]) if batch_size else ({}, {})
+    batch_cost, batch_draft_cost = measure_batch_cost(model, list(batch_sizes)) if batch_sizes else ({}, {})
+    curve = {}
+    if row_curve:
+        progress(f"row-cost curve: {', '.join(map(str, row_curve))} rows")
+        curve = {"verify": measure_verify_cost(model, list(row_curve), trials=7),
+                 "decode": measure_batch_cost(model, list(row_curve), trials=7)[0]}
     return BenchReport(
         machine=machine_info(),
         results=results,
         verify_cost=measure_verify_cost(model, sorted({c.k + 1 for c in configs if c.proposer != BASELINE})),
         batch_cost=batch_cost,
         batch_draft_cost=batch_draft_cost,
-        settings={"repeat": repeat, "adaptive": defaults.adaptive, "batch_size": batch_size,
+        row_curve=curve,
+        settings={"repeat": repeat, "adaptive": defaults.adaptive, "batch_sizes": list(batch_sizes),
                   "max_tokens": sorted({s.overrides.get("max_tokens", defaults.max_tokens) for s in specs}),
                   "temperature": defaults.temperature, "requests": len(specs),
                   "configs": list(runs), "threads": _threads()},
@@ -329,6 +340,11 @@ def format_table(report: BenchReport) -> str:
         if n in report.batch_draft_cost:
             line += f"; a draft each adds {report.batch_draft_cost[n]:.2f} of a lone step per request"
         lines.append(line)
+    for kind, what in (("verify", "rows of one sequence"), ("decode", "sequences of one row (a decode round)")):
+        curve = report.row_curve.get(kind)
+        if curve:
+            lines.append(f"row cost, {what}, forward time relative to 1 row: "
+                         + ", ".join(f"{n}: {c:.2f}x" for n, c in curve.items()))
     m = report.machine
     lines.append(f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, numpy {m['numpy']}")
     return "\n".join(lines)

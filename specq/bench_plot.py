@@ -83,6 +83,50 @@ def write_plots(report: dict, directory: str) -> list[str]:
     ax.set_title(f"Acceptance per draft position\n{subtitle}", fontsize=10)
     ax.legend(fontsize=8)
     paths.append(_save(fig, directory, "acceptance_per_position.png"))
+    paths += _batch_plots(plt, report, directory, subtitle)
+    return paths
+
+
+def _batch_plots(plt, report: dict, directory: str, subtitle: str) -> list[str]:
+    """With batched passes, aggregate tokens/s against the batch size (1 = single
+    stream); with a row-cost curve, forward time against rows."""
+    paths = []
+    sweep: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for r in report["results"]:
+        name, _, size = r["config"].partition(" batch=")
+        if size:
+            sweep[name].append((int(size), r["tokens_per_s"]))
+        elif r["category"] == "all" or len({x["category"] for x in report["results"]}) == 1:
+            sweep[name].append((1, r["tokens_per_s"]))
+    sweep = {name: sorted(points) for name, points in sweep.items() if len(points) > 1}
+    if sweep:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for name, points in sorted(sweep.items()):
+            ax.plot([n for n, _ in points], [t for _, t in points], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("requests decoded together (batch size)")
+        ax.set_ylabel("aggregate tokens/s, prefill included")
+        ax.set_title(f"Batched throughput\n{subtitle}", fontsize=10)
+        ax.legend(fontsize=8)
+        paths.append(_save(fig, directory, "tokens_per_s_vs_batch_size.png"))
+    curves = report.get("row_curve") or {}
+    if any(curves.values()):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        labels = {"verify": "R rows of one sequence", "decode": "R sequences, one row each"}
+        top = 1
+        for kind, curve in curves.items():
+            points = sorted((int(n), c) for n, c in curve.items())
+            top = max(top, *(n for n, _ in points))
+            ax.plot([n for n, _ in points], [c for _, c in points], marker="o", label=labels.get(kind, kind))
+        ax.plot([1, top], [1, top], color="grey", linestyle=":", label="every row a full step")
+        ax.axhline(1.0, color="grey", linestyle="--", label="rows for free")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("rows R in one forward")
+        ax.set_ylabel("forward time relative to one row")
+        ax.set_title(f"Row-cost curve\n{subtitle}", fontsize=10)
+        ax.legend(fontsize=8)
+        paths.append(_save(fig, directory, "row_cost.png"))
     return paths
 
 

@@ -49,10 +49,35 @@ def test_bench_reports_every_config_and_category(toy_model_path, tmp_path):
     assert "decode round of 3 requests" in result.stderr and "a draft each adds" in result.stderr
     assert "tok/s" in result.stderr and "verify cost" in result.stderr
     charts = sorted(p.name for p in (tmp_path / "charts").iterdir())
-    assert charts == ["acceptance_per_position.png", "speedup_per_category.png", "tokens_per_s_vs_k.png"]
+    assert charts == ["acceptance_per_position.png", "speedup_per_category.png", "tokens_per_s_vs_batch_size.png",
+                      "tokens_per_s_vs_k.png"]
     for name in charts:
         data = (tmp_path / "charts" / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000  # a real image, not an empty canvas
+
+
+def test_bench_sweeps_batch_sizes_and_measures_the_row_cost_curve(toy_model_path, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": f"the cat {i} sat", "max_tokens": 12}) for i in range(5)) + "\n")
+    result = CliRunner().invoke(
+        main,
+        ["bench", "--input", str(prompts), "--model", toy_model_path, "--proposers", "none", "--repeat", "1",
+         "--batch-size", "2,4,4", "--row-curve", "1,2,8", "--json", "--plot", str(tmp_path / "charts")],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    batched = {r["config"]: r for r in report["results"] if "batch=" in r["config"]}
+    assert set(batched) == {"none batch=2", "none batch=4"}  # a repeated size is measured once
+    assert all(r["exact"] is True and r["requests"] == 5 for r in batched.values())
+    assert report["settings"]["batch_sizes"] == [2, 4] and set(report["batch_cost"]) == {"2", "4"}
+    for kind in ("verify", "decode"):
+        curve = report["row_curve"][kind]
+        assert set(curve) == {"1", "2", "8"} and curve["1"] > 0 and all(math.isfinite(v) for v in curve.values())
+    assert "row cost, rows of one sequence" in result.stderr and "row cost, sequences of one row" in result.stderr
+    charts = {p.name for p in (tmp_path / "charts").iterdir()}
+    assert {"tokens_per_s_vs_batch_size.png", "row_cost.png"} <= charts
+    bad = CliRunner().invoke(main, ["bench", "--model", toy_model_path, "--batch-size", "1,8"])
+    assert bad.exit_code == 2 and "batch sizes must be >= 2" in bad.stderr
 
 
 def test_bench_refuses_unknown_proposers_and_bad_lists(toy_model_path):

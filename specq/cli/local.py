@@ -164,6 +164,17 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[in
     return values
 
 
+def _optional_int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+    return _int_list(ctx, param, value) if value else []
+
+
+def _batch_sizes(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
+    sizes = _optional_int_list(ctx, param, value)
+    if any(n < 2 for n in sizes):  # 1 is the single stream, always measured
+        raise click.BadParameter(f"batch sizes must be >= 2, got {value!r}")
+    return list(dict.fromkeys(sizes))
+
+
 def _proposer_list(ctx: click.Context, param: click.Parameter, value: str) -> list[str]:
     names = [v.strip() for v in value.split(",") if v.strip()]
     unknown = [n for n in names if n not in PROPOSERS]
@@ -208,12 +219,16 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
 @click.option("--json", "as_json", is_flag=True, help="The full report as JSON on stdout.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False),
               help="Write PNG charts here (tokens/s against k, speedup per category, acceptance per position).")
-@click.option("--batch-size", type=click.IntRange(min=2), default=None,
-              help="Also decode all prompts N at a time (aggregate tokens/s; outputs checked against single stream).")
+@click.option("--batch-size", "batch_sizes", default="", callback=_batch_sizes,
+              help="Also decode all prompts N at a time, for each N of a comma-separated list (aggregate tokens/s; "
+                   "outputs checked against single stream): 8, or a sweep such as 4,8,16,32,64.")
+@click.option("--row-curve", "row_curve", default="", callback=_optional_int_list,
+              help="Also measure the cost of a forward of R rows against one row, for R in a comma-separated list "
+                   "(e.g. 1,2,4,8,16,32,64): R rows of one sequence (verification) and R sequences (decode round).")
 @click.option("--compare", "compare", default="", callback=_compare_list,
               help="External tools side by side, if installed: hf, llama.cpp (comma-separated; extra 'compare').")
 def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adaptive, draft_model_path,
-          medusa_heads_path, as_json, plot_dir, batch_size, compare) -> None:
+          medusa_heads_path, as_json, plot_dir, batch_sizes, row_curve, compare) -> None:
     """Measure speculative decoding against plain decoding on one loaded model
     (greedy; tokens/s, speedup, tau, acceptance, exactness), as ratios from one run.
 
@@ -222,6 +237,7 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
     specq bench --proposers ngram,draft --draft-model small.gguf --k 2,4 --json > bench.json
     specq bench --k 1,2,3,4 --plot docs/bench
     specq bench --batch-size 8 --compare hf,llama.cpp
+    specq bench --proposers none --batch-size 4,8,16,32,64 --row-curve 1,2,4,8,16,32,64 --plot charts/
     """
     from specq.bench import BenchConfig, format_table, run_bench
     from specq.bench_external import load_baselines
@@ -260,7 +276,8 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
         baselines = load_baselines(compare, model_path or default_model_path(), numba.get_num_threads())
         try:
             report = run_bench(model, tokenizer, specs, configs, proposer_for,
-                               defaults=GenerationDefaults(adaptive=adaptive), repeat=repeat, batch_size=batch_size,
+                               defaults=GenerationDefaults(adaptive=adaptive), repeat=repeat, batch_sizes=batch_sizes,
+                               row_curve=row_curve,
                                baselines=baselines, progress=lambda msg: click.echo(msg, err=True))
         finally:
             for baseline in baselines:
