@@ -113,6 +113,56 @@ def silu_gate(gate_up, d_ffn):  # pragma: no cover - compiled
     return out
 
 
+@njit(fastmath=_ORDERED, inline="always")
+def _attend_task(q, r, kv, keys_t, values, start, visible, scale, out, r_seg):  # pragma: no cover - compiled
+    """Row r of q (row r_seg of its segment), kv head kv: attend's arithmetic."""
+    n_q, hd = q.shape[1], q.shape[2]
+    n_kv = keys_t.shape[0]
+    group = n_q // n_kv
+    n = visible.shape[0]
+    end = start + n
+    raw = np.zeros((group, end), dtype=np.float32)  # every slot's score, before masking
+    kept = np.empty((group, end), dtype=np.float32)  # the visible scores, then weights
+    totals = np.empty(group, dtype=np.float64)  # sequential sums of up to thousands of weights
+    acc = np.zeros((group, hd), dtype=np.float32)
+    pow2 = np.empty(end, dtype=np.int32)
+    slots = np.empty(end, dtype=np.int64)
+    for t in range(start):
+        slots[t] = t
+    for i in range(hd):
+        for g in range(group):
+            qi = q[r, kv * group + g, i]
+            for t in range(end):
+                raw[g, t] += qi * keys_t[kv, i, t]
+    m = start
+    for j in range(n):
+        if visible[r_seg, j]:
+            slots[m] = start + j
+            m += 1
+    for g in range(group):
+        best = -np.inf
+        for t in range(m):
+            kept[g, t] = raw[g, slots[t]] * scale
+            best = max(best, kept[g, t])
+        for t in range(m):
+            kept[g, t] -= best
+        exp_inplace(kept[g], m, pow2)
+        totals[g] = 0.0
+        for t in range(m):
+            totals[g] += kept[g, t]
+    for t in range(m):
+        slot = slots[t]
+        for g in range(group):
+            weight = kept[g, t]
+            for i in range(hd):
+                acc[g, i] += weight * values[kv, slot, i]
+    for g in range(group):
+        inv_total = np.float32(1.0 / totals[g])  # normalized once, not once per weight
+        h = kv * group + g
+        for i in range(hd):
+            out[r, h * hd + i] = acc[g, i] * inv_total
+
+
 _ATTEND = "float32[:, ::1](float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], int64, boolean[:, ::1], float32)"
 
 
@@ -134,49 +184,31 @@ def attend(q, keys_t, values, start, visible, scale):  # pragma: no cover - comp
     thread, a 1-row step's 1.14x (measured in one process, alternating)."""
     n, n_q, hd = q.shape
     n_kv = keys_t.shape[0]
-    group = n_q // n_kv
-    end = start + n
     out = np.empty((n, n_q * hd), dtype=np.float32)
     for task in prange(n_kv * n):
-        kv, r = task // n, task % n
-        raw = np.zeros((group, end), dtype=np.float32)  # every slot's score, before masking
-        kept = np.empty((group, end), dtype=np.float32)  # the visible scores, then weights
-        totals = np.empty(group, dtype=np.float64)  # sequential sums of up to thousands of weights
-        acc = np.zeros((group, hd), dtype=np.float32)
-        pow2 = np.empty(end, dtype=np.int32)
-        slots = np.empty(end, dtype=np.int64)
-        for t in range(start):
-            slots[t] = t
-        for i in range(hd):
-            for g in range(group):
-                qi = q[r, kv * group + g, i]
-                for t in range(end):
-                    raw[g, t] += qi * keys_t[kv, i, t]
-        m = start
-        for j in range(n):
-            if visible[r, j]:
-                slots[m] = start + j
-                m += 1
-        for g in range(group):
-            best = -np.inf
-            for t in range(m):
-                kept[g, t] = raw[g, slots[t]] * scale
-                best = max(best, kept[g, t])
-            for t in range(m):
-                kept[g, t] -= best
-            exp_inplace(kept[g], m, pow2)
-            totals[g] = 0.0
-            for t in range(m):
-                totals[g] += kept[g, t]
-        for t in range(m):
-            slot = slots[t]
-            for g in range(group):
-                weight = kept[g, t]
-                for i in range(hd):
-                    acc[g, i] += weight * values[kv, slot, i]
-        for g in range(group):
-            inv_total = np.float32(1.0 / totals[g])  # normalized once, not once per weight
-            h = kv * group + g
-            for i in range(hd):
-                out[r, h * hd + i] = acc[g, i] * inv_total
+        _attend_task(q, task % n, task // n, keys_t, values, start, visible, scale, out, task % n)
+    return out
+
+
+_ATTEND_MANY = ("float32[:, ::1](float32[:, :, ::1], int64[::1], int64[::1], ListType(boolean[:, ::1]), "
+                "ListType(float32[:, :, :, ::1]), ListType(float32[:, :, :, ::1]), int64, float32)")
+
+
+@njit(_ATTEND_MANY, fastmath=_ORDERED, parallel=True, cache=True, nogil=True)
+def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # pragma: no cover - compiled
+    """`attend` for every segment of a forward at once: q [rows, Hq, hd] holds the
+    segments' rows one after the other (segment s: rows bounds[s]..bounds[s+1]),
+    keys[s][layer] and values[s][layer] its cache (KVCache.all_keys / all_values).
+    Every (segment, kv head, row) is one task of one parallel loop: a decode round of
+    32 sequences wakes the threads once a layer, not 32 times for 3 tasks each (3
+    tasks on 2 threads leave one idle half the time). Each task runs attend's body,
+    so every row gets attend's bits."""
+    rows, n_q, hd = q.shape
+    n_kv = keys[0].shape[1]
+    out = np.empty((rows, n_q * hd), dtype=np.float32)
+    for task in prange(n_kv * rows):
+        kv, row = task // rows, task % rows
+        s = np.searchsorted(bounds, row, side="right") - 1
+        lo = bounds[s]
+        _attend_task(q, row, kv, keys[s][layer], values[s][layer], starts[s], visible[s], scale, out, row - lo)
     return out

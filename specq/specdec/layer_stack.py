@@ -143,7 +143,6 @@ def _run(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_
         qkv = _product(h, qkv_q[layer], qkv_s[layer], n_qkv, n_threads)
         q = fused.rope(_heads(qkv, 0, n_heads, hd), cos, sin, positions)
         k = fused.rope(_heads(qkv, n_heads * hd, n_kv, hd), cos, sin, positions)
-        attn = np.empty((x.shape[0], n_heads * hd), dtype=np.float32)
         for s in range(starts.shape[0]):
             lo, hi, start = bounds[s], bounds[s + 1], starts[s]
             cache_k, cache_v = keys[s][layer], values[s][layer]
@@ -152,7 +151,8 @@ def _run(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_
                     for i in range(hd):
                         cache_k[kv, i, start + r - lo] = k[r, kv, i]
                         cache_v[kv, start + r - lo, i] = qkv[r, v_first + kv * hd + i]
-            attn[lo:hi] = fused.attend(np.ascontiguousarray(q[lo:hi]), cache_k, cache_v, start, visible[s], scale)
+        # Every segment's attention in one parallel loop (fused.attend_many's docstring).
+        attn = fused.attend_many(q, starts, bounds, visible, keys, values, layer, scale)
         y = _product(attn, out_q[layer], out_s[layer], d, n_threads)
         x = x + y
         h = fused.rms_norm(x, ffn_norm[layer], eps)
