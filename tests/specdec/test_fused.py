@@ -78,3 +78,31 @@ def test_a_step_and_a_verification_row_have_the_same_bits(toy):
     model.forward([Segment(together, ids[:4], 0)])
     verified = model.forward([Segment(together, ids[4:], 4)])[0].logits
     np.testing.assert_array_equal(np.stack(steps), verified)
+
+
+def test_attention_of_many_segments_in_one_loop_has_each_segments_bits():
+    """attend_many (one parallel loop over every segment's rows) gives every row the
+    bits attend gives it segment by segment: segments of different lengths, starts
+    and masks (a decode row, a chain, a tree)."""
+    from numba.typed import List
+
+    rng = np.random.default_rng(3)
+    layers, n_kv, n_q, hd = 2, 2, 4, 8
+    shapes = [(5, 1, np.ones((1, 1), bool)),  # start, rows, visible
+              (0, 3, np.tril(np.ones((3, 3), bool))),
+              (17, 4, np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], bool))]
+    keys, values, visible = List(), List(), List()
+    for start, n, mask in shapes:
+        keys.append(rng.standard_normal((layers, n_kv, hd, start + n + 2)).astype(np.float32))
+        values.append(rng.standard_normal((layers, n_kv, start + n + 2, hd)).astype(np.float32))
+        visible.append(np.ascontiguousarray(mask))
+    starts = np.array([s for s, _, _ in shapes], dtype=np.int64)
+    bounds = np.cumsum([0] + [n for _, n, _ in shapes]).astype(np.int64)
+    q = rng.standard_normal((int(bounds[-1]), n_q, hd)).astype(np.float32)
+    for layer in range(layers):
+        many = fused.attend_many(q, starts, bounds, visible, keys, values, layer, np.float32(0.3))
+        for s, (start, n, _) in enumerate(shapes):
+            lo, hi = bounds[s], bounds[s + 1]
+            alone = fused.attend(np.ascontiguousarray(q[lo:hi]), keys[s][layer], values[s][layer], start, visible[s],
+                                 np.float32(0.3))
+            assert np.array_equal(many[lo:hi], alone)
