@@ -144,7 +144,11 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
             if runtime.stop_requested.is_set():
                 return worked
             if _redis_answers(store_client) and burst:
-                if not burst_work_left(store_client, queues):
+                try:
+                    left = burst_work_left(store_client, queues)
+                except (redis.ConnectionError, redis.TimeoutError):
+                    left = True  # Redis went away again: look once it is back
+                if not left:
                     return worked
                 runtime.stop_requested.wait(HEARTBEAT_S)
             _wait_for_redis(store_client, runtime)

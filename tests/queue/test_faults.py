@@ -38,9 +38,9 @@ def check_results(env, tmp_path, batch_id, expected, store: BatchStore) -> None:
     assert store.stats()["tokens"] == sum(len(e["token_ids"]) for e in expected)
 
 
-def test_twenty_random_sigkills_lose_and_duplicate_nothing(client, queue_env, tmp_path, long_model_path):
+def test_twenty_random_sigkills_lose_and_duplicate_nothing(client, queue_env, tmp_path, slow_model_path):
     n, kills_wanted = 24, 20
-    _, expected = expected_and_submit(queue_env, tmp_path, long_model_path, n, 90, "chaos")
+    _, expected = expected_and_submit(queue_env, tmp_path, slow_model_path, n, 90, "chaos")
     total = sum(len(e["token_ids"]) for e in expected)
     store = BatchStore(client, "chaos")
     rng = random.Random(20261201)
@@ -69,15 +69,15 @@ def test_twenty_random_sigkills_lose_and_duplicate_nothing(client, queue_env, tm
     check_results(queue_env, tmp_path, "chaos", expected, store)
 
 
-def test_a_redis_restart_mid_batch_is_survived(own_redis, tmp_path, long_model_path):
+def test_a_redis_restart_mid_batch_is_survived(own_redis, tmp_path, slow_model_path):
     server, env = own_redis
     n = 8
-    _, expected = expected_and_submit(env, tmp_path, long_model_path, n, 120, "rr")
+    _, expected = expected_and_submit(env, tmp_path, slow_model_path, n, 120, "rr")
     client = redis.Redis(unix_socket_path=str(server.socket))
     store = BatchStore(client, "rr")
     workers = [start_worker(env) for _ in range(2)]
     try:
-        wait_until(lambda: client.hlen(store.keys.ckpt) >= 2, 120, "checkpoints")
+        wait_until(lambda: client.hlen(store.keys.ckpt) >= 2, 120, "checkpoints", interval=0.02)
         assert store.counts()["completed"] < n, "the restart must land mid-batch"
         server.stop()  # SHUTDOWN writes the append-only file; the workers lose Redis
         assert not server.alive()

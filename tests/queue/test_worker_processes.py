@@ -24,10 +24,11 @@ CHUNK = ["--checkpoint-tokens", "6", "--checkpoint-seconds", "0.5", "--batch-siz
 
 
 @pytest.fixture
-def batch(client, queue_env, tmp_path, long_model_path):
-    """A submitted batch and the outputs an uninterrupted `specq generate` gives."""
+def batch(client, queue_env, tmp_path, slow_model_path):
+    """A submitted batch and the outputs an uninterrupted `specq generate` gives (on
+    the slow toy model: the small one finishes a batch between two polls)."""
     path = write_prompts(tmp_path / "p.jsonl", N)
-    common = ["--model", long_model_path, "--max-tokens", str(MAX_TOKENS), "--temperature", "0.7", "--seed", "3"]
+    common = ["--model", slow_model_path, "--max-tokens", str(MAX_TOKENS), "--temperature", "0.7", "--seed", "3"]
     local = specq(["generate", "--input", str(path), "--json", *common], queue_env)
     expected = {(r := json.loads(line))["custom_id"]: r["token_ids"] for line in local.stdout.splitlines()}
     specq(["submit", str(path), "--batch-id", "kb", *common, *CHUNK], queue_env)
@@ -48,7 +49,7 @@ def assert_exactly_once(store: BatchStore, expected: dict[str, list[int]]) -> No
 
 
 def wait_for_checkpoints(store: BatchStore, timeout: float = 120) -> None:
-    wait_until(lambda: store.client.hlen(store.keys.ckpt) >= 2, timeout, "checkpoints")
+    wait_until(lambda: store.client.hlen(store.keys.ckpt) >= 2, timeout, "checkpoints", interval=0.02)
 
 
 def test_sigkill_mid_batch_loses_nothing(batch, queue_env):
@@ -123,9 +124,9 @@ def test_pause_and_resume_while_a_worker_runs(batch, queue_env):
     assert_exactly_once(store, expected)
 
 
-def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, long_model_path):
+def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, slow_model_path):
     path = write_prompts(tmp_path / "p.jsonl", N)
-    common = ["--model", long_model_path, "--max-tokens", str(MAX_TOKENS)]
+    common = ["--model", slow_model_path, "--max-tokens", str(MAX_TOKENS)]
     local = specq(["generate", "--input", str(path), "--json", *common], queue_env)
     expected = [json.loads(line) for line in local.stdout.splitlines()]
     out = tmp_path / "out.jsonl"
