@@ -81,7 +81,8 @@ def write_plots(report: dict, directory: str) -> list[str]:
     ax.set_ylabel("share of drafts accepted")
     ax.set_ylim(0, 1)
     ax.set_title(f"Acceptance per draft position\n{subtitle}", fontsize=10)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # plain decoding alone drafts nothing
+        ax.legend(fontsize=8)
     paths.append(_save(fig, directory, "acceptance_per_position.png"))
     paths += _batch_plots(plt, report, directory, subtitle)
     return paths
