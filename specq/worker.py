@@ -80,6 +80,8 @@ class Heartbeat(threading.Thread):
                 self.beat()
             except (redis.RedisError, OSError) as exc:
                 log.warning("heartbeat failed (%s); retrying", exc.__class__.__name__)
+            except Exception:  # noqa: BLE001 - this thread keeps the leases alive: it must not die
+                log.exception("heartbeat failed; retrying")
             self.stopped.wait(HEARTBEAT_S)
 
     def beat(self) -> None:

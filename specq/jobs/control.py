@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import redis
 
-from specq.errors import InputError
+from specq.errors import InputError, SpecqError
 from specq.jobs import keys, scripts
 from specq.jobs.config import LEASE_TTL_MS, MAX_ATTEMPTS, BatchConfig
 from specq.jobs.liveness import batch_jobs, fresh_workers, has_claimable_work, process_is_dead_here
@@ -127,8 +127,11 @@ def _reason(error_json: str) -> str:
 def _enqueue_for(store: BatchStore, n_requests: int) -> int:
     if n_requests <= 0:
         return 0
-    config = BatchConfig.from_dict(store.config())
-    n_jobs = min(math.ceil(n_requests / config.batch_size), MAX_PARALLEL_JOBS)
+    try:
+        batch_size = BatchConfig.from_dict(store.config()).batch_size
+    except (SpecqError, KeyError, TypeError, ValueError, AttributeError):
+        batch_size = n_requests  # unreadable (damaged): one job, which skips the batch
+    n_jobs = min(math.ceil(n_requests / batch_size), MAX_PARALLEL_JOBS)
     enqueue_batch_jobs(store.client, store.meta().get("queue", "specq"), store.batch_id, n_jobs)
     return n_jobs
 

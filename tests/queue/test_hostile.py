@@ -258,3 +258,26 @@ def test_hand_written_records_fail_their_request_or_batch_not_the_worker(client,
     assert "unreadable configuration" in log
     status = json.loads(specq(["status", "--json"], queue_env).stdout)
     assert any(b.get("damaged") for b in status["batches"] if b["batch_id"] == "noconfig")
+
+
+def test_the_heartbeat_outlives_a_reaper_that_raises(client, monkeypatch):
+    """The heartbeat thread renews every lease the worker holds: a reaper pass that
+    raises (a damaged record it did not expect) is logged, and the beats go on."""
+    import specq.worker as worker_mod
+
+    calls = []
+
+    def broken_reaper(_client):
+        calls.append(1)
+        raise KeyError("defaults")
+
+    monkeypatch.setattr(worker_mod, "reap_all", broken_reaper)
+    monkeypatch.setattr(worker_mod, "HEARTBEAT_S", 0.05)
+    heartbeat = worker_mod.Heartbeat(client, Runtime(), ["specq"])
+    heartbeat.start()
+    try:
+        wait_until(lambda: len(calls) >= 3, 10, "three beats")
+        assert heartbeat.is_alive()
+    finally:
+        heartbeat.leave()
+        heartbeat.join(5)
