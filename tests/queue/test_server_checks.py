@@ -138,13 +138,16 @@ def test_a_real_eviction_is_reported_batch_by_batch(evicting, queue_env, tmp_pat
     private.config_set("maxmemory", private.info("memory")["used_memory"] + 1_000_000)
     config = BatchConfig(model_path=long_model_path, model_sha256=GGUFFile(long_model_path).sha256())
     # The library call, under the CLI's check: batches written before the policy was changed.
-    for i in range(40):
-        path = write_prompts(tmp_path / f"p{i}.jsonl", 300)
+    # LRU eviction samples keys, so which keys go first varies (RQ's job hashes, a
+    # batch's jobs set, ...): submit until one of a batch's own records is gone.
+    path = write_prompts(tmp_path / "p.jsonl", 300)
+    for i in range(200):
         submit(private, str(path), config, model_file=long_model_path, batch_id=f"ev{i}", queue="q")
         if any(_lost_keys(private, f"ev{j}") for j in range(i + 1)):
             break
     private.config_set("maxmemory", 0)  # no more evictions while the test reads
     assert private.info("stats")["evicted_keys"] > 0
+    assert any(_lost_keys(private, f"ev{j}") for j in range(i + 1)), "no batch record was evicted"
     listed = [b.decode() for b in private.zrange(keys.BATCHES, 0, -1)]
 
     monkeypatch.setenv("SPECQ_REDIS_URL", url)
