@@ -18,7 +18,7 @@ import redis
 from specq.errors import InputError, SpecqError
 from specq.jobs import keys
 from specq.jobs.config import WORKER_ALIVE_S
-from specq.jobs.liveness import config_is_readable, is_stalled
+from specq.jobs.liveness import config_is_readable, fresh_workers, is_stalled
 from specq.jobs.store import STATES, _text
 
 RATE_WINDOW_S = 60.0
@@ -169,7 +169,8 @@ def tokens_per_second(samples: list[tuple[float, float]], now: float) -> float:
     return (newest_n - oldest_n) / (newest_t - oldest_t)
 
 
-def batch_status(client: redis.Redis, batch_id: str, now: float | None = None) -> dict[str, Any]:
+def batch_status(client: redis.Redis, batch_id: str, now: float | None = None,
+                 fresh: set[str] | None = None) -> dict[str, Any]:
     """Raises InputError for an unknown batch and BatchDamaged for a damaged one."""
     now = time.time() if now is None else now
     record = read_batch(client, batch_id)
@@ -199,16 +200,17 @@ def batch_status(client: redis.Redis, batch_id: str, now: float | None = None) -
         "eta_seconds": _eta(counts, stats, rate, remaining, paused="paused" in flags),
         # Requests wait and no live job will run them: the reaper in every worker
         # restores one within a heartbeat, so this lasting means no worker is there.
-        "stalled": is_stalled(client, batch_id),
+        "stalled": is_stalled(client, batch_id, fresh),
     }
     return status
 
 
-def batch_report(client: redis.Redis, batch_id: str, now: float | None = None) -> dict[str, Any]:
+def batch_report(client: redis.Redis, batch_id: str, now: float | None = None,
+                 fresh: set[str] | None = None) -> dict[str, Any]:
     """batch_status, or {"batch_id", "damaged": what is wrong} for a damaged batch.
     Raises InputError for an unknown batch."""
     try:
-        return batch_status(client, batch_id, now)
+        return batch_status(client, batch_id, now, fresh)
     except BatchDamaged as exc:
         return exc.report()
 
@@ -228,10 +230,11 @@ def _eta(counts: dict[str, int], stats: dict[str, float], rate: float, remaining
 def overview(client: redis.Redis) -> dict[str, Any]:
     """Every listed batch, damaged ones as {"batch_id", "damaged"}."""
     now = time.time()
+    fresh = fresh_workers(client, now)  # read once, not once per batch
     batches = []
     for batch_id in batch_ids(client):
         try:
-            batches.append(batch_report(client, batch_id, now))
+            batches.append(batch_report(client, batch_id, now, fresh))
         except InputError:
             continue  # gone, listing and all, since batch_ids read the list
     return {"workers_alive": workers_alive(client, now), "batches": batches}
