@@ -142,17 +142,19 @@ def test_a_worker_cut_off_from_redis_for_a_minute(network, queue_env, tmp_path, 
         wait_until(lambda: float(client.zscore("specq:workers", worker_a_id) or 0) > healed, 70,
                    "worker a's heartbeat after healing")
         wait_until(lambda: store.counts()["completed"] == n, 300, "the batch to finish")
+        # Read before the finally stops Redis (reading after it raced the shutdown).
+        ids = store.request_ids()
+        got = {r: json.loads(raw)["token_ids"] for r, raw in zip(ids, store.results(ids))}
+        tokens = store.stats()["tokens"]
     finally:
         for proc in (locals().get("worker_a"), locals().get("worker_b")):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
         subprocess.run(["kill", (data / "pid").read_text().strip()], capture_output=True)
-    ids = store.request_ids()
-    got = {r: json.loads(raw)["token_ids"] for r, raw in zip(ids, store.results(ids))}
     assert got == expected
     # A late write accepted from the cut-off worker would count its tokens twice.
-    assert store.stats()["tokens"] == sum(len(v) for v in expected.values())
+    assert tokens == sum(len(v) for v in expected.values())
     print(f"taken over in {takeover_s:.1f}s")
 
 
