@@ -1,0 +1,266 @@
+"""256-bit vector values and instructions for numba code (the int8 products, int8.py).
+
+numba vectorizes loops by itself, but not into the integer dot-product instructions
+(vpmaddubsw, vpdpbusd) that make int8 products fast, and it keeps a loop's
+accumulators in memory. Here a numba type whose data model is an LLVM vector
+(<32 x i8>, <8 x i32>, <8 x float>) lets compiled code hold vector values as plain
+locals, which LLVM keeps in registers, and each function below emits one or two
+instructions. LLVM still allocates registers and schedules.
+
+The CPU decides one thing at compile time: how four u8 x s8 products are added into
+an int32 lane (`dot4`). With AVX-VNNI (or AVX-512 VNNI) it is one vpdpbusd; on
+plain AVX2, vpmaddubsw then vpmaddwd. Both are exact for the values int8.py feeds
+them, so every CPU computes the same integers and, with the same float epilogue,
+the same bits: a request resumed on another machine continues exactly.
+"""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm_binding
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils, config
+from numba.extending import intrinsic, models, register_model
+
+
+def cpu_features() -> set[str]:
+    """The features numba compiles for: NUMBA_CPU_FEATURES when set (a build for
+    another CPU), else the host's."""
+    if config.CPU_FEATURES:
+        return {f[1:] for f in config.CPU_FEATURES.split(",") if f.startswith("+")}
+    return {name for name, on in llvm_binding.get_host_cpu_features().items() if on}
+
+
+def has_avx2() -> bool:
+    return {"avx2", "fma"} <= cpu_features()
+
+
+def has_vnni() -> bool:
+    features = cpu_features()
+    return "avxvnni" in features or {"avx512vnni", "avx512vl"} <= features
+
+
+class Vec(types.Type):
+    def __init__(self, kind: str, n: int) -> None:
+        self.kind, self.n = kind, n
+        super().__init__(name=f"vec_{kind}x{n}")
+
+
+_ELEMENT = {"i8": ir.IntType(8), "i16": ir.IntType(16), "i32": ir.IntType(32), "f32": ir.FloatType()}
+
+
+@register_model(Vec)
+class _VecModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type) -> None:
+        super().__init__(dmm, fe_type, ir.VectorType(_ELEMENT[fe_type.kind], fe_type.n))
+
+
+I8, I32, F32 = Vec("i8", 32), Vec("i32", 8), Vec("f32", 8)
+_V8, _V16, _V32, _VF = (ir.VectorType(_ELEMENT[k], n) for k, n in (("i8", 32), ("i16", 16), ("i32", 8), ("f32", 8)))
+_I32 = ir.IntType(32)
+
+
+def _pointer(context, builder, array_type, array, index, vector_type):
+    data = context.make_array(array_type)(context, builder, array).data
+    return builder.bitcast(builder.gep(data, [index]), vector_type.as_pointer())
+
+
+def _splat(builder, scalar, vector_type):
+    v = builder.insert_element(ir.Constant(vector_type, ir.Undefined), scalar, ir.Constant(_I32, 0))
+    mask = ir.Constant(ir.VectorType(_I32, vector_type.count), [0] * vector_type.count)
+    return builder.shuffle_vector(v, ir.Constant(vector_type, ir.Undefined), mask)
+
+
+def _call(builder, name, result_type, args):
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(result_type, [a.type for a in args]), name)
+    return builder.call(fn, args)
+
+
+@intrinsic
+def load_bytes(typingctx, array, i):  # pragma: no cover - compiled
+    """The 32 bytes at array[i:] (a 1-D int8 or uint8 array)."""
+    def codegen(context, builder, sig, args):
+        return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _V8), align=1)
+    return I8(array, i), codegen
+
+
+@intrinsic
+def broadcast4(typingctx, array, i):  # pragma: no cover - compiled
+    """The 4 bytes at array[i:] in each of the 8 int32 lanes (vpbroadcastd)."""
+    def codegen(context, builder, sig, args):
+        word = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _I32), align=1)
+        return builder.bitcast(_splat(builder, word, _V32), _V8)
+    return I8(array, i), codegen
+
+
+@intrinsic
+def low_nibbles(typingctx, v):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        return builder.and_(args[0], ir.Constant(_V8, [0x0F] * 32))
+    return I8(I8), codegen
+
+
+@intrinsic
+def high_nibbles(typingctx, v):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        shifted = builder.lshr(builder.bitcast(args[0], _V16), ir.Constant(_V16, [4] * 16))
+        return builder.and_(builder.bitcast(shifted, _V8), ir.Constant(_V8, [0x0F] * 32))
+    return I8(I8), codegen
+
+
+def _dot4(builder, acc, unsigned, signed):
+    """acc + the sum of 4 (u8 x s8) products per int32 lane. Exact whenever a pair of
+    products fits in int16 (vpmaddubsw saturates there): true for 4-bit weights, and
+    for int8 weights taken as |w| against sign(w) x (int8.py)."""
+    if has_vnni():
+        return _call(builder, "llvm.x86.avx512.vpdpbusd.256", _V32, [acc, unsigned, signed])
+    pairs = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16, [unsigned, signed])
+    quads = _call(builder, "llvm.x86.avx2.pmadd.wd", _V32, [pairs, ir.Constant(_V16, [1] * 16)])
+    return builder.add(acc, quads)
+
+
+@intrinsic
+def dot4(typingctx, acc, unsigned, signed):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        return _dot4(builder, *args)
+    return I32(I32, I8, I8), codegen
+
+
+@intrinsic
+def magnitudes(typingctx, w):  # pragma: no cover - compiled
+    """|w| per byte (vpabsb); with `signs_of` below, a signed product through dot4:
+    |w| x (x with w's sign) = w x, llama.cpp's way onto the unsigned-by-signed
+    instruction. Exact for w, x in [-127, 127]."""
+    def codegen(context, builder, sig, args):
+        negative = builder.icmp_signed("<", args[0], ir.Constant(_V8, [0] * 32))
+        return builder.select(negative, builder.neg(args[0]), args[0])
+    return I8(I8), codegen
+
+
+@intrinsic
+def signs_of(typingctx, x, w):  # pragma: no cover - compiled
+    """x with w's sign per byte, 0 where w is 0 (vpsignb)."""
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.x86.avx2.psign.b", _V8, [args[0], args[1]])
+    return I8(I8, I8), codegen
+
+
+@intrinsic
+def zeros_i32(typingctx):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_V32, [0] * 8)
+    return I32(), codegen
+
+
+@intrinsic
+def zeros_f32(typingctx):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_VF, [0.0] * 8)
+    return F32(), codegen
+
+
+@intrinsic
+def to_float(typingctx, v):  # pragma: no cover - compiled
+    """int32 -> float32 lanes; exact for block sums (below 2**24)."""
+    def codegen(context, builder, sig, args):
+        return builder.sitofp(args[0], _VF)
+    return F32(I32), codegen
+
+
+@intrinsic
+def load_f32(typingctx, array, i):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _VF), align=4)
+    return F32(array, i), codegen
+
+
+@intrinsic
+def store_f32(typingctx, array, i, v):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _pointer(context, builder, sig.args[0], args[0], args[1], _VF), align=4)
+        return context.get_dummy_value()
+    return types.void(array, i, F32), codegen
+
+
+@intrinsic
+def splat_f32(typingctx, x):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        return _splat(builder, args[0], _VF)
+    return F32(types.float32), codegen
+
+
+@intrinsic
+def broadcast_f32(typingctx, array, i):  # pragma: no cover - compiled
+    """array[i] in all 8 lanes (vbroadcastss; no negative-index code, which numba's
+    array[i] adds and which costs registers in a micro-kernel)."""
+    def codegen(context, builder, sig, args):
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        return _splat(builder, builder.load(builder.gep(data, [args[1]])), _VF)
+    return F32(array, i), codegen
+
+
+@intrinsic
+def mul(typingctx, a, b):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        return builder.fmul(args[0], args[1])  # no fast-math flags: one rounding, always
+    return F32(F32, F32), codegen
+
+
+@intrinsic
+def fma(typingctx, a, b, c):  # pragma: no cover - compiled
+    """a * b + c with one rounding (llvm.fma: never split, never reordered)."""
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.fma.v8f32", _VF, list(args))
+    return F32(F32, F32, F32), codegen
+
+
+@intrinsic
+def max_abs(typingctx, a, b):  # pragma: no cover - compiled
+    """max(a, |b|) lane by lane."""
+    def codegen(context, builder, sig, args):
+        as_int = ir.VectorType(_I32, 8)
+        magnitude = builder.and_(builder.bitcast(args[1], as_int), ir.Constant(as_int, [0x7FFFFFFF] * 8))
+        return _call(builder, "llvm.x86.avx.max.ps.256", _VF, [args[0], builder.bitcast(magnitude, _VF)])
+    return F32(F32, F32), codegen
+
+
+@intrinsic
+def largest_lane(typingctx, a):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        best = builder.extract_element(args[0], ir.Constant(_I32, 0))
+        for k in range(1, 8):
+            e = builder.extract_element(args[0], ir.Constant(_I32, k))
+            best = builder.select(builder.fcmp_ordered(">", e, best), e, best)
+        return best
+    return types.float32(F32), codegen
+
+
+@intrinsic
+def round_scaled(typingctx, a, scale):  # pragma: no cover - compiled
+    """rint(a * scale) as int32 (vcvtps2dq rounds half to even, as np.rint does)."""
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.x86.avx.cvt.ps2dq.256", _V32, [builder.fmul(args[0], args[1])])
+    return I32(F32, F32), codegen
+
+
+@intrinsic
+def store_i8(typingctx, array, i, v):  # pragma: no cover - compiled
+    """The 8 int32 lanes of v, truncated to bytes, at array[i:] (an int8 array)."""
+    def codegen(context, builder, sig, args):
+        narrow = ir.VectorType(ir.IntType(8), 8)
+        builder.store(builder.trunc(args[2], narrow),
+                      _pointer(context, builder, sig.args[0], args[0], args[1], narrow), align=1)
+        return context.get_dummy_value()
+    return types.void(array, i, I32), codegen
+
+
+@intrinsic
+def lane_sum(typingctx, a, b, c, d):  # pragma: no cover - compiled
+    """The sum of all lanes of four int32 vectors (exact)."""
+    def codegen(context, builder, sig, args):
+        v = builder.add(builder.add(args[0], args[1]), builder.add(args[2], args[3]))
+        total = builder.extract_element(v, ir.Constant(_I32, 0))
+        for k in range(1, 8):
+            total = builder.add(total, builder.extract_element(v, ir.Constant(_I32, k)))
+        return total
+    return types.int32(I32, I32, I32, I32), codegen
