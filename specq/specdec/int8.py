@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import config, njit
 
+from specq.errors import ParameterError
 from specq.specdec import vec
 from specq.specdec.qkernels import BLOCK, QuantizedMatrix
 
@@ -49,18 +50,15 @@ if AVAILABLE:
     product_q8_0 = _kernels.q8_0_2x3 if _WIDE else _kernels.q8_0_1x4
 
 
-class Int8Unavailable(RuntimeError):
-    pass
-
-
 def require() -> None:
     if not AVAILABLE:
-        raise Int8Unavailable("this CPU has no AVX2 with FMA, which the int8 precision needs; use --precision f32")
+        raise ParameterError("this CPU has no AVX2 with FMA, which the int8 precision needs; use --precision f32")
 
 
 @dataclass(frozen=True, eq=False)
 class Int8Matrix:
-    """A Q4_1 or Q8_0 matrix [n_out, n_in] in the int8 kernels' layout (module docstring)."""
+    """A Q4_1 or Q8_0 matrix [n_out, n_in] in the int8 kernels' layout (module
+    docstring), padded with zero rows to a multiple of 8 outputs."""
 
     type_name: str
     shape: tuple[int, int]
@@ -70,50 +68,85 @@ class Int8Matrix:
 
     @classmethod
     def from_quantized(cls, w: QuantizedMatrix) -> "Int8Matrix":
-        n_out, n_in = w.shape
         if w.type_name not in TYPES:
             raise ValueError(f"no int8 kernel for {w.type_name}")
-        if n_out % 8:
-            raise ValueError(f"a {w.shape} matrix: the int8 kernels need a multiple of 8 outputs")
-        n8, nb = n_out // 8, n_in // BLOCK
-        raw = w.to_gguf_bytes().reshape(n_out, nb, -1)
+        n_out, n_in = w.shape
+        raw = w.to_gguf_bytes().reshape(n_out, n_in // BLOCK, -1)
+        d = raw[:, :, 0:2].copy().view(np.float16)[:, :, 0].astype(np.float32)
+        if w.type_name == "Q4_1":
+            m = raw[:, :, 2:4].copy().view(np.float16)[:, :, 0].astype(np.float32)
+            nibbles = raw[:, :, 4:20]  # byte j: element j (low nibble), element j + 16 (high)
+            ints = np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=2)
+        else:
+            m = np.zeros_like(d)
+            ints = raw[:, :, 2:34].view(np.int8)
+        return cls._from_rows(w.type_name, w.shape, ints, d, m)
+
+    @classmethod
+    def _from_rows(cls, type_name: str, shape: tuple[int, int], ints: np.ndarray, d: np.ndarray,
+                   m: np.ndarray) -> "Int8Matrix":
+        """ints [n_out, blocks, 32] (nibble values, or int8), d and m [n_out, blocks]."""
+        pad = -shape[0] % 8
+        if pad:
+            ints, d, m = (np.concatenate([a, np.zeros((pad, *a.shape[1:]), a.dtype)]) for a in (ints, d, m))
+        n8, nb = ints.shape[0] // 8, ints.shape[1]
 
         def per_lane(a: np.ndarray) -> np.ndarray:  # [n_out, nb] -> flat [n8, nb, 8]
             return np.ascontiguousarray(a.reshape(n8, 8, nb).transpose(0, 2, 1)).reshape(-1)
 
-        d = per_lane(raw[:, :, 0:2].copy().view(np.float16)[:, :, 0].astype(np.float32))
-        if w.type_name == "Q4_1":
-            m = per_lane(raw[:, :, 2:4].copy().view(np.float16)[:, :, 0].astype(np.float32))
-            nibbles = raw[:, :, 4:20]  # byte j: element j (low nibble), element j + 16 (high)
-            low = (nibbles & 0x0F).reshape(n8, 8, nb, 4, 4).transpose(0, 2, 3, 1, 4)
-            high = (nibbles >> 4).reshape(n8, 8, nb, 4, 4).transpose(0, 2, 3, 1, 4)
+        if type_name == "Q4_1":
+            low = ints[:, :, :16].reshape(n8, 8, nb, 4, 4).transpose(0, 2, 3, 1, 4)
+            high = ints[:, :, 16:].reshape(n8, 8, nb, 4, 4).transpose(0, 2, 3, 1, 4)
             quants = np.ascontiguousarray(low | (high << 4)).astype(np.uint8).reshape(-1)
-        else:
-            m = np.empty(0, np.float32)
-            q = raw[:, :, 2:34].view(np.int8)
-            quants = np.ascontiguousarray(q.reshape(n8, 8, nb, 8, 4).transpose(0, 2, 3, 1, 4)).reshape(-1)
-        return cls(w.type_name, (n_out, n_in), quants, d, m)
+            return cls(type_name, tuple(shape), quants, per_lane(d), per_lane(m))
+        quants = np.ascontiguousarray(ints.reshape(n8, 8, nb, 8, 4).transpose(0, 2, 3, 1, 4)).reshape(-1)
+        return cls(type_name, tuple(shape), quants, per_lane(d), np.empty(0, np.float32))
+
+    @property
+    def n_padded(self) -> int:
+        return -(-self.shape[0] // 8) * 8
 
     @property
     def nbytes(self) -> int:
         return self.quants.nbytes + self.d.nbytes + self.m.nbytes
 
+    def integers(self) -> np.ndarray:
+        """The weights' integers [n_out, blocks, 32]: nibble values (uint8) or int8."""
+        n8, nb = self.n_padded // 8, self.shape[1] // BLOCK
+        if self.type_name == "Q4_1":
+            packed = self.quants.reshape(n8, nb, 4, 8, 4).transpose(0, 3, 1, 2, 4).reshape(-1, nb, 16)
+            ints = np.concatenate([packed & 0x0F, packed >> 4], axis=2)
+        else:
+            ints = self.quants.reshape(n8, nb, 8, 8, 4).transpose(0, 3, 1, 2, 4).reshape(-1, nb, 32)
+        return ints[: self.shape[0]]
+
+    def block_scales(self, which: str = "d") -> np.ndarray:
+        """d (or m) per output and block, [n_out, blocks]."""
+        n8, nb = self.n_padded // 8, self.shape[1] // BLOCK
+        return getattr(self, which).reshape(n8, nb, 8).transpose(0, 2, 1).reshape(-1, nb)[: self.shape[0]]
+
     def dequantize(self) -> np.ndarray:
         """float32 [n_out, n_in], gguf's values (d * q + m, q * d), bit for bit."""
-        n_out, n_in = self.shape
-        n8, nb = n_out // 8, n_in // BLOCK
-        d = self.d.reshape(n8, nb, 8).transpose(0, 2, 1).reshape(n_out, nb, 1)
+        q = self.integers().astype(np.float32)
+        d = self.block_scales("d")[:, :, None]
         if self.type_name == "Q4_1":
-            packed = self.quants.reshape(n8, nb, 4, 8, 4).transpose(0, 3, 1, 2, 4).reshape(n_out, nb, 16)
-            q = np.concatenate([packed & 0x0F, packed >> 4], axis=2).astype(np.float32)
-            m = self.m.reshape(n8, nb, 8).transpose(0, 2, 1).reshape(n_out, nb, 1)
-            return (d * q + m).reshape(n_out, n_in)
-        q = self.quants.reshape(n8, nb, 8, 8, 4).transpose(0, 3, 1, 2, 4).reshape(n_out, nb, 32)
-        return (q.astype(np.float32) * d).reshape(n_out, n_in)
+            return (d * q + self.block_scales("m")[:, :, None]).reshape(self.shape)
+        return (q * d).reshape(self.shape)
 
     def rows(self, ids) -> np.ndarray:
-        """Dequantized rows [len(ids), n_in] (not a fast path: tests and tools)."""
-        return self.dequantize()[np.asarray(ids, dtype=np.int64).reshape(-1)]
+        """Dequantized rows [len(ids), n_in] (an embedding lookup)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        return self.select_rows(ids % self.shape[0]).dequantize()
+
+    def select_rows(self, ids) -> "Int8Matrix":
+        """The matrix of rows `ids` only: a product with it gives the bits that the
+        same rows give in a product with the whole matrix."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if not ids.size or ids.min() < 0 or ids.max() >= self.shape[0]:
+            raise IndexError(f"row ids out of range for a matrix of {self.shape[0]} rows")
+        m = self.block_scales("m") if self.type_name == "Q4_1" else np.zeros((self.shape[0], 1), np.float32)
+        return self._from_rows(self.type_name, (ids.size, self.shape[1]), self.integers()[ids],
+                               self.block_scales("d")[ids], m[ids])
 
 
 @njit("void(float32[:, ::1], int8[::1], float32[::1], float32[::1])", cache=True, nogil=True)
@@ -193,9 +226,13 @@ def int8_matmul_t(x: np.ndarray, w: Int8Matrix) -> np.ndarray:
     n_out, n_in = w.shape
     if x.ndim != 2 or x.shape[1] != n_in:
         raise ValueError(f"activations of shape {x.shape} do not fit a {w.shape} matrix")
-    quants = w.quants if w.type_name == "Q4_1" else w.quants.view(np.uint8)
-    m = w.m if w.type_name == "Q4_1" else w.d
-    return product(x, w.type_name == "Q4_1", quants, w.d, m, n_out, config.NUMBA_NUM_THREADS)
+    out = product(x, w.type_name == "Q4_1", *kernel_arrays(w), w.n_padded, config.NUMBA_NUM_THREADS)
+    return out if w.n_padded == n_out else np.ascontiguousarray(out[:, :n_out])
+
+
+def kernel_arrays(w: Int8Matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(quants as uint8, d, m) as `product` takes them (for Q8_0, m is unused)."""
+    return w.quants.view(np.uint8), w.d, (w.m if w.type_name == "Q4_1" else w.d)
 
 
 def quantize_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -212,28 +249,16 @@ def quantize_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def int8_matmul_t_reference(x: np.ndarray, w: Int8Matrix) -> np.ndarray:
     """The same arithmetic in numpy (slow; the tests' reference): exact integer block
     sums, then per block the float epilogue in the same order, each step rounded once
-    as a fused multiply-add would be (computed in float64, then rounded)."""
+    as a fused multiply-add is (float64 holds the product exactly; then one rounding)."""
     q, xd, xs = quantize_reference(x)
-    n_out, n_in = w.shape
-    n8, nb = n_out // 8, n_in // BLOCK
-    wq = _integers(w)
-    sums = np.einsum("rbj,obj->rbo", q.reshape(-1, nb, BLOCK).astype(np.int64), wq.astype(np.int64))
-    d = w.d.reshape(n8, nb, 8).transpose(1, 0, 2).reshape(nb, n_out)
-    m = w.m.reshape(n8, nb, 8).transpose(1, 0, 2).reshape(nb, n_out) if w.type_name == "Q4_1" else None
-    acc = np.zeros((x.shape[0], n_out), np.float32)
+    nb = w.shape[1] // BLOCK
+    sums = np.einsum("rbj,obj->rbo", q.reshape(-1, nb, BLOCK).astype(np.int64), w.integers().astype(np.int64))
+    d = w.block_scales("d").T  # [nb, n_out]
+    m = w.block_scales("m").T if w.type_name == "Q4_1" else None
+    acc = np.zeros((x.shape[0], w.shape[0]), np.float32)
     for b in range(nb):
-        scale = (d[b][None, :] * xd[:, b : b + 1]).astype(np.float32)  # one rounding: a float32 product
+        scale = d[b][None, :] * xd[:, b : b + 1]  # float32 * float32: one rounding
         acc = (sums[:, b, :].astype(np.float64) * scale + acc).astype(np.float32)
         if m is not None:
             acc = (m[b][None, :].astype(np.float64) * xs[:, b : b + 1] + acc).astype(np.float32)
     return acc
-
-
-def _integers(w: Int8Matrix) -> np.ndarray:
-    """The weights' integers [n_out, blocks, 32] (nibbles 0..15, or int8)."""
-    n_out, n_in = w.shape
-    n8, nb = n_out // 8, n_in // BLOCK
-    if w.type_name == "Q4_1":
-        packed = w.quants.reshape(n8, nb, 4, 8, 4).transpose(0, 3, 1, 2, 4).reshape(n_out, nb, 16)
-        return np.concatenate([packed & 0x0F, packed >> 4], axis=2)
-    return w.quants.reshape(n8, nb, 8, 8, 4).transpose(0, 3, 1, 2, 4).reshape(n_out, nb, 32)

@@ -27,18 +27,19 @@ from numba.typed import List
 from specq.specdec import fused
 from specq.specdec.qkernels import LANES, QuantizedMatrix, _q4_1_product
 
-_KINDS = ("w_qkv", "w_out", "w_gate_up", "w_down")
+KINDS = ("w_qkv", "w_out", "w_gate_up", "w_down")
 
 
 @dataclass(frozen=True)
 class StackedLayers:
-    """Every block's weights of one kind in one array, layer first."""
+    """Every block's weights of one kind in one array, layer first, and the compiled
+    functions that run the blocks on them (this module's, or int8_stack's)."""
 
     attn_norm: np.ndarray  # [L, d] float32
     ffn_norm: np.ndarray  # [L, d] float32
-    quants: tuple[np.ndarray, ...]  # per kind [L, chunks, blocks, 16, LANES] uint8
-    scales: tuple[np.ndarray, ...]  # per kind [L, chunks, blocks, 2, LANES] uint16
-    n_out: tuple[int, ...]  # per kind: the matrix's rows (the last chunk may be padded)
+    arrays: tuple[np.ndarray, ...]  # per kind, the arrays its product reads, [L, ...] each
+    n_out: tuple[int, ...]  # per kind: the matrix's rows
+    compiled: tuple  # (for several segments, for one): _run and _run_one's signatures
 
     @classmethod
     def build(cls, layers) -> tuple["StackedLayers", tuple] | None:
@@ -46,26 +47,30 @@ class StackedLayers:
         matrix is not Q4_1. The views keep a single copy of the weights in memory."""
         if not layers or not all(
             isinstance(getattr(lw, k), QuantizedMatrix) and getattr(lw, k).type_name == "Q4_1"
-            for lw in layers for k in _KINDS
+            for lw in layers for k in KINDS
         ):
             return None
-        quants = tuple(np.stack([getattr(lw, k).quants for lw in layers]) for k in _KINDS)
-        scales = tuple(np.stack([getattr(lw, k).scales for lw in layers]) for k in _KINDS)
-        stack = cls(
-            attn_norm=np.stack([lw.attn_norm for lw in layers]).astype(np.float32),
-            ffn_norm=np.stack([lw.ffn_norm for lw in layers]).astype(np.float32),
-            quants=quants,
-            scales=scales,
-            n_out=tuple(getattr(layers[0], k).shape[0] for k in _KINDS),
-        )
+        quants = tuple(np.stack([getattr(lw, k).quants for lw in layers]) for k in KINDS)
+        scales = tuple(np.stack([getattr(lw, k).scales for lw in layers]) for k in KINDS)
+        stack = cls.of(layers, tuple(a for pair in zip(quants, scales) for a in pair), (_run, _run_one))
         views = tuple(
             replace(lw, attn_norm=stack.attn_norm[i], ffn_norm=stack.ffn_norm[i], **{
                 k: QuantizedMatrix("Q4_1", getattr(lw, k).shape, quants[j][i], scales[j][i])
-                for j, k in enumerate(_KINDS)
+                for j, k in enumerate(KINDS)
             })
             for i, lw in enumerate(layers)
         )
         return stack, views
+
+    @classmethod
+    def of(cls, layers, arrays: tuple, compiled: tuple) -> "StackedLayers":
+        return cls(
+            attn_norm=np.stack([lw.attn_norm for lw in layers]).astype(np.float32),
+            ffn_norm=np.stack([lw.ffn_norm for lw in layers]).astype(np.float32),
+            arrays=arrays,
+            n_out=tuple(getattr(layers[0], k).shape[0] for k in KINDS),
+            compiled=compiled,
+        )
 
     def run(self, x: np.ndarray, segments, positions: np.ndarray, rope_cos: np.ndarray, rope_sin: np.ndarray,
             n_heads: int, d_ffn: int, eps: float) -> np.ndarray:
@@ -77,22 +82,23 @@ class StackedLayers:
         starts = np.array([seg.start for seg in segments], dtype=np.int64)
         bounds = np.cumsum([0] + [seg.n for seg in segments]).astype(np.int64)
         hd = segments[0].cache.all_keys.shape[2]
-        weights = (self.attn_norm, self.ffn_norm, *(a for pair in zip(self.quants, self.scales) for a in pair))
+        weights = (self.attn_norm, self.ffn_norm, *self.arrays)
         sizes = (n_heads, self.n_out[0], d_ffn, float(eps), np.float32(1.0 / np.sqrt(hd)), config.NUMBA_NUM_THREADS)
+        run_many, run_one = self.compiled
         if len(segments) == 1:
             # A typed list built from Python costs tens of microseconds an element
             # (measured 190 us for the three of a step, 2% of it); a single
             # sequence's are built inside numba instead.
             seg = segments[0]
-            return _run_one(x, positions, starts, bounds, seg.visible(), *weights, rope_cos, rope_sin,
-                            seg.cache.all_keys, seg.cache.all_values, *sizes)
-        keys, values = List.empty_list(_CACHE), List.empty_list(_CACHE)
-        visible = List.empty_list(_VISIBLE)
+            return run_one(x, positions, starts, bounds, seg.visible(), *weights, rope_cos, rope_sin,
+                           seg.cache.all_keys, seg.cache.all_values, *sizes)
+        keys, values = List.empty_list(CACHE), List.empty_list(CACHE)
+        visible = List.empty_list(VISIBLE)
         for seg in segments:
             keys.append(seg.cache.all_keys)
             values.append(seg.cache.all_values)
             visible.append(seg.visible())
-        return _run(x, positions, starts, bounds, visible, *weights, rope_cos, rope_sin, keys, values, *sizes)
+        return run_many(x, positions, starts, bounds, visible, *weights, rope_cos, rope_sin, keys, values, *sizes)
 
 
 @njit(inline="always")
@@ -118,15 +124,36 @@ def _heads(qkv, first, n_heads, hd):  # pragma: no cover - compiled
 
 
 _Q = (types.uint8[:, :, :, :, ::1], types.uint16[:, :, :, :, ::1])
-_CACHE = types.float32[:, :, :, ::1]  # KVCache.all_keys / all_values
-_VISIBLE = types.boolean[:, ::1]
+CACHE = types.float32[:, :, :, ::1]  # KVCache.all_keys / all_values
+VISIBLE = types.boolean[:, ::1]
 _WEIGHTS = (types.float32[:, ::1], types.float32[:, ::1], *_Q, *_Q, *_Q, *_Q, types.float32[:, ::1],
             types.float32[:, ::1])  # norms, the four kinds' blocks, rope cos and sin
-_SIZES = (types.int64, types.int64, types.int64, types.float64, types.float32, types.int64)
-_ROWS = (types.float32[:, ::1], types.int64[::1], types.int64[::1], types.int64[::1])  # x, positions, starts, bounds
-_SIG = types.float32[:, ::1](*_ROWS, types.ListType(_VISIBLE), *_WEIGHTS, types.ListType(_CACHE),
-                             types.ListType(_CACHE), *_SIZES)
-_SIG_ONE = types.float32[:, ::1](*_ROWS, _VISIBLE, *_WEIGHTS, _CACHE, _CACHE, *_SIZES)
+SIZES = (types.int64, types.int64, types.int64, types.float64, types.float32, types.int64)
+ROWS = (types.float32[:, ::1], types.int64[::1], types.int64[::1], types.int64[::1])  # x, positions, starts, bounds
+_SIG = types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), *_WEIGHTS, types.ListType(CACHE),
+                             types.ListType(CACHE), *SIZES)
+_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, *_WEIGHTS, CACHE, CACHE, *SIZES)
+
+
+@njit(inline="always")
+def attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values, layer, n_heads,
+              scale):  # pragma: no cover - compiled
+    """The attention of one block, from its q|k|v product [rows, *]: RoPE, the keys and
+    values written into each segment's cache, then every segment's attention in one
+    parallel loop (fused.attend_many's docstring). [rows, n_heads * hd]."""
+    n_kv, hd = keys[0].shape[1], keys[0].shape[2]
+    v_first = (n_heads + n_kv) * hd
+    q = fused.rope(_heads(qkv, 0, n_heads, hd), cos, sin, positions)
+    k = fused.rope(_heads(qkv, n_heads * hd, n_kv, hd), cos, sin, positions)
+    for s in range(starts.shape[0]):
+        lo, hi, start = bounds[s], bounds[s + 1], starts[s]
+        cache_k, cache_v = keys[s][layer], values[s][layer]
+        for r in range(lo, hi):
+            for kv in range(n_kv):
+                for i in range(hd):
+                    cache_k[kv, i, start + r - lo] = k[r, kv, i]
+                    cache_v[kv, start + r - lo, i] = qkv[r, v_first + kv * hd + i]
+    return fused.attend_many(q, starts, bounds, visible, keys, values, layer, scale)
 
 
 # No fastmath: the only arithmetic of its own is the residual additions, which must
@@ -136,23 +163,10 @@ def _run(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_
          down_q, down_s, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale,
          n_threads):  # pragma: no cover - compiled
     d = x.shape[1]
-    n_kv, hd = keys[0].shape[1], keys[0].shape[2]
-    v_first = (n_heads + n_kv) * hd
     for layer in range(qkv_q.shape[0]):
         h = fused.rms_norm(x, attn_norm[layer], eps)
         qkv = _product(h, qkv_q[layer], qkv_s[layer], n_qkv, n_threads)
-        q = fused.rope(_heads(qkv, 0, n_heads, hd), cos, sin, positions)
-        k = fused.rope(_heads(qkv, n_heads * hd, n_kv, hd), cos, sin, positions)
-        for s in range(starts.shape[0]):
-            lo, hi, start = bounds[s], bounds[s + 1], starts[s]
-            cache_k, cache_v = keys[s][layer], values[s][layer]
-            for r in range(lo, hi):
-                for kv in range(n_kv):
-                    for i in range(hd):
-                        cache_k[kv, i, start + r - lo] = k[r, kv, i]
-                        cache_v[kv, start + r - lo, i] = qkv[r, v_first + kv * hd + i]
-        # Every segment's attention in one parallel loop (fused.attend_many's docstring).
-        attn = fused.attend_many(q, starts, bounds, visible, keys, values, layer, scale)
+        attn = attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values, layer, n_heads, scale)
         y = _product(attn, out_q[layer], out_s[layer], d, n_threads)
         x = x + y
         h = fused.rms_norm(x, ffn_norm[layer], eps)

@@ -29,6 +29,10 @@ from specq.specdec.qkernels import TYPES as QUANTIZED_TYPES
 from specq.specdec.qkernels import QuantizedMatrix
 
 ARCHITECTURE = "llama"
+# How the products compute (int8.py): "int8" quantizes each activation row to 8 bits
+# and multiplies integers (fast, about 0.5% rms per product); "f32" is float32
+# arithmetic on the same weights (HuggingFace parity).
+PRECISIONS = ("int8", "f32")
 # Query rows per block of a prompt's attention: 32 to 256 measured, 64 the fastest
 # from 100 to 2,000 rows on the 2-core AMD EPYC.
 _ATTENTION_BLOCK = 64
@@ -161,6 +165,22 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
     )
 
 
+def _for_int8(weights: LlamaWeights) -> LlamaWeights:
+    """The weights with every Q4_1/Q8_0 matrix in the int8 kernels' layout. The
+    embedding keeps its blocks for lookups; tied to the output head, the head gets
+    its own int8 copy (the one extra matrix in memory)."""
+    from specq.specdec import int8
+
+    int8.require()
+
+    def convert(w: Weight) -> Weight:
+        return int8.Int8Matrix.from_quantized(w) if isinstance(w, QuantizedMatrix) and w.type_name in int8.TYPES else w
+
+    layers = tuple(replace(lw, **{k: convert(getattr(lw, k)) for k in ("w_qkv", "w_out", "w_gate_up", "w_down")})
+                   for lw in weights.layers)
+    return replace(weights, layers=layers, w_output=convert(weights.w_output))
+
+
 class KVCache:
     """Keys and values of one sequence, indexed by position; grows on demand. Keys
     are stored with positions last, the vector lanes of fused.attend's scores. All
@@ -270,29 +290,41 @@ class _Rope:
 
 class LlamaModel:
     def __init__(
-        self, config: LlamaConfig, weights: LlamaWeights, *, path: str = "", fingerprint: str = ""
+        self, config: LlamaConfig, weights: LlamaWeights, *, path: str = "", fingerprint: str = "",
+        precision: str = "f32",
     ) -> None:
+        if precision not in PRECISIONS:
+            raise ParameterError(f"unknown precision {precision!r} (choose from {', '.join(PRECISIONS)})")
         self.config = config
-        self.weights = weights
         self.path = path
         self.fingerprint = fingerprint  # sha256 of the GGUF file
+        self.precision = precision
         self._rope = _Rope.build(config)
+        self._tied = weights.w_output is weights.token_embedding
+        if precision == "int8":
+            weights = _for_int8(weights)
+        self.weights = weights
         # One compiled call for all the blocks of a forward, where the block matrices
         # allow it (layer_stack); the layers then view its arrays.
         self._stack: StackedLayers | None = None
-        built = StackedLayers.build(weights.layers)
+        if precision == "int8":
+            from specq.specdec import int8_stack  # its kernels compile only where int8 runs
+
+            built = int8_stack.build(weights.layers)
+        else:
+            built = StackedLayers.build(weights.layers)
         if built is not None:
             self._stack, layers = built
             self.weights = replace(weights, layers=layers)
 
     @classmethod
-    def load(cls, path: str) -> "LlamaModel":
-        return cls.from_gguf(GGUFFile(path))
+    def load(cls, path: str, precision: str = "f32") -> "LlamaModel":
+        return cls.from_gguf(GGUFFile(path), precision)
 
     @classmethod
-    def from_gguf(cls, f: GGUFFile) -> "LlamaModel":
+    def from_gguf(cls, f: GGUFFile, precision: str = "f32") -> "LlamaModel":
         cfg = LlamaConfig.from_gguf(f)
-        return cls(cfg, load_weights(f, cfg), path=f.path, fingerprint=f.sha256())
+        return cls(cfg, load_weights(f, cfg), path=f.path, fingerprint=f.sha256(), precision=precision)
 
     @property
     def n_parameters(self) -> int:
@@ -300,13 +332,22 @@ class LlamaModel:
         layers = sum(
             n_values(x) for lw in w.layers for x in (lw.attn_norm, lw.w_qkv, lw.w_out, lw.ffn_norm, lw.w_gate_up, lw.w_down)
         )
-        tied = w.w_output is w.token_embedding
-        head = 0 if tied else n_values(w.w_output)
+        head = 0 if self._tied else n_values(w.w_output)
         return n_values(w.token_embedding) + layers + w.output_norm.size + head
 
     def dequantized(self) -> "LlamaModel":
         """This model computing in float32 from the same values (for comparisons)."""
         return LlamaModel(self.config, self.weights.dequantized(), path=self.path, fingerprint=self.fingerprint)
+
+    def at_precision(self, precision: str) -> "LlamaModel":
+        """The same weights computing at another precision (the int8 layout is built
+        from the quantized blocks, so this model must be at f32)."""
+        if precision == self.precision:
+            return self
+        if self.precision != "f32":
+            raise ParameterError("a model is converted from the f32 precision only")
+        return LlamaModel(self.config, self.weights, path=self.path, fingerprint=self.fingerprint,
+                          precision=precision)
 
     def new_cache(self, capacity: int = 256) -> KVCache:
         return KVCache(self.config, capacity)

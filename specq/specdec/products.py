@@ -24,11 +24,13 @@ from typing import Sequence, Union
 import numba
 import numpy as np
 
+from specq.specdec.int8 import Int8Matrix, int8_matmul_t
 from specq.specdec.kernels import matmul_t
 from specq.specdec.qkernels import QuantizedMatrix, qmatmul_t
 
-# A weight matrix [n_out, n_in] in GGUF's layout: quantized blocks, or float32.
-Weight = Union[QuantizedMatrix, np.ndarray]
+# A weight matrix [n_out, n_in] in GGUF's layout: quantized blocks (for the float32
+# kernel, or for the int8 one at the int8 precision), or float32.
+Weight = Union[QuantizedMatrix, Int8Matrix, np.ndarray]
 
 # Segments at least this long go through BLAS. Measured on the default model, prefills
 # from position 0 (docs/performance.md): 52 rows take 197 ms through the kernel and
@@ -42,12 +44,14 @@ def linear(x: np.ndarray, w: Weight) -> np.ndarray:
     """x [n, n_in] -> x @ w.T [n, n_out], float32."""
     if isinstance(w, QuantizedMatrix):
         return qmatmul_t(x, w)
+    if isinstance(w, Int8Matrix):
+        return int8_matmul_t(x, w)
     return matmul_t(x, w)
 
 
 def embed(w: Weight, ids: np.ndarray) -> np.ndarray:
     """Rows `ids` of an embedding matrix, float32 [len(ids), d]."""
-    return w.rows(ids) if isinstance(w, QuantizedMatrix) else w[ids]
+    return w.rows(ids) if isinstance(w, (QuantizedMatrix, Int8Matrix)) else w[ids]
 
 
 def dequantized(w: Weight) -> np.ndarray:
@@ -55,6 +59,8 @@ def dequantized(w: Weight) -> np.ndarray:
     on the calling thread alone: waking numba's threads between two BLAS products
     makes them and OpenBLAS's spin against each other on two cores (measured 2 to 3
     times slower for both)."""
+    if isinstance(w, Int8Matrix):
+        return w.dequantize()
     if not isinstance(w, QuantizedMatrix):
         return w
     threads = numba.get_num_threads()
@@ -67,6 +73,8 @@ def dequantized(w: Weight) -> np.ndarray:
 
 def dequantized_t(w: Weight) -> np.ndarray:
     """w's float32 values transposed, [n_in, n_out] (a view for a float32 weight)."""
+    if isinstance(w, Int8Matrix):
+        return w.dequantize().T
     return w.dequantize_t() if isinstance(w, QuantizedMatrix) else w.T
 
 
@@ -87,8 +95,9 @@ class RowPlan:
         self.few = np.flatnonzero(few)  # indices of the rows that go through `linear`
 
     def linear(self, x: np.ndarray, w: Weight) -> np.ndarray:
-        """x [rows, n_in] -> x @ w.T [rows, n_out], float32."""
-        if not self.bulk:
+        """x [rows, n_in] -> x @ w.T [rows, n_out], float32. The int8 kernel takes
+        every row: it outruns BLAS on a prompt too (docs/performance.md)."""
+        if not self.bulk or isinstance(w, Int8Matrix):
             return linear(x, w)
         out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)  # [rows, n_out]
         dense_t = dequantized_t(w)  # [n_in, n_out], for this product only

@@ -1,0 +1,77 @@
+"""layer_stack's compiled block loop with the int8 products (int8.py), for the `int8`
+precision. The same loop, attention and residual arithmetic as layer_stack._run; only
+the products differ, so a row gets the bits that LlamaModel._blocks gives it with
+the same Int8Matrix weights. Imported only where int8.AVAILABLE (its kernels need AVX2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from numba import njit, types
+from numba.typed import List
+
+from specq.specdec import fused, int8
+from specq.specdec.int8 import Int8Matrix
+from specq.specdec.layer_stack import CACHE, KINDS, ROWS, SIZES, VISIBLE, StackedLayers, attention
+
+
+def build(layers) -> tuple[StackedLayers, tuple] | None:
+    """(the stack, the layers rebuilt as views into it), or None unless every block
+    matrix is a Q4_1 Int8Matrix (the default model's)."""
+    if not layers or not all(
+        isinstance(getattr(lw, k), Int8Matrix) and getattr(lw, k).type_name == "Q4_1"
+        and getattr(lw, k).n_padded == getattr(lw, k).shape[0]
+        for lw in layers for k in KINDS
+    ):
+        return None
+    stacked = {k: tuple(np.stack([getattr(getattr(lw, k), part) for lw in layers]) for part in ("quants", "d", "m"))
+               for k in KINDS}
+    stack = StackedLayers.of(layers, tuple(a for k in KINDS for a in stacked[k]), (_run, _run_one))
+    views = tuple(
+        replace(lw, attn_norm=stack.attn_norm[i], ffn_norm=stack.ffn_norm[i], **{
+            k: Int8Matrix("Q4_1", getattr(lw, k).shape, *(a[i] for a in stacked[k])) for k in KINDS
+        })
+        for i, lw in enumerate(layers)
+    )
+    return stack, views
+
+
+_Q = (types.uint8[:, ::1], types.float32[:, ::1], types.float32[:, ::1])  # per kind: quants, d, m
+_WEIGHTS = (types.float32[:, ::1], types.float32[:, ::1], *_Q, *_Q, *_Q, *_Q, types.float32[:, ::1],
+            types.float32[:, ::1])  # norms, the four kinds, rope cos and sin
+_SIG = types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), *_WEIGHTS, types.ListType(CACHE),
+                             types.ListType(CACHE), *SIZES)
+_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, *_WEIGHTS, CACHE, CACHE, *SIZES)
+
+
+@njit(_SIG, cache=True, nogil=True)
+def _run(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d, out_m,
+         gu_q, gu_d, gu_m, down_q, down_d, down_m, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale,
+         n_threads):  # pragma: no cover - compiled
+    d = x.shape[1]
+    for layer in range(qkv_q.shape[0]):
+        h = fused.rms_norm(x, attn_norm[layer], eps)
+        qkv = int8.product(h, True, qkv_q[layer], qkv_d[layer], qkv_m[layer], n_qkv, n_threads)
+        attn = attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values, layer, n_heads, scale)
+        x = x + int8.product(attn, True, out_q[layer], out_d[layer], out_m[layer], d, n_threads)
+        h = fused.rms_norm(x, ffn_norm[layer], eps)
+        gate_up = int8.product(h, True, gu_q[layer], gu_d[layer], gu_m[layer], 2 * d_ffn, n_threads)
+        x = x + int8.product(fused.silu_gate(gate_up, d_ffn), True, down_q[layer], down_d[layer], down_m[layer], d,
+                             n_threads)
+    return x
+
+
+@njit(_SIG_ONE, cache=True, nogil=True)
+def _run_one(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d, out_m,
+             gu_q, gu_d, gu_m, down_q, down_d, down_m, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale,
+             n_threads):  # pragma: no cover - compiled
+    """_run for one segment, its lists built here rather than from Python."""
+    visible_list, keys_list, values_list = List(), List(), List()
+    visible_list.append(visible)
+    keys_list.append(keys)
+    values_list.append(values)
+    return _run(x, positions, starts, bounds, visible_list, attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d,
+                out_m, gu_q, gu_d, gu_m, down_q, down_d, down_m, cos, sin, keys_list, values_list, n_heads, n_qkv,
+                d_ffn, eps, scale, n_threads)
