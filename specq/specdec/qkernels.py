@@ -176,7 +176,8 @@ class QuantizedMatrix:
     def to_gguf_bytes(self) -> np.ndarray:
         """The inverse of from_gguf_bytes: uint8 [n_out, bytes per row], gguf's blocks."""
         quants, scales = self._rows_layout()
-        blocks = np.concatenate([scales.view(np.uint8), quants.view(np.uint8)], axis=2)
+        blocks = np.concatenate([np.ascontiguousarray(scales).view(np.uint8),
+                                 np.ascontiguousarray(quants).view(np.uint8)], axis=2)
         return np.ascontiguousarray(blocks.reshape(self.shape[0], -1))
 
     def select_rows(self, ids) -> "QuantizedMatrix":

@@ -28,6 +28,13 @@ def quantized(toy_model_file):
     return load_model_and_tokenizer(toy_model_file(**QUANTIZED))
 
 
+@pytest.fixture(scope="module", params=["f32", "int8"])
+def at_precision(quantized, request):
+    """The quantized model at each precision: the bit-level properties hold at both."""
+    model, tokenizer = quantized
+    return model.at_precision(request.param), tokenizer
+
+
 def test_q4_1_and_q8_0_matrices_stay_quantized(quantized, toy_model_file):
     model, _ = quantized
     w = model.weights
@@ -91,12 +98,12 @@ def _verify_beside_a_prompt(model: LlamaModel, prompt_rows: int) -> tuple[list, 
 
 
 @pytest.mark.parametrize("prompt_rows", [40, BULK_ROWS + 20])
-def test_a_row_gets_the_same_bits_beside_a_prompt(quantized, prompt_rows):
+def test_a_row_gets_the_same_bits_beside_a_prompt(at_precision, prompt_rows):
     """A prompt joining a batched round does not change the other requests' bits:
     the quantized kernel is row-invariant at any row count (40 + 5 rows), and a long
     prompt goes through BLAS on its own (products.RowPlan). Had the verification rows
     gone through BLAS with it, their bits would differ (see the next test)."""
-    alone, together = _verify_beside_a_prompt(quantized[0], prompt_rows)
+    alone, together = _verify_beside_a_prompt(at_precision[0], prompt_rows)
     for a, b in zip(alone, together):
         np.testing.assert_array_equal(a, b)
 
@@ -135,8 +142,8 @@ def _heads(model: LlamaModel) -> MedusaHeads:
 
 
 @pytest.mark.parametrize("proposer", ["ngram", "medusa"])
-def test_speculative_greedy_equals_plain_greedy_on_a_quantized_model(quantized, proposer):
-    model, tokenizer = quantized
+def test_speculative_greedy_equals_plain_greedy_on_a_quantized_model(at_precision, proposer):
+    model, tokenizer = at_precision
     chosen = NgramProposer() if proposer == "ngram" else MedusaProposer(model, _heads(model))
     engine = Engine(model, tokenizer, chosen)
     drafted = 0

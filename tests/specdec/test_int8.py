@@ -1,0 +1,169 @@
+"""The int8 products (int8.py): gguf's values, the exact integer arithmetic against a
+numpy reference, bitwise row invariance, the same bits on AVX2 and on VNNI, and the
+int8 model's compiled block loop against its Python loop."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
+
+from specq.specdec import int8, int8_codegen
+from specq.specdec.model import LlamaModel, Segment
+from specq.specdec.qkernels import QuantizedMatrix
+
+pytestmark = pytest.mark.skipif(not int8.AVAILABLE, reason="the int8 kernels need AVX2")
+
+
+def _matrix(type_name: str, n_out: int, n_in: int, seed: int = 0) -> tuple[QuantizedMatrix, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((n_out, n_in)) * 0.05).astype(np.float32)
+    raw = np.asarray(quantize(w, GGMLQuantizationType[type_name]), dtype=np.uint8).reshape(n_out, -1)
+    values = dequantize(raw, GGMLQuantizationType[type_name]).reshape(n_out, n_in).astype(np.float32)
+    return QuantizedMatrix.from_gguf_bytes(raw, type_name, (n_out, n_in)), values
+
+
+def _activations(n: int, n_in: int, seed: int = 1) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, n_in)).astype(np.float32)
+    x[:, :3] *= 20  # outliers, as real activations have
+    x[0, 32:64] = 0.0  # an all-zero block: d = 0, q = 0
+    return x
+
+
+SHAPES = [("Q4_1", 96, 64), ("Q4_1", 100, 96), ("Q8_0", 40, 64), ("Q8_0", 13, 128), ("Q4_1", 960, 576)]
+
+
+@pytest.mark.parametrize("type_name,n_out,n_in", SHAPES)
+def test_the_layout_keeps_gguf_values(type_name, n_out, n_in):
+    qm, values = _matrix(type_name, n_out, n_in)
+    w = int8.Int8Matrix.from_quantized(qm)
+    assert w.dequantize().view(np.uint32).tolist() == values.view(np.uint32).tolist()
+    ids = [n_out - 1, 0, 3, 3]
+    np.testing.assert_array_equal(w.rows(ids), values[ids])
+
+
+@pytest.mark.parametrize("type_name,n_out,n_in", SHAPES)
+def test_products_equal_the_integer_reference_bit_for_bit(type_name, n_out, n_in):
+    qm, values = _matrix(type_name, n_out, n_in)
+    w = int8.Int8Matrix.from_quantized(qm)
+    x = _activations(11, n_in)
+    got = int8.int8_matmul_t(x, w)
+    assert got.shape == (11, n_out)
+    np.testing.assert_array_equal(got.view(np.uint32), int8.int8_matmul_t_reference(x, w).view(np.uint32))
+    # And near the float product of the same weights: the rounding of x to 8 bits.
+    exact = x.astype(np.float64) @ values.T.astype(np.float64)
+    assert np.abs(got - exact).max() <= 3e-2 * np.abs(exact).max()
+    assert np.sqrt(((got - exact) ** 2).mean() / (exact**2).mean()) <= 1.5e-2
+
+
+@pytest.mark.parametrize("type_name,n_out,n_in", [("Q4_1", 200, 96), ("Q8_0", 96, 64)])
+def test_a_rows_bits_do_not_depend_on_the_rows_beside_it(type_name, n_out, n_in):
+    w = int8.Int8Matrix.from_quantized(_matrix(type_name, n_out, n_in)[0])
+    x = _activations(32, n_in, seed=5)
+    together = int8.int8_matmul_t(x, w).view(np.uint32)
+    for group in (1, 2, 3, 4, 5, 7):
+        parts = [int8.int8_matmul_t(x[i : i + group], w) for i in range(0, 32, group)]
+        np.testing.assert_array_equal(np.concatenate(parts).view(np.uint32), together)
+
+
+def test_selected_rows_give_the_bits_of_the_whole_product():
+    w = int8.Int8Matrix.from_quantized(_matrix("Q8_0", 100, 64)[0])
+    x = _activations(3, 64)
+    ids = np.array([99, 5, 0, 17, 3])
+    np.testing.assert_array_equal(int8.int8_matmul_t(x, w.select_rows(ids)), int8.int8_matmul_t(x, w)[:, ids])
+
+
+def test_the_vector_quantizer_equals_the_scalar_one():
+    x = _activations(7, 256, seed=9)
+    x[1, :32] = np.float32(0.5) * np.arange(32, dtype=np.float32) / 31 * 127  # values on rounding ties
+    q, d, s = int8.quantize_reference(x)
+    got_q, got_d, got_s = np.empty(x.size, np.int8), np.empty(d.size, np.float32), np.empty(d.size, np.float32)
+    int8.quantize_rows(x, got_q, got_d, got_s)
+    np.testing.assert_array_equal(got_q, q.reshape(-1))
+    np.testing.assert_array_equal(got_d.view(np.uint32), d.reshape(-1).view(np.uint32))
+    np.testing.assert_array_equal(got_s.view(np.uint32), s.reshape(-1).view(np.uint32))
+    assert np.abs(q).max() == 127 and q[0, 32:64].tolist() == [0] * 32
+
+
+def test_the_generated_kernels_are_what_the_generator_writes():
+    with open(int8_codegen.TARGET) as f:
+        assert f.read() == int8_codegen.generate(), "run: python -m specq.specdec.int8_codegen"
+
+
+_PRINT_PRODUCT = """
+import sys, numpy as np
+from specq.specdec import int8, vec
+sys.path.insert(0, {tests!r})
+from test_int8 import _activations, _matrix
+print("vnni" if vec.has_vnni() else "avx2", flush=True)
+for t, n_out, n_in in [("Q4_1", 96, 64), ("Q8_0", 40, 64)]:
+    y = int8.int8_matmul_t(_activations(5, n_in), int8.Int8Matrix.from_quantized(_matrix(t, n_out, n_in)[0]))
+    print(y.view(np.uint32).tobytes().hex())
+"""
+
+
+@pytest.mark.skipif(not int8.vec.has_vnni(), reason="this CPU has no VNNI to compare AVX2 with")
+def test_avx2_and_vnni_compute_the_same_bits(tmp_path):
+    """A request resumed on a machine with the other instruction set continues
+    exactly: the products compiled for a CPU without VNNI (a fresh numba cache) give
+    the bits this CPU's VNNI kernels give."""
+    features = int8.vec.cpu_features() - {f for f in int8.vec.cpu_features() if "512" in f or "vnni" in f}
+    env = {**os.environ, "NUMBA_CPU_NAME": "znver3", "NUMBA_CACHE_DIR": str(tmp_path),
+           "NUMBA_CPU_FEATURES": ",".join(f"+{f}" for f in sorted(features))}
+    code = _PRINT_PRODUCT.format(tests=os.path.dirname(os.path.abspath(__file__)))
+    other = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert other.returncode == 0, other.stderr[-2000:]
+    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert here.returncode == 0, here.stderr[-2000:]
+    assert other.stdout.splitlines()[0] == "avx2" and here.stdout.splitlines()[0] == "vnni"
+    assert other.stdout.splitlines()[1:] == here.stdout.splitlines()[1:]
+
+
+TOKENS = [1, 42, 267, 7, 300, 3, 150, 258, 259, 99, 2, 17, 64, 128, 200, 11, 5, 280, 33, 306, 0, 75, 76, 77]
+
+
+@pytest.fixture(scope="module")
+def models(toy_model_file):
+    f32 = LlamaModel.load(toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"))
+    return f32, f32.at_precision("int8")
+
+
+def test_the_int8_model_runs_every_product_through_the_int8_kernels(models):
+    f32, model = models
+    assert model.precision == "int8" and model._stack is not None
+    for lw in model.weights.layers:
+        assert all(isinstance(getattr(lw, k), int8.Int8Matrix) for k in ("w_qkv", "w_out", "w_gate_up", "w_down"))
+    assert isinstance(model.weights.w_output, int8.Int8Matrix)
+    assert isinstance(model.weights.token_embedding, QuantizedMatrix)  # lookups read the blocks
+    assert model.n_parameters == f32.n_parameters
+    got = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0].logits
+    want = f32.forward([Segment(f32.new_cache(), TOKENS, 0)])[0].logits
+    assert not np.array_equal(got, want)
+    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+    assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.9
+
+
+def test_the_compiled_block_loop_equals_the_python_loop_at_int8(models):
+    _, model = models
+    stacked = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0]
+    stack, model._stack = model._stack, None
+    try:
+        looped = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0]
+    finally:
+        model._stack = stack
+    np.testing.assert_array_equal(stacked.logits.view(np.uint32), looped.logits.view(np.uint32))
+    np.testing.assert_array_equal(stacked.hidden.view(np.uint32), looped.hidden.view(np.uint32))
+
+
+def test_a_model_without_avx2_refuses_int8_with_one_line(models, monkeypatch):
+    from specq.errors import ParameterError
+
+    monkeypatch.setattr(int8, "AVAILABLE", False)
+    with pytest.raises(ParameterError, match="AVX2"):
+        models[0].at_precision("int8")
