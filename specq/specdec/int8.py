@@ -46,8 +46,10 @@ if AVAILABLE:
     from specq.specdec import int8_kernels as _kernels
 
     _WIDE = "avx512vl" in vec.cpu_features()  # 32 vector registers: the larger micro-kernel fits
-    product_q4_1 = _kernels.q4_1_2x3 if _WIDE else _kernels.q4_1_1x4
-    product_q8_0 = _kernels.q8_0_2x3 if _WIDE else _kernels.q8_0_1x4
+    _drive_q4_1 = _kernels.q4_1_2x3 if _WIDE else _kernels.q4_1_1x4
+    _drive_q8_0 = _kernels.q8_0_2x3 if _WIDE else _kernels.q8_0_1x4
+    _drive_q8_0v = _kernels.q8_0v_2x3 if _WIDE else _kernels.q8_0v_1x4
+    _VNNI = vec.has_vnni()
 
 
 def require() -> None:
@@ -65,6 +67,7 @@ class Int8Matrix:
     quants: np.ndarray  # flat: Q4_1 uint8, Q8_0 int8
     d: np.ndarray  # flat float32
     m: np.ndarray  # flat float32 (Q4_1; empty for Q8_0)
+    sums: np.ndarray  # flat int32 (Q8_0): 128 * the sum of each output's block of weights
 
     @classmethod
     def from_quantized(cls, w: QuantizedMatrix) -> "Int8Matrix":
@@ -98,9 +101,10 @@ class Int8Matrix:
             low = ints[:, :, :16].reshape(n8, 8, nb, 4, 4).transpose(0, 2, 3, 1, 4)
             high = ints[:, :, 16:].reshape(n8, 8, nb, 4, 4).transpose(0, 2, 3, 1, 4)
             quants = np.ascontiguousarray(low | (high << 4)).astype(np.uint8).reshape(-1)
-            return cls(type_name, tuple(shape), quants, per_lane(d), per_lane(m))
+            return cls(type_name, tuple(shape), quants, per_lane(d), per_lane(m), np.empty(0, np.int32))
         quants = np.ascontiguousarray(ints.reshape(n8, 8, nb, 8, 4).transpose(0, 2, 3, 1, 4)).reshape(-1)
-        return cls(type_name, tuple(shape), quants, per_lane(d), np.empty(0, np.float32))
+        sums = per_lane((128 * ints.astype(np.int32).sum(axis=2)).astype(np.int32))
+        return cls(type_name, tuple(shape), quants, per_lane(d), np.empty(0, np.float32), sums)
 
     @property
     def n_padded(self) -> int:
@@ -108,7 +112,7 @@ class Int8Matrix:
 
     @property
     def nbytes(self) -> int:
-        return self.quants.nbytes + self.d.nbytes + self.m.nbytes
+        return self.quants.nbytes + self.d.nbytes + self.m.nbytes + self.sums.nbytes
 
     def integers(self) -> np.ndarray:
         """The weights' integers [n_out, blocks, 32]: nibble values (uint8) or int8."""
@@ -201,20 +205,33 @@ if AVAILABLE:
                 s[r * nb + b] = np.float32(vec.lane_sum(q0, q1, q2, q3)) * step
 
     @njit(nogil=True)
-    def product(x, w_type_q4_1, quants, d, m, n_out, n_threads):  # pragma: no cover - compiled
-        """x [n, n_in] float32 -> x @ w.T [n, n_out] through int8 activations, from
-        inside numba (the layer stack)."""
+    def _quantized(x):  # pragma: no cover - compiled
         n, n_in = x.shape
-        nb = n_in // BLOCK
         q = np.empty(n * n_in, dtype=np.int8)
-        xd = np.empty(n * nb, dtype=np.float32)
-        xs = np.empty(n * nb, dtype=np.float32)
+        xd = np.empty(n * (n_in // BLOCK), dtype=np.float32)
+        xs = np.empty(n * (n_in // BLOCK), dtype=np.float32)
         quantize_rows(x, q, xd, xs)
+        return q, xd, xs
+
+    @njit(nogil=True)
+    def product_q4_1(x, quants, d, m, n_out, n_threads):  # pragma: no cover - compiled
+        """x [n, n_in] float32 -> x @ w.T [n, n_out] for a Q4_1 Int8Matrix's arrays,
+        from inside numba too (the layer stack)."""
+        n, n_in = x.shape
+        q, xd, xs = _quantized(x)
         out = np.empty((n, n_out), dtype=np.float32)
-        if w_type_q4_1:
-            product_q4_1(quants, d, m, q, xd, xs, out.reshape(-1), n, nb, n_in, n_out, n_threads)
+        _drive_q4_1(quants, d, m, q, xd, xs, out.reshape(-1), n, n_in // BLOCK, n_in, n_out, n_threads)
+        return out
+
+    @njit(nogil=True)
+    def product_q8_0(x, quants, d, sums, n_out, n_threads):  # pragma: no cover - compiled
+        n, n_in = x.shape
+        q, xd, _ = _quantized(x)
+        out = np.empty((n, n_out), dtype=np.float32)
+        if _VNNI:
+            _drive_q8_0v(quants, d, sums, q, xd, out.reshape(-1), n, n_in // BLOCK, n_in, n_out, n_threads)
         else:
-            product_q8_0(quants.view(np.int8), d, q, xd, out.reshape(-1), n, nb, n_in, n_out, n_threads)
+            _drive_q8_0(quants, d, q, xd, out.reshape(-1), n, n_in // BLOCK, n_in, n_out, n_threads)
         return out
 
 
@@ -226,13 +243,12 @@ def int8_matmul_t(x: np.ndarray, w: Int8Matrix) -> np.ndarray:
     n_out, n_in = w.shape
     if x.ndim != 2 or x.shape[1] != n_in:
         raise ValueError(f"activations of shape {x.shape} do not fit a {w.shape} matrix")
-    out = product(x, w.type_name == "Q4_1", *kernel_arrays(w), w.n_padded, config.NUMBA_NUM_THREADS)
+    threads = config.NUMBA_NUM_THREADS
+    if w.type_name == "Q4_1":
+        out = product_q4_1(x, w.quants, w.d, w.m, w.n_padded, threads)
+    else:
+        out = product_q8_0(x, w.quants, w.d, w.sums, w.n_padded, threads)
     return out if w.n_padded == n_out else np.ascontiguousarray(out[:, :n_out])
-
-
-def kernel_arrays(w: Int8Matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(quants as uint8, d, m) as `product` takes them (for Q8_0, m is unused)."""
-    return w.quants.view(np.uint8), w.d, (w.m if w.type_name == "Q4_1" else w.d)
 
 
 def quantize_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

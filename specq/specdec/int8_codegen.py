@@ -26,11 +26,13 @@ import os
 BLOCKINGS = ((2, 3), (1, 4))
 TARGET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "int8_kernels.py")
 
-_ARGS = {"q4_1": "wq, wd, wm, xq, xd, xs", "q8_0": "wq, wd, xq, xd"}
+_ARGS = {"q4_1": "wq, wd, wm, xq, xd, xs", "q8_0": "wq, wd, xq, xd", "q8_0v": "wq, wd, ws, xq, xd"}
 _SIGNATURES = {
     "q4_1": "void(uint8[::1], float32[::1], float32[::1], int8[::1], float32[::1], float32[::1], "
             "float32[::1], int64, int64, int64, int64, int64)",
     "q8_0": "void(int8[::1], float32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)",
+    "q8_0v": "void(int8[::1], float32[::1], int32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, "
+             "int64, int64)",
 }
 
 
@@ -65,6 +67,21 @@ def _micro(kind: str, no: int, nr: int) -> list[str]:
                 add(f"        xh = broadcast4(xq, x{r} + {16 + 4 * v})")
                 for o in range(no):
                     add(f"        s{o}{r} = dot4(dot4(s{o}{r}, lo{o}, xl), hi{o}, xh)")
+    elif kind == "q8_0v":
+        # With VNNI only: (x + 128) as unsigned bytes times w, less 128 * sum(w) (ws,
+        # per output and block): one instruction per product where the sign trick
+        # below takes three. The same integers.
+        for v in range(8):
+            for o in range(no):
+                add(f"        q{o} = load_bytes(wq, w{o} * 256 + {32 * v})")
+            for r in range(nr):
+                add(f"        xv = flip_sign_bits(broadcast4(xq, x{r} + {4 * v}))")
+                for o in range(no):
+                    add(f"        s{o}{r} = dot4(s{o}{r}, xv, q{o})")
+        for o in range(no):
+            add(f"        ws{o} = load_i32(ws, w{o} * 8)")
+            for r in range(nr):
+                add(f"        s{o}{r} = sub_i32(s{o}{r}, ws{o})")
     else:
         # Byte 4 * lane + p of vector v: input 4v + p.
         for v in range(8):
@@ -134,11 +151,11 @@ def generate() -> str:
         "from numba import njit, prange",
         "",
         "from specq.specdec.vec import (",
-        "    broadcast4, broadcast_f32, dot4, fma, high_nibbles, load_bytes, load_f32, low_nibbles, magnitudes, mul,",
-        "    signs_of, store_f32, to_float, zeros_f32, zeros_i32,",
+        "    broadcast4, broadcast_f32, dot4, flip_sign_bits, fma, high_nibbles, load_bytes, load_f32, load_i32,",
+        "    low_nibbles, magnitudes, mul, signs_of, store_f32, sub_i32, to_float, zeros_f32, zeros_i32,",
         ")",
     ]
-    for kind in ("q4_1", "q8_0"):
+    for kind in ("q4_1", "q8_0", "q8_0v"):
         for no, nr in BLOCKINGS:
             for step in sorted({no, 1}):
                 for g in range(1, nr + 1):

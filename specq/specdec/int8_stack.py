@@ -28,10 +28,11 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
         return None
     stacked = {k: tuple(np.stack([getattr(getattr(lw, k), part) for lw in layers]) for part in ("quants", "d", "m"))
                for k in KINDS}
+    no_sums = np.empty(0, np.int32)
     stack = StackedLayers.of(layers, tuple(a for k in KINDS for a in stacked[k]), (_run, _run_one))
     views = tuple(
         replace(lw, attn_norm=stack.attn_norm[i], ffn_norm=stack.ffn_norm[i], **{
-            k: Int8Matrix("Q4_1", getattr(lw, k).shape, *(a[i] for a in stacked[k])) for k in KINDS
+            k: Int8Matrix("Q4_1", getattr(lw, k).shape, *(a[i] for a in stacked[k]), no_sums) for k in KINDS
         })
         for i, lw in enumerate(layers)
     )
@@ -53,12 +54,12 @@ def _run(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_
     d = x.shape[1]
     for layer in range(qkv_q.shape[0]):
         h = fused.rms_norm(x, attn_norm[layer], eps)
-        qkv = int8.product(h, True, qkv_q[layer], qkv_d[layer], qkv_m[layer], n_qkv, n_threads)
+        qkv = int8.product_q4_1(h, qkv_q[layer], qkv_d[layer], qkv_m[layer], n_qkv, n_threads)
         attn = attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values, layer, n_heads, scale)
-        x = x + int8.product(attn, True, out_q[layer], out_d[layer], out_m[layer], d, n_threads)
+        x = x + int8.product_q4_1(attn, out_q[layer], out_d[layer], out_m[layer], d, n_threads)
         h = fused.rms_norm(x, ffn_norm[layer], eps)
-        gate_up = int8.product(h, True, gu_q[layer], gu_d[layer], gu_m[layer], 2 * d_ffn, n_threads)
-        x = x + int8.product(fused.silu_gate(gate_up, d_ffn), True, down_q[layer], down_d[layer], down_m[layer], d,
+        gate_up = int8.product_q4_1(h, gu_q[layer], gu_d[layer], gu_m[layer], 2 * d_ffn, n_threads)
+        x = x + int8.product_q4_1(fused.silu_gate(gate_up, d_ffn), down_q[layer], down_d[layer], down_m[layer], d,
                              n_threads)
     return x
 

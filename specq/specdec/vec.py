@@ -146,6 +146,28 @@ def signs_of(typingctx, x, w):  # pragma: no cover - compiled
 
 
 @intrinsic
+def flip_sign_bits(typingctx, v):  # pragma: no cover - compiled
+    """x + 128 as unsigned bytes, for signed bytes x (an xor of the top bit)."""
+    def codegen(context, builder, sig, args):
+        return builder.xor(args[0], ir.Constant(_V8, [0x80] * 32))
+    return I8(I8), codegen
+
+
+@intrinsic
+def load_i32(typingctx, array, i):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _V32), align=4)
+    return I32(array, i), codegen
+
+
+@intrinsic
+def sub_i32(typingctx, a, b):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        return builder.sub(args[0], args[1])
+    return I32(I32, I32), codegen
+
+
+@intrinsic
 def zeros_i32(typingctx):  # pragma: no cover - compiled
     def codegen(context, builder, sig, args):
         return ir.Constant(_V32, [0] * 8)
