@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from specq.specdec import vec
+
 # 'reassoc' lets LLVM vectorize the reductions; one loop body per reduction keeps
 # their order the same for every row (see the module docstring).
 _FAST = {"nnan", "ninf", "contract", "reassoc", "nsz", "arcp"}
@@ -113,27 +115,115 @@ def silu_gate(gate_up, d_ffn):  # pragma: no cover - compiled
     return out
 
 
+@njit(inline="always")
+def _scores(q, r, h, keys, end, raw, g):  # pragma: no cover - compiled
+    """raw[g, t] = sum_i q[r, h, i] keys[i, t] for t < end: per position one fused
+    multiply-add per i, in i order, from 0. Four vectors of positions at a time keep
+    their sums in registers over all of i (the plain loop loaded and stored raw once
+    per multiply-add); the remainder, a vector then a position at a time, does the
+    same operations, so every position gets the same bits wherever it falls."""
+    hd, capacity = keys.shape
+    flat = keys.reshape(-1)
+    t0 = 0
+    while t0 + 32 <= end:
+        a0, a1, a2, a3 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+        for i in range(hd):
+            qi = vec.splat_f32(q[r, h, i])
+            row = i * capacity + t0
+            a0 = vec.fma(qi, vec.load_f32(flat, row), a0)
+            a1 = vec.fma(qi, vec.load_f32(flat, row + 8), a1)
+            a2 = vec.fma(qi, vec.load_f32(flat, row + 16), a2)
+            a3 = vec.fma(qi, vec.load_f32(flat, row + 24), a3)
+        out = raw[g]
+        vec.store_f32(out, t0, a0)
+        vec.store_f32(out, t0 + 8, a1)
+        vec.store_f32(out, t0 + 16, a2)
+        vec.store_f32(out, t0 + 24, a3)
+        t0 += 32
+    while t0 + 8 <= end:
+        a0 = vec.zeros_f32()
+        for i in range(hd):
+            a0 = vec.fma(vec.splat_f32(q[r, h, i]), vec.load_f32(flat, i * capacity + t0), a0)
+        vec.store_f32(raw[g], t0, a0)
+        t0 += 8
+    for t in range(t0, end):
+        total = np.float32(0.0)
+        for i in range(hd):
+            total = vec.fma1(q[r, h, i], keys[i, t], total)
+        raw[g, t] = total
+
+
+@njit(inline="always")
+def _weighted_values(kept, g, slots, m, values, out, r, h):  # pragma: no cover - compiled
+    """out[r, h * hd + i] = sum_t kept[g, t] values[slots[t], i] for t < m: one fused
+    multiply-add per t, in t order, from 0; four vectors of i in registers at a time
+    (the same operations in the remainder, as in _scores)."""
+    hd = values.shape[1]
+    flat = values.reshape(-1)
+    weights = kept[g]
+    base = h * hd
+    i0 = 0
+    while i0 + 32 <= hd:
+        a0, a1, a2, a3 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+        for t in range(m):
+            w = vec.broadcast_f32(weights, t)
+            row = slots[t] * hd + i0
+            a0 = vec.fma(w, vec.load_f32(flat, row), a0)
+            a1 = vec.fma(w, vec.load_f32(flat, row + 8), a1)
+            a2 = vec.fma(w, vec.load_f32(flat, row + 16), a2)
+            a3 = vec.fma(w, vec.load_f32(flat, row + 24), a3)
+        target = out[r]
+        vec.store_f32(target, base + i0, a0)
+        vec.store_f32(target, base + i0 + 8, a1)
+        vec.store_f32(target, base + i0 + 16, a2)
+        vec.store_f32(target, base + i0 + 24, a3)
+        i0 += 32
+    while i0 + 8 <= hd:
+        a0 = vec.zeros_f32()
+        for t in range(m):
+            a0 = vec.fma(vec.broadcast_f32(weights, t), vec.load_f32(flat, slots[t] * hd + i0), a0)
+        vec.store_f32(out[r], base + i0, a0)
+        i0 += 8
+    for i in range(i0, hd):
+        total = np.float32(0.0)
+        for t in range(m):
+            total = vec.fma1(weights[t], values[slots[t], i], total)
+        out[r, base + i] = total
+
+
+@njit(inline="always")
+def _scratch(group, longest):  # pragma: no cover - compiled
+    """Work arrays for _attend_task, made once per chunk of tasks (allocating them per
+    task was a large part of a short task's time)."""
+    raw = np.empty((group, longest), dtype=np.float32)  # every slot's score, before masking
+    kept = np.empty((group, longest), dtype=np.float32)  # the visible scores, then weights
+    totals = np.empty(group, dtype=np.float64)  # sequential sums of up to thousands of weights
+    pow2 = np.empty(longest, dtype=np.int32)
+    slots = np.empty(longest, dtype=np.int64)
+    return raw, kept, totals, pow2, slots
+
+
+@njit(inline="always")
+def _chunks(n_tasks):  # pragma: no cover - compiled
+    """Chunks of tasks for a parallel loop: several per thread, to even out their
+    lengths. A constant, not numba's thread count, which a cached function cannot
+    read; which chunk a task falls in never changes its bits."""
+    return max(1, min(n_tasks, 32))
+
+
 @njit(fastmath=_ORDERED, inline="always")
-def _attend_task(q, r, kv, keys_t, values, start, visible, scale, out, r_seg):  # pragma: no cover - compiled
+def _attend_task(q, r, kv, keys_t, values, start, visible, scale, out, r_seg, scratch):  # pragma: no cover - compiled
     """Row r of q (row r_seg of its segment), kv head kv: attend's arithmetic."""
-    n_q, hd = q.shape[1], q.shape[2]
+    n_q = q.shape[1]
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
     n = visible.shape[0]
     end = start + n
-    raw = np.zeros((group, end), dtype=np.float32)  # every slot's score, before masking
-    kept = np.empty((group, end), dtype=np.float32)  # the visible scores, then weights
-    totals = np.empty(group, dtype=np.float64)  # sequential sums of up to thousands of weights
-    acc = np.zeros((group, hd), dtype=np.float32)
-    pow2 = np.empty(end, dtype=np.int32)
-    slots = np.empty(end, dtype=np.int64)
+    raw, kept, totals, pow2, slots = scratch
     for t in range(start):
         slots[t] = t
-    for i in range(hd):
-        for g in range(group):
-            qi = q[r, kv * group + g, i]
-            for t in range(end):
-                raw[g, t] += qi * keys_t[kv, i, t]
+    for g in range(group):
+        _scores(q, r, kv * group + g, keys_t[kv], end, raw, g)
     m = start
     for j in range(n):
         if visible[r_seg, j]:
@@ -150,17 +240,14 @@ def _attend_task(q, r, kv, keys_t, values, start, visible, scale, out, r_seg):  
         totals[g] = 0.0
         for t in range(m):
             totals[g] += kept[g, t]
-    for t in range(m):
-        slot = slots[t]
-        for g in range(group):
-            weight = kept[g, t]
-            for i in range(hd):
-                acc[g, i] += weight * values[kv, slot, i]
+    values_kv = values[kv]
     for g in range(group):
-        inv_total = np.float32(1.0 / totals[g])  # normalized once, not once per weight
         h = kv * group + g
+        _weighted_values(kept, g, slots, m, values_kv, out, r, h)
+        inv_total = np.float32(1.0 / totals[g])  # normalized once, not once per weight
+        hd = values_kv.shape[1]
         for i in range(hd):
-            out[r, h * hd + i] = acc[g, i] * inv_total
+            out[r, h * hd + i] = out[r, h * hd + i] * inv_total
 
 
 _ATTEND = "float32[:, ::1](float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], int64, boolean[:, ::1], float32)"
@@ -185,8 +272,12 @@ def attend(q, keys_t, values, start, visible, scale):  # pragma: no cover - comp
     n, n_q, hd = q.shape
     n_kv = keys_t.shape[0]
     out = np.empty((n, n_q * hd), dtype=np.float32)
-    for task in prange(n_kv * n):
-        _attend_task(q, task % n, task // n, keys_t, values, start, visible, scale, out, task % n)
+    n_tasks = n_kv * n
+    n_chunks = _chunks(n_tasks)
+    for c in prange(n_chunks):
+        scratch = _scratch(n_q // n_kv, start + n)
+        for task in range(c * n_tasks // n_chunks, (c + 1) * n_tasks // n_chunks):
+            _attend_task(q, task % n, task // n, keys_t, values, start, visible, scale, out, task % n, scratch)
     return out
 
 
@@ -206,9 +297,17 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
     rows, n_q, hd = q.shape
     n_kv = keys[0].shape[1]
     out = np.empty((rows, n_q * hd), dtype=np.float32)
-    for task in prange(n_kv * rows):
-        kv, row = task // rows, task % rows
-        s = np.searchsorted(bounds, row, side="right") - 1
-        lo = bounds[s]
-        _attend_task(q, row, kv, keys[s][layer], values[s][layer], starts[s], visible[s], scale, out, row - lo)
+    longest = 0
+    for s in range(starts.shape[0]):
+        longest = max(longest, starts[s] + bounds[s + 1] - bounds[s])
+    n_tasks = n_kv * rows
+    n_chunks = _chunks(n_tasks)
+    for c in prange(n_chunks):
+        scratch = _scratch(n_q // n_kv, longest)
+        for task in range(c * n_tasks // n_chunks, (c + 1) * n_tasks // n_chunks):
+            kv, row = task // rows, task % rows
+            s = np.searchsorted(bounds, row, side="right") - 1
+            lo = bounds[s]
+            _attend_task(q, row, kv, keys[s][layer], values[s][layer], starts[s], visible[s], scale, out, row - lo,
+                         scratch)
     return out

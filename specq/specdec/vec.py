@@ -237,6 +237,14 @@ def fma(typingctx, a, b, c):  # pragma: no cover - compiled
 
 
 @intrinsic
+def fma1(typingctx, a, b, c):  # pragma: no cover - compiled
+    """a * b + c for float32 scalars, one rounding (the vector fma's lane, alone)."""
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.fma.f32", ir.FloatType(), list(args))
+    return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+@intrinsic
 def max_abs(typingctx, a, b):  # pragma: no cover - compiled
     """max(a, |b|) lane by lane."""
     def codegen(context, builder, sig, args):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba import njit
 
 from specq.specdec import fused
 from specq.specdec.loader import load_model_and_tokenizer
@@ -61,6 +62,75 @@ def test_attention_matches_softmax_attention_with_a_tree_mask(n_kv):
     got = fused.attend(q, keys_t, values, start, visible, np.float32(0.25))
     np.testing.assert_allclose(got, _reference_attention(q, keys, values, start, visible, 0.25), rtol=1e-5,
                                atol=1e-5)
+
+
+@njit(fastmath={"nnan", "ninf", "contract"}, cache=True)
+def _plain_loop_attention(q, keys_t, values, start, visible, scale):  # pragma: no cover - compiled
+    """The plain loops attention ran as before its register-blocked form: every score
+    and weighted sum one fused multiply-add at a time in the same order, with sums
+    in memory (its bits are the reference)."""
+    n, n_q, hd = q.shape
+    n_kv = keys_t.shape[0]
+    group = n_q // n_kv
+    end = start + n
+    out = np.empty((n, n_q * hd), dtype=np.float32)
+    pow2 = np.empty(end, dtype=np.int32)
+    for r in range(n):
+        for kv in range(n_kv):
+            raw = np.zeros((group, end), dtype=np.float32)
+            kept = np.empty((group, end), dtype=np.float32)
+            acc = np.zeros((group, hd), dtype=np.float32)
+            slots = np.empty(end, dtype=np.int64)
+            for t in range(start):
+                slots[t] = t
+            for i in range(hd):
+                for g in range(group):
+                    qi = q[r, kv * group + g, i]
+                    for t in range(end):
+                        raw[g, t] += qi * keys_t[kv, i, t]
+            m = start
+            for j in range(n):
+                if visible[r, j]:
+                    slots[m] = start + j
+                    m += 1
+            totals = np.empty(group, dtype=np.float64)
+            for g in range(group):
+                best = -np.inf
+                for t in range(m):
+                    kept[g, t] = raw[g, slots[t]] * scale
+                    best = max(best, kept[g, t])
+                for t in range(m):
+                    kept[g, t] -= best
+                fused.exp_inplace(kept[g], m, pow2)
+                totals[g] = 0.0
+                for t in range(m):
+                    totals[g] += kept[g, t]
+            for t in range(m):
+                for g in range(group):
+                    weight = kept[g, t]
+                    for i in range(hd):
+                        acc[g, i] += weight * values[kv, slots[t], i]
+            for g in range(group):
+                inv_total = np.float32(1.0 / totals[g])
+                for i in range(hd):
+                    out[r, (kv * group + g) * hd + i] = acc[g, i] * inv_total
+    return out
+
+
+@pytest.mark.parametrize("hd,start,n", [(64, 200, 1), (64, 37, 5), (16, 9, 5), (24, 3, 2), (72, 61, 3)])
+def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n):
+    """Scores and weighted sums kept in registers (fused._scores, _weighted_values)
+    do each fused multiply-add of the plain loops in the same order: the same bits,
+    for positions and head widths in the blocked part, the vector remainder and the
+    scalar one."""
+    n_kv, capacity = 3, start + n + 7
+    q = RNG.standard_normal((n, 9, hd), dtype=np.float32)
+    keys_t = RNG.standard_normal((n_kv, hd, capacity), dtype=np.float32)
+    values = RNG.standard_normal((n_kv, capacity, hd), dtype=np.float32)
+    visible = np.tri(n, dtype=bool)
+    got = fused.attend(q, keys_t, values, start, visible, np.float32(0.125))
+    want = _plain_loop_attention(q, keys_t, values, start, visible, np.float32(0.125))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 @pytest.fixture(scope="module")
