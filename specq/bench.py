@@ -168,7 +168,7 @@ def run_bench(
         settings={"repeat": repeat, "adaptive": defaults.adaptive, "batch_sizes": list(batch_sizes),
                   "max_tokens": sorted({s.overrides.get("max_tokens", defaults.max_tokens) for s in specs}),
                   "temperature": defaults.temperature, "requests": len(specs),
-                  "configs": list(runs), "threads": _threads()},
+                  "configs": list(runs), "threads": _threads(), "precision": model.precision},
     )
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from click.testing import CliRunner
 
 from specq.cli import main
+from specq.specdec import int8
 
 
 def test_bench_reports_every_config_and_category(toy_model_path, tmp_path):
@@ -142,3 +144,54 @@ def test_compare_refuses_unknown_tools_and_names_a_missing_extra(toy_model_path)
         missing = runner.invoke(main, ["bench", "--model", toy_model_path, "--compare", "llama.cpp"])
         assert missing.exit_code == 1 and "needs llama-cpp-python" in missing.stderr
         assert "Traceback" not in missing.output
+
+
+# int8 changes only the products with Q4_1 and Q8_0 matrices: a toy made of them.
+QUANTIZED = dict(seed=6, tensor_type="Q4_1", embedding_type="Q8_0")
+needs_int8 = pytest.mark.skipif(not int8.AVAILABLE, reason="the int8 precision needs AVX2")
+
+
+def _prompts(tmp_path, n_per_category: int = 2) -> str:
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"category": cat, "prompt": f"the cat {cat} {i} the cat", "max_tokens": 12})
+                            + "\n" for cat in ("qa", "code") for i in range(n_per_category)))
+    return str(path)
+
+
+@needs_int8
+def test_bench_at_int8_is_exact_and_drafts_at_the_target_precision(toy_model_file, tmp_path):
+    model = toy_model_file(**QUANTIZED)
+    result = CliRunner().invoke(
+        main, ["bench", "--input", _prompts(tmp_path), "--model", model, "--precision", "int8", "--proposers",
+               "ngram,draft", "--draft-model", model, "--fixed-k", "--k", "2", "--repeat", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["settings"]["precision"] == "int8"
+    rows = {(r["config"], r["category"]): r for r in report["results"]}
+    assert all(r["exact"] is True for (config, _), r in rows.items() if config != "none")
+    # The draft is the target's own file: at the same precision every draft is accepted
+    # (an f32 draft would part from the int8 target where the two disagree).
+    draft = rows[("draft k=2", "all")]
+    assert draft["acceptance_rate"] == 1.0 and draft["tau"] > 1.0
+
+
+@needs_int8
+def test_bench_quality_reports_int8_against_f32(toy_model_file, tmp_path):
+    args = ["bench", "--quality", "--input", _prompts(tmp_path), "--model", toy_model_file(**QUANTIZED),
+            "--limit", "1", "--max-tokens", "8"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "top-1 agreement with f32:" in result.stderr and "mean KL(f32 || int8):" in result.stderr
+    assert "tok/s" not in result.stderr  # no speed passes
+    report = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
+    # --limit 1 per category: 2 prompts, each continued for at most --max-tokens.
+    assert report["sequences"] == 2 and 2 <= report["positions"] <= 16
+    assert 0.0 <= report["top1_agreement"] <= 1.0 and report["mean_kl"] >= 0.0
+
+
+def test_bench_quality_on_a_cpu_without_avx2_is_one_error_line(toy_model_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(int8, "AVAILABLE", False)  # what specq.specdec.int8 finds on such a CPU
+    result = CliRunner().invoke(main, ["bench", "--quality", "--input", _prompts(tmp_path), "--model",
+                                       toy_model_file(**QUANTIZED), "--limit", "1", "--max-tokens", "4"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.splitlines()[-1].startswith("Error: ") and "AVX2" in result.stderr

@@ -14,7 +14,10 @@ from click.testing import CliRunner, Result
 
 import toy_gguf
 from specq.cli import main
+from specq.quality import greedy
+from specq.specdec import int8
 from specq.specdec.gguf_file import GGUFFile
+from specq.specdec.model import LlamaModel
 from specq.specdec.tokenizer import Tokenizer
 
 RECORD_KEYS = {"custom_id", "text", "token_ids", "prompt_token_ids", "finish_reason", "usage", "metrics"}
@@ -222,6 +225,49 @@ def test_sampling_with_a_seed_is_reproducible_and_streams_the_same_text(toy_mode
     streamed = succeeded(generate(*args, "--seed", 3, "--stream"))
     assert streamed.stdout_bytes.decode("utf-8") == first["text"] + "\n"
     assert streamed.stderr.count("tokens/s") == 1
+
+
+# --- precision ------------------------------------------------------------------------
+
+# int8 changes only the products with Q4_1 and Q8_0 matrices: a toy made of them.
+QUANTIZED = dict(seed=6, tensor_type="Q4_1", embedding_type="Q8_0")
+needs_int8 = pytest.mark.skipif(not int8.AVAILABLE, reason="the int8 precision needs AVX2")
+
+
+def test_precision_f32_is_the_default(toy_model_file, tmp_path):
+    common = ("--model", toy_model_file(**QUANTIZED), "--input", _long_prompts_file(tmp_path), "--max-tokens", 16,
+              "--json")
+    default = records(generate(*common))
+    f32 = records(generate(*common, "--precision", "f32"))
+    assert [(r["token_ids"], r["text"]) for r in f32] == [(r["token_ids"], r["text"]) for r in default]
+
+
+@needs_int8
+def test_int8_precision_decodes_what_the_int8_model_decodes_greedily(toy_model_file, tmp_path):
+    model_path = toy_model_file(**QUANTIZED)
+    common = ("--model", model_path, "--input", _long_prompts_file(tmp_path), "--max-tokens", 16, "--json",
+              "--precision", "int8")
+    result = generate(*common)
+    assert "precision int8" in result.stderr  # what was loaded, not only what was asked
+    batched = records(result)
+    alone = records(generate(*common, "--batch-size", 1))
+    model = LlamaModel.load(model_path, "int8")
+    end_ids = Tokenizer.from_gguf(GGUFFile(model_path)).end_of_turn_ids
+    for r, one in zip(batched, alone):
+        assert r["token_ids"] and r["finish_reason"] in ("stop", "length")
+        # Exact at its precision: speculation and batching change no token.
+        assert r["token_ids"] == one["token_ids"] == greedy(model, r["prompt_token_ids"], 16, end_ids)
+
+
+def test_int8_on_a_cpu_without_avx2_is_one_error_line(toy_model_file, monkeypatch):
+    monkeypatch.setattr(int8, "AVAILABLE", False)  # what specq.specdec.int8 finds on such a CPU
+    user_error(generate("--model", toy_model_file(**QUANTIZED), "--prompt", "hi", "--precision", "int8"), 1,
+               "AVX2", "--precision f32")
+
+
+def test_an_unknown_precision_is_a_usage_error_naming_the_choices(toy_model_path):
+    user_error(generate("--model", toy_model_path, "--prompt", "hi", "--precision", "bogus"), 2,
+               "--precision", "'bogus'", "f32", "int8")
 
 
 # --- refusals -------------------------------------------------------------------------

@@ -10,8 +10,10 @@ from dataclasses import replace
 
 import click
 
-from specq.cli.options import DEFAULT_BATCH_SIZE, defaults_from, generation_options, model_options, option_check
-from specq.errors import SpecqError
+from specq.cli.options import (
+    DEFAULT_BATCH_SIZE, defaults_from, generation_options, model_options, option_check, precision_option,
+)
+from specq.errors import InputError, SpecqError
 from specq.jsonl import dumps_line
 from specq.jobs.inputs import GenerationDefaults, PromptSpec, read_jsonl, to_request
 from specq.specdec.engine import Engine
@@ -28,7 +30,7 @@ from specq.specdec.state import DecodeState
 @click.option("--stream", is_flag=True, help="Print text as it is committed (one request at a time).")
 @click.option("--batch-size", type=click.IntRange(min=1, max=64),
               help="Requests decoded together, sharing each target forward [default: 8; 1 with --stream].")
-def generate(prompt_text, input_path, model_path, proposer, draft_model_path, medusa_heads_path, k,
+def generate(prompt_text, input_path, model_path, proposer, draft_model_path, medusa_heads_path, precision, k,
              adaptive, accept, max_tokens, temperature, top_p, top_k, seed, stop, raw_prompt, as_json, stream,
              batch_size) -> None:
     """Generate completions locally, with no queue.
@@ -55,7 +57,7 @@ def generate(prompt_text, input_path, model_path, proposer, draft_model_path, me
             if not prompt_text:
                 raise click.UsageError("--prompt is empty")
             specs = [PromptSpec(custom_id="prompt", line=1, prompt=prompt_text)]
-        engine = _load(model_path, proposer, draft_model_path, medusa_heads_path)
+        engine = _load(model_path, proposer, draft_model_path, medusa_heads_path, precision)
         # Every request is checked against the model before any is decoded.
         states = [_start(engine, spec, defaults) for spec in specs]
         if stream:
@@ -80,16 +82,17 @@ def _start(engine: Engine, spec: PromptSpec, defaults: GenerationDefaults) -> De
         raise type(exc)(f"request {spec.custom_id!r} (line {spec.line}): {exc}") from None
 
 
-def _load(model_path, proposer, draft_model_path, medusa_heads_path) -> Engine:
+def _load(model_path, proposer, draft_model_path, medusa_heads_path, precision) -> Engine:
     from specq.specdec.loader import load_engine
 
     started = time.perf_counter()
     engine = load_engine(
         model_path=model_path, proposer=proposer, draft_model_path=draft_model_path,
-        medusa_heads_path=medusa_heads_path,
+        medusa_heads_path=medusa_heads_path, precision=precision,
     )
     click.echo(
-        f"loaded {engine.model.path} ({engine.model.config.n_layers} layers, proposer {proposer}) "
+        f"loaded {engine.model.path} ({engine.model.config.n_layers} layers, proposer {proposer}, "
+        f"precision {engine.model.precision}) "
         f"in {time.perf_counter() - started:.1f}s",
         err=True,
     )
@@ -193,6 +196,11 @@ def _compare_list(ctx, param, value: str) -> list[str]:
     return names
 
 
+# Per prompt, for --quality: the length the speed figures are measured at (every line
+# of examples/bench_prompts.jsonl, docs/performance.md), so both describe the same text.
+QUALITY_MAX_TOKENS = 128
+
+
 def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]:
     counts: Counter[str] = Counter()
     kept = []
@@ -227,8 +235,12 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
                    "(e.g. 1,2,4,8,16,32,64): R rows of one sequence (verification) and R sequences (decode round).")
 @click.option("--compare", "compare", default="", callback=_compare_list,
               help="External tools side by side, if installed: hf, llama.cpp (comma-separated; extra 'compare').")
+@precision_option
+@click.option("--quality", is_flag=True,
+              help="Instead of the speed passes: how far int8 predictions are from f32's on the prompts "
+                   f"(top-1 agreement, KL divergence; --max-tokens defaults to {QUALITY_MAX_TOKENS}).")
 def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adaptive, draft_model_path,
-          medusa_heads_path, as_json, plot_dir, batch_sizes, row_curve, compare) -> None:
+          medusa_heads_path, as_json, plot_dir, batch_sizes, row_curve, compare, precision, quality) -> None:
     """Measure speculative decoding against plain decoding on one loaded model
     (greedy; tokens/s, speedup, tau, acceptance, exactness), as ratios from one run.
 
@@ -238,11 +250,15 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
     specq bench --k 1,2,3,4 --plot docs/bench
     specq bench --batch-size 8 --compare hf,llama.cpp
     specq bench --proposers none --batch-size 4,8,16,32,64 --row-curve 1,2,4,8,16,32,64 --plot charts/
+    specq bench --quality --limit 2
     """
     from specq.bench import BenchConfig, format_table, run_bench
     from specq.bench_external import load_baselines
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer, resolve_proposer
 
+    if quality:
+        _bench_quality(input_path, model_path, limit, max_tokens or QUALITY_MAX_TOKENS, as_json)
+        return
     if plot_dir:
         from specq.bench_plot import _pyplot
 
@@ -256,7 +272,7 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
             specs = _first_per_category(specs, limit)
         if max_tokens:
             specs = [replace(s, overrides={**s.overrides, "max_tokens": max_tokens}) for s in specs]
-        model, tokenizer = load_model_and_tokenizer(model_path or default_model_path())
+        model, tokenizer = load_model_and_tokenizer(model_path or default_model_path(), precision)
         proposer_cache: dict = {}
         # Reported by what they are ("auto" is hybrid or ngram, depending on the heads).
         proposers = list(dict.fromkeys(resolve_proposer(p, model.fingerprint, medusa_heads_path) for p in proposers))
@@ -293,5 +309,36 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
 
         for path in write_plots(report.to_dict(), plot_dir):
             click.echo(f"wrote {path}", err=True)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+
+
+def _bench_quality(input_path, model_path, limit, max_tokens, as_json) -> None:
+    """`specq bench --quality`: the f32 model against the same weights at int8
+    (specq.quality), one prompt at a time, each continuation clipped to the context."""
+    from specq.quality import QualityReport, compare
+    from specq.specdec.loader import default_model_path, load_model_and_tokenizer
+
+    try:
+        specs = read_jsonl(input_path)
+        if limit:
+            specs = _first_per_category(specs, limit)
+        f32, tokenizer = load_model_and_tokenizer(model_path or default_model_path(), "f32")
+        int8 = f32.at_precision("int8")  # the same weights: only the arithmetic differs
+        report = QualityReport()
+        for i, spec in enumerate(specs, 1):
+            prompt = to_request(spec, tokenizer, GenerationDefaults()).prompt_ids
+            room = f32.config.context_length - len(prompt)
+            if room < 1:
+                raise InputError(f"request {spec.custom_id!r} (line {spec.line}): prompt has {len(prompt)} tokens; "
+                                 f"the model's context is {f32.config.context_length}")
+            compare(f32, int8, [prompt], min(max_tokens, room), tokenizer.end_of_turn_ids, report)
+            click.echo(f"{i}/{len(specs)} prompts compared", err=True)
+    except SpecqError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    click.echo(report.format(), err=True)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))

@@ -6,6 +6,7 @@ import click
 
 from specq.jobs.inputs import GenerationDefaults, OptionError, check_option
 from specq.specdec.acceptance import ACCEPT_RULES
+from specq.specdec.precision import PRECISIONS
 from specq.specdec.proposers import PROPOSERS
 
 # Measured on the default model, plain decoding: 8 requests together give about 2.5x
@@ -36,6 +37,12 @@ def _stack(*decorators):
     return apply
 
 
+precision_option = click.option(
+    "--precision", type=click.Choice(PRECISIONS), default="f32", show_default=True,
+    help="f32: float32 arithmetic, HuggingFace parity. int8: 8-bit activations with integer dot products, "
+         "faster on many rows; outputs differ from f32 near ties (docs/performance.md).",
+)
+
 model_options = _stack(
     click.option("--model", "model_path", type=click.Path(dir_okay=False),
                  help="Target GGUF (default: SmolLM2-135M-Instruct)."),
@@ -45,6 +52,7 @@ model_options = _stack(
                  help="GGUF draft model for --proposer draft."),
     click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False),
                  help="Heads file for medusa/hybrid (default: the shipped heads, when they fit the model)."),
+    precision_option,
 )
 
 generation_options = _stack(

@@ -37,7 +37,7 @@ def _connect(redis_url: str | None) -> redis.Redis:
 
 
 def _batch_config(model_path, proposer, draft_model_path, medusa_heads_path, defaults, batch_size,
-                  checkpoint_tokens, checkpoint_seconds) -> tuple[BatchConfig, str]:
+                  checkpoint_tokens, checkpoint_seconds, precision="f32") -> tuple[BatchConfig, str]:
     """The batch's configuration and the model file it was checked against."""
     from specq.specdec.gguf_file import file_sha256
     from specq.specdec.loader import default_model_path, resolve_proposer, shipped_heads_for
@@ -62,7 +62,7 @@ def _batch_config(model_path, proposer, draft_model_path, medusa_heads_path, def
         draft_model_path=os.path.abspath(draft_model_path) if draft_model_path else "",
         medusa_heads_path=os.path.abspath(medusa_heads_path) if medusa_heads_path else "",
         defaults=defaults, batch_size=batch_size, checkpoint_tokens=checkpoint_tokens,
-        checkpoint_seconds=checkpoint_seconds,
+        checkpoint_seconds=checkpoint_seconds, precision=precision,
     )
     return config, model_file
 
@@ -97,7 +97,7 @@ def _submit(client, input_path, batch_id, queue, skip_invalid, gen):
         gen["model_path"], gen["proposer"], gen["draft_model_path"], gen["medusa_heads_path"],
         defaults_from(**{k: gen[k] for k in ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "accept",
                                              "k", "adaptive", "raw_prompt")}),
-        gen["batch_size"], gen["checkpoint_tokens"], gen["checkpoint_seconds"],
+        gen["batch_size"], gen["checkpoint_tokens"], gen["checkpoint_seconds"], gen["precision"],
     )
     outcome = do_submit(client, input_path, config, model_file=model_file, batch_id=batch_id, queue=queue,
                         skip_invalid=skip_invalid)
@@ -161,7 +161,7 @@ def format_batch(st: dict) -> str:
     tau = f"{st['tau']:.2f}" if st["tau"] is not None else "-"
     acc = f"{st['acceptance_rate']:.2f}" if st["acceptance_rate"] is not None else "-"
     return "\n".join([
-        f"batch {st['batch_id']}  queue {st['queue']}  proposer {st['proposer']}{flags}",
+        f"batch {st['batch_id']}  queue {st['queue']}  proposer {st['proposer']}  precision {st['precision']}{flags}",
         f"  [{'#' * filled}{'-' * (width - filled)}] {finished}/{st['total']} finished",
         "  " + "  ".join(f"{name} {c[name]}" for name in c),
         f"  {st['tokens']} tokens, {st['tokens_per_second']:.1f} tokens/s, tau {tau}, acceptance {acc}, "

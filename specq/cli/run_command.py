@@ -21,7 +21,10 @@ def run_batch_id(input_path: str, config: BatchConfig) -> str:
     with open(input_path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
-    digest.update(json.dumps(config.to_dict(), sort_keys=True).encode())
+    options = config.to_dict()
+    if options["precision"] == "f32":
+        del options["precision"]  # the default: runs started before --precision existed keep their id
+    digest.update(json.dumps(options, sort_keys=True).encode())
     return "run-" + digest.hexdigest()[:16]
 
 
@@ -54,13 +57,18 @@ def run(input_path, output, errors_path, processes, skip_invalid, redis_url, **g
     output = output or f"{stem}.results.jsonl"
     errors_path = errors_path or f"{stem}.errors.jsonl"
     with user_errors():
+        if gen["precision"] == "int8":
+            from specq.specdec import int8
+
+            int8.require()  # the workers are this machine's: refuse now, not in every worker
         url = resolve_url(redis_url)
         client = _connect(url)
         probe, _ = _batch_config(gen["model_path"], gen["proposer"], gen["draft_model_path"], gen["medusa_heads_path"],
                                  defaults_from(**{k: gen[k] for k in ("max_tokens", "temperature", "top_p", "top_k",
                                                                       "seed", "stop", "accept", "k", "adaptive",
                                                                       "raw_prompt")}),
-                                 gen["batch_size"], gen["checkpoint_tokens"], gen["checkpoint_seconds"])
+                                 gen["batch_size"], gen["checkpoint_tokens"], gen["checkpoint_seconds"],
+                                 gen["precision"])
         batch_id = run_batch_id(input_path, probe)
         queue = f"specq-run-{batch_id}"
         outcome = _submit(client, input_path, batch_id, queue, skip_invalid, gen)

@@ -10,6 +10,7 @@ from typing import Any
 
 from specq.errors import ParameterError
 from specq.jobs.inputs import GenerationDefaults
+from specq.specdec.precision import PRECISIONS
 
 DEFAULT_QUEUE = "specq"
 
@@ -56,8 +57,13 @@ class BatchConfig:
     batch_size: int = 8  # requests decoded together by one worker process
     checkpoint_tokens: int = 64  # checkpoint a request after this many new tokens...
     checkpoint_seconds: float = 10.0  # ...or this long since its last checkpoint
+    # The model's arithmetic (LlamaModel precision); absent from batches submitted
+    # before it existed, which were all decoded at f32.
+    precision: str = "f32"
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ParameterError(f"unknown precision {self.precision!r} (choose from {', '.join(PRECISIONS)})")
         if self.batch_size < 1:
             raise ParameterError(f"batch size must be >= 1, got {self.batch_size}")
         if self.checkpoint_tokens < 1:
@@ -66,7 +72,9 @@ class BatchConfig:
             raise ParameterError(f"checkpoint seconds must be > 0, got {self.checkpoint_seconds}")
 
     def engine_key(self) -> tuple[str, ...]:
-        return (self.model_path, self.model_sha256, self.proposer, self.draft_model_path, self.medusa_heads_path)
+        # The precision too: the same file at int8 is another model (other logits).
+        return (self.model_path, self.model_sha256, self.proposer, self.draft_model_path, self.medusa_heads_path,
+                self.precision)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -98,14 +98,20 @@ class Runtime:
 
 
 def load_for_batch(config: BatchConfig) -> LoadedEngine:
-    """Load the batch's model and proposer; refuse a model file that is not the one
-    the batch was submitted with. A proposer that cannot be loaded here (a missing
-    or corrupt heads file, a broken draft model) degrades to plain decoding: slower,
-    and still exact, since the target model alone decides every token."""
+    """Load the batch's model, at its precision, and proposer; refuse a model file
+    that is not the one the batch was submitted with. A proposer that cannot be loaded
+    here (a missing or corrupt heads file, a broken draft model) degrades to plain
+    decoding: slower, and still exact, since the target model alone decides every token."""
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer, shipped_heads_for
     from specq.specdec.proposers.none import NoProposer
 
-    model, tokenizer = load_model_and_tokenizer(config.model_path or default_model_path())
+    if config.precision == "int8":
+        from specq.specdec import int8
+
+        # A CPU without the instructions refuses before reading the weights; like a
+        # model file that differs, that is this worker's fault, not the requests'.
+        int8.require()
+    model, tokenizer = load_model_and_tokenizer(config.model_path or default_model_path(), config.precision)
     degraded = ""
     try:
         proposer = make_proposer(config.proposer, model, tokenizer,

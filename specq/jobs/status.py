@@ -186,6 +186,7 @@ def batch_status(client: redis.Redis, batch_id: str, now: float | None = None,
         "queue": meta.get("queue"),
         "source": meta.get("source"),
         "proposer": config.get("proposer"),
+        "precision": config.get("precision", "f32"),  # batches from before the field were f32
         "flags": flags,
         "total": total,
         "counts": counts,

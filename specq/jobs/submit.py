@@ -157,9 +157,9 @@ def _check_existing(pipe, k: keys.BatchKeys, config: BatchConfig, entries) -> tu
     with other options and a custom_id that names a different request (the line
     number may differ: lines inserted above move it)."""
     stored = pipe.hget(k.meta, "config")
-    if stored is not None and json.loads(stored) != json.loads(canonical(config.to_dict())):
+    if stored is not None and _as_written_now(stored) != json.loads(canonical(config.to_dict())):
         raise ParameterError(
-            f"batch {k.batch_id} exists with different options (model, proposer or generation defaults); "
+            f"batch {k.batch_id} exists with different options (model, proposer, precision or generation defaults); "
             "submit to a new --batch-id"
         )
     if stored is None:
@@ -174,6 +174,16 @@ def _check_existing(pipe, k: keys.BatchKeys, config: BatchConfig, entries) -> tu
                 f"line {entry[0]}: custom_id {entry[1]!r} is already in batch {k.batch_id} with a different request"
             )
     return False, fresh
+
+
+def _as_written_now(stored: bytes) -> dict:
+    """A stored configuration as this version would write it: one from before a field
+    existed (precision) gets that field's default, so resubmitting to it (or running
+    `specq run` again) still finds the same options."""
+    try:
+        return json.loads(canonical(BatchConfig.from_dict(json.loads(stored)).to_dict()))
+    except (SpecqError, KeyError, TypeError, ValueError, AttributeError):
+        return json.loads(stored)  # unreadable: compared as it is, so it differs
 
 
 def _without_line(record_json: str) -> dict:

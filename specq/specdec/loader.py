@@ -38,10 +38,10 @@ def default_model_path() -> str:
     return files[0]
 
 
-def load_model_and_tokenizer(path: str) -> tuple[LlamaModel, Tokenizer]:
+def load_model_and_tokenizer(path: str, precision: str = "f32") -> tuple[LlamaModel, Tokenizer]:
     """One read of the file serves both the weights and the vocabulary."""
     f = GGUFFile(path)
-    model = LlamaModel.from_gguf(f)  # checks the architecture before the vocabulary
+    model = LlamaModel.from_gguf(f, precision)  # checks the architecture before the vocabulary
     return model, Tokenizer.from_gguf(f)
 
 
@@ -51,8 +51,9 @@ def load_engine(
     proposer: str = "auto",
     draft_model_path: str | None = None,
     medusa_heads_path: str | None = None,
+    precision: str = "f32",
 ) -> Engine:
-    model, tokenizer = load_model_and_tokenizer(model_path or default_model_path())
+    model, tokenizer = load_model_and_tokenizer(model_path or default_model_path(), precision)
     chosen = make_proposer(
         proposer, model, tokenizer, draft_model_path=draft_model_path, medusa_heads_path=medusa_heads_path
     )
@@ -95,7 +96,9 @@ def make_proposer(
             raise ParameterError("proposer 'draft' needs --draft-model PATH")
         if not os.path.isfile(draft_model_path):
             raise ModelFileError(f"draft model file not found: {draft_model_path}")
-        draft_model, draft_tokenizer = load_model_and_tokenizer(draft_model_path)
+        # At the target's precision: one choice of arithmetic for the whole engine (and
+        # an int8 draft is cheaper, which is all a draft is for).
+        draft_model, draft_tokenizer = load_model_and_tokenizer(draft_model_path, model.precision)
         check_same_vocabulary(tokenizer, draft_tokenizer, draft_model_path)
         return DraftModelProposer(draft_model, draft_cost=draft_model.n_parameters / model.n_parameters)
     heads_path = medusa_heads_path or shipped_heads_for(model.fingerprint)

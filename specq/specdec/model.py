@@ -24,15 +24,13 @@ from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec import fused
 from specq.specdec.layer_stack import StackedLayers
+from specq.specdec.precision import PRECISIONS
 from specq.specdec.products import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
 from specq.specdec.qkernels import TYPES as QUANTIZED_TYPES
 from specq.specdec.qkernels import QuantizedMatrix
 
 ARCHITECTURE = "llama"
-# How the products compute (int8.py): "int8" quantizes each activation row to 8 bits
-# and multiplies integers (fast, about 0.5% rms per product); "f32" is float32
-# arithmetic on the same weights (HuggingFace parity).
-PRECISIONS = ("int8", "f32")
+
 # Query rows per block of a prompt's attention: 32 to 256 measured, 64 the fastest
 # from 100 to 2,000 rows on the 2-core AMD EPYC.
 _ATTENTION_BLOCK = 64

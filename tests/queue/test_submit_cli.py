@@ -11,7 +11,9 @@ from click.testing import CliRunner
 
 from queue_helpers import write_prompts
 from specq.cli import main
+from specq.jobs.keys import BatchKeys
 from specq.jobs.rq_glue import make_queue
+from specq.specdec import int8
 from specq.worker import run_worker
 
 
@@ -267,3 +269,42 @@ def test_a_batch_id_with_a_dot_runs_and_an_empty_request_id_is_refused(client, q
     assert client.hlen("specq:batch:v1.2:flags") == 0 and client.hlen("specq:batch:v1.2:req_flags") == 0
     run_worker(client, ["specq"], burst=True)
     assert client.hget("specq:batch:v1.2:counts", "completed") == b"2"
+
+
+@pytest.mark.skipif(not int8.AVAILABLE, reason="the int8 precision needs AVX2")
+def test_an_int8_batch_gives_what_generate_gives_at_int8(client, queue_env, tmp_path, toy_model_file):
+    # int8 changes only the products with Q4_1 and Q8_0 matrices: a toy made of them.
+    model = toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0")
+    path = write_prompts(tmp_path / "p.jsonl", 6, max_tokens=16)
+
+    def generated(precision: str) -> dict[str, list[int]]:
+        local = cli("generate", "--input", str(path), "--json", "--model", model, "--precision", precision)
+        return {(r := json.loads(line))["custom_id"]: r["token_ids"] for line in local.stdout.splitlines()}
+
+    expected = generated("int8")
+    # On these prompts f32 parts from int8 somewhere (checked, so a change of toy shows
+    # up): a worker decoding at f32 could not pass the comparison below.
+    assert generated("f32") != expected
+    cli("submit", str(path), "--model", model, "--precision", "int8", "--batch-id", "i8", "--batch-size", "3")
+    st = json.loads(cli("status", "i8", "--json").output)
+    assert st["precision"] == "int8" and "precision int8" in cli("status", "i8").output
+    run_worker(client, ["specq"], burst=True)
+    out = tmp_path / "out.jsonl"
+    cli("results", "i8", "-o", str(out))
+    got = {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"] for line in out.read_text().splitlines()}
+    assert got == expected  # exact at the same precision, whatever the batching
+
+
+def test_a_batch_submitted_before_the_precision_option_is_still_the_same_batch(client, queue_env, tmp_path,
+                                                                              long_model_path):
+    path = write_prompts(tmp_path / "p.jsonl", 3)
+    cli("submit", str(path), "--model", long_model_path, "--batch-id", "old")
+    meta = BatchKeys("old").meta
+    config = json.loads(client.hget(meta, "config"))
+    del config["precision"]  # as an older specq wrote it
+    client.hset(meta, "config", json.dumps(config))
+    assert json.loads(cli("status", "old", "--json").output)["precision"] == "f32"
+    again = cli("submit", str(path), "--model", long_model_path, "--batch-id", "old", "--json")
+    assert json.loads(again.output.strip().splitlines()[-1])["added"] == 0
+    other = cli("submit", str(path), "--model", long_model_path, "--batch-id", "old", "--precision", "int8", ok=False)
+    assert other.exit_code == 1 and "different options" in other.output
