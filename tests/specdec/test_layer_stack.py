@@ -10,6 +10,8 @@ bit for bit if the two do.
 from __future__ import annotations
 
 import numpy as np
+
+from specq.specdec import int8
 import pytest
 
 from specq.specdec.model import LlamaModel, Segment
@@ -48,8 +50,15 @@ def test_default_toy_q4_model_is_stacked(q4_model):
     assert q4_model._stack is not None
     # The layers view the stack's arrays: one copy of the weights in memory.
     lw = q4_model.weights.layers[1]
-    assert np.shares_memory(lw.w_qkv.quants, q4_model._stack.quants[0])
-    assert np.shares_memory(lw.w_down.scales, q4_model._stack.scales[3])
+    arrays = q4_model._stack.arrays  # per kind (qkv, out, gate_up, down): quants, scales
+    assert np.shares_memory(lw.w_qkv.quants, arrays[0])
+    assert np.shares_memory(lw.w_down.scales, arrays[7])
+    # At int8 the same: the int8 layout's arrays are the stack's (quants, d, m per kind).
+    if not int8.AVAILABLE:
+        return
+    int8_model = q4_model.at_precision("int8")
+    lw, arrays = int8_model.weights.layers[1], int8_model._stack.arrays
+    assert np.shares_memory(lw.w_qkv.quants, arrays[0]) and np.shares_memory(lw.w_down.m, arrays[11])
 
 
 @pytest.mark.parametrize("prefix,new", [
