@@ -10,9 +10,9 @@ bit for bit if the two do.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from specq.specdec import int8
-import pytest
 
 from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.products import BULK_ROWS
