@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from specq.specdec import int8
-
 from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.products import BULK_ROWS
 
