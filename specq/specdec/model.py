@@ -15,6 +15,7 @@ kernel for each product and row.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -161,6 +162,18 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
         output_norm=vector("output_norm.weight", d),
         w_output=output,
     )
+
+
+@functools.cache
+def _blas_controller():
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _blas_threads(n: int):
+    """A context in which BLAS uses at most n threads (7 us to enter and leave)."""
+    return _blas_controller().limit(limits=n, user_api="blas")
 
 
 def _for_int8(weights: LlamaWeights) -> LlamaWeights:
@@ -369,6 +382,13 @@ class LlamaModel:
         if self._stack is not None and all(seg.n < BULK_ROWS for seg in segments):
             x = self._stack.run(x, segments, positions, self._rope.cos, self._rope.sin,
                                 cfg.n_heads, cfg.d_ffn, cfg.rms_eps)
+        elif self.precision == "int8":
+            # The int8 products run on numba's threads and a prompt's attention on
+            # BLAS's; two pools taking turns on two cores spin against each other
+            # (an int8 prefill of 100 tokens: 363 tokens/s so, 1,500 with BLAS on one
+            # thread, docs/performance.md).
+            with _blas_threads(1):
+                x = self._blocks(segments, x, positions, bounds)
         else:
             x = self._blocks(segments, x, positions, bounds)
 
