@@ -45,11 +45,19 @@ AVAILABLE = vec.has_avx2()  # the kernels need AVX2 and FMA; vec.dot4 says why t
 if AVAILABLE:
     from specq.specdec import int8_kernels as _kernels
 
-    _WIDE = "avx512vl" in vec.cpu_features()  # 32 vector registers: the larger micro-kernel fits
-    _drive_q4_1 = _kernels.q4_1_2x3 if _WIDE else _kernels.q4_1_1x4
-    _drive_q8_0 = _kernels.q8_0_2x3 if _WIDE else _kernels.q8_0_1x4
-    _drive_q8_0v = _kernels.q8_0v_2x3 if _WIDE else _kernels.q8_0v_1x4
     _VNNI = vec.has_vnni()
+    # 512-bit vectors where AVX-512 has VNNI: twice the outputs per instruction. Else
+    # 256-bit ones, with the larger micro-kernel where AVX-512VL gives 32 registers.
+    _512 = {"avx512f", "avx512bw", "avx512vl", "avx512vnni"} <= vec.cpu_features()
+    _32_REGISTERS = "avx512vl" in vec.cpu_features()
+    if _512:
+        _drive_q4_1, _drive_q8_0v = _kernels.q4_1w_2x3, _kernels.q8_0vw_2x3
+    else:
+        _drive_q4_1 = _kernels.q4_1_2x3 if _32_REGISTERS else _kernels.q4_1_1x4
+        _drive_q8_0v = _kernels.q8_0v_2x3 if _32_REGISTERS else _kernels.q8_0v_1x4
+    _drive_q8_0 = _kernels.q8_0_2x3 if _32_REGISTERS else _kernels.q8_0_1x4
+_WIDTH = 16 if AVAILABLE and _512 else 8
+LANES = {"Q4_1": _WIDTH, "Q8_0": _WIDTH}  # outputs side by side in a weight's layout: its kernel's vector lanes
 
 
 def require() -> None:
@@ -60,7 +68,8 @@ def require() -> None:
 @dataclass(frozen=True, eq=False)
 class Int8Matrix:
     """A Q4_1 or Q8_0 matrix [n_out, n_in] in the int8 kernels' layout (module
-    docstring), padded with zero rows to a multiple of 8 outputs."""
+    docstring) for `lanes` outputs side by side, padded with zero rows to a multiple
+    of `lanes` outputs."""
 
     type_name: str
     shape: tuple[int, int]
@@ -68,9 +77,11 @@ class Int8Matrix:
     d: np.ndarray  # flat float32
     m: np.ndarray  # flat float32 (Q4_1; empty for Q8_0)
     sums: np.ndarray  # flat int32 (Q8_0): 128 * the sum of each output's block of weights
+    lanes: int = 8
 
     @classmethod
-    def from_quantized(cls, w: QuantizedMatrix) -> "Int8Matrix":
+    def from_quantized(cls, w: QuantizedMatrix, lanes: int = 0) -> "Int8Matrix":
+        """lanes: 8 or 16; 0, this CPU's kernel's for the type (LANES)."""
         if w.type_name not in TYPES:
             raise ValueError(f"no int8 kernel for {w.type_name}")
         n_out, n_in = w.shape
@@ -83,32 +94,32 @@ class Int8Matrix:
         else:
             m = np.zeros_like(d)
             ints = raw[:, :, 2:34].view(np.int8)
-        return cls._from_rows(w.type_name, w.shape, ints, d, m)
+        return cls._from_rows(w.type_name, w.shape, ints, d, m, lanes or LANES[w.type_name])
 
     @classmethod
     def _from_rows(cls, type_name: str, shape: tuple[int, int], ints: np.ndarray, d: np.ndarray,
-                   m: np.ndarray) -> "Int8Matrix":
+                   m: np.ndarray, lanes: int) -> "Int8Matrix":
         """ints [n_out, blocks, 32] (nibble values, or int8), d and m [n_out, blocks]."""
-        pad = -shape[0] % 8
+        pad = -shape[0] % lanes
         if pad:
             ints, d, m = (np.concatenate([a, np.zeros((pad, *a.shape[1:]), a.dtype)]) for a in (ints, d, m))
-        n8, nb = ints.shape[0] // 8, ints.shape[1]
+        groups, nb = ints.shape[0] // lanes, ints.shape[1]
 
-        def per_lane(a: np.ndarray) -> np.ndarray:  # [n_out, nb] -> flat [n8, nb, 8]
-            return np.ascontiguousarray(a.reshape(n8, 8, nb).transpose(0, 2, 1)).reshape(-1)
+        def per_lane(a: np.ndarray) -> np.ndarray:  # [n_out, nb] -> flat [groups, nb, lanes]
+            return np.ascontiguousarray(a.reshape(groups, lanes, nb).transpose(0, 2, 1)).reshape(-1)
 
         if type_name == "Q4_1":
-            low = ints[:, :, :16].reshape(n8, 8, nb, 4, 4).transpose(0, 2, 3, 1, 4)
-            high = ints[:, :, 16:].reshape(n8, 8, nb, 4, 4).transpose(0, 2, 3, 1, 4)
+            low = ints[:, :, :16].reshape(groups, lanes, nb, 4, 4).transpose(0, 2, 3, 1, 4)
+            high = ints[:, :, 16:].reshape(groups, lanes, nb, 4, 4).transpose(0, 2, 3, 1, 4)
             quants = np.ascontiguousarray(low | (high << 4)).astype(np.uint8).reshape(-1)
-            return cls(type_name, tuple(shape), quants, per_lane(d), per_lane(m), np.empty(0, np.int32))
-        quants = np.ascontiguousarray(ints.reshape(n8, 8, nb, 8, 4).transpose(0, 2, 3, 1, 4)).reshape(-1)
+            return cls(type_name, tuple(shape), quants, per_lane(d), per_lane(m), np.empty(0, np.int32), lanes)
+        quants = np.ascontiguousarray(ints.reshape(groups, lanes, nb, 8, 4).transpose(0, 2, 3, 1, 4)).reshape(-1)
         sums = per_lane((128 * ints.astype(np.int32).sum(axis=2)).astype(np.int32))
-        return cls(type_name, tuple(shape), quants, per_lane(d), np.empty(0, np.float32), sums)
+        return cls(type_name, tuple(shape), quants, per_lane(d), np.empty(0, np.float32), sums, lanes)
 
     @property
     def n_padded(self) -> int:
-        return -(-self.shape[0] // 8) * 8
+        return -(-self.shape[0] // self.lanes) * self.lanes
 
     @property
     def nbytes(self) -> int:
@@ -116,18 +127,20 @@ class Int8Matrix:
 
     def integers(self) -> np.ndarray:
         """The weights' integers [n_out, blocks, 32]: nibble values (uint8) or int8."""
-        n8, nb = self.n_padded // 8, self.shape[1] // BLOCK
+        lanes = self.lanes
+        groups, nb = self.n_padded // lanes, self.shape[1] // BLOCK
         if self.type_name == "Q4_1":
-            packed = self.quants.reshape(n8, nb, 4, 8, 4).transpose(0, 3, 1, 2, 4).reshape(-1, nb, 16)
+            packed = self.quants.reshape(groups, nb, 4, lanes, 4).transpose(0, 3, 1, 2, 4).reshape(-1, nb, 16)
             ints = np.concatenate([packed & 0x0F, packed >> 4], axis=2)
         else:
-            ints = self.quants.reshape(n8, nb, 8, 8, 4).transpose(0, 3, 1, 2, 4).reshape(-1, nb, 32)
+            ints = self.quants.reshape(groups, nb, 8, lanes, 4).transpose(0, 3, 1, 2, 4).reshape(-1, nb, 32)
         return ints[: self.shape[0]]
 
     def block_scales(self, which: str = "d") -> np.ndarray:
         """d (or m) per output and block, [n_out, blocks]."""
-        n8, nb = self.n_padded // 8, self.shape[1] // BLOCK
-        return getattr(self, which).reshape(n8, nb, 8).transpose(0, 2, 1).reshape(-1, nb)[: self.shape[0]]
+        lanes = self.lanes
+        groups, nb = self.n_padded // lanes, self.shape[1] // BLOCK
+        return getattr(self, which).reshape(groups, nb, lanes).transpose(0, 2, 1).reshape(-1, nb)[: self.shape[0]]
 
     def dequantize(self) -> np.ndarray:
         """float32 [n_out, n_in], gguf's values (d * q + m, q * d), bit for bit."""
@@ -150,7 +163,7 @@ class Int8Matrix:
             raise IndexError(f"row ids out of range for a matrix of {self.shape[0]} rows")
         m = self.block_scales("m") if self.type_name == "Q4_1" else np.zeros((self.shape[0], 1), np.float32)
         return self._from_rows(self.type_name, (ids.size, self.shape[1]), self.integers()[ids],
-                               self.block_scales("d")[ids], m[ids])
+                               self.block_scales("d")[ids], m[ids], self.lanes)
 
 
 @njit("void(float32[:, ::1], int8[::1], float32[::1], float32[::1])", cache=True, nogil=True)
@@ -228,7 +241,10 @@ if AVAILABLE:
         n, n_in = x.shape
         q, xd, _ = _quantized(x)
         out = np.empty((n, n_out), dtype=np.float32)
-        if _VNNI:
+        if _512:  # its kernel reads x + 128 as unsigned bytes (int8_codegen)
+            unsigned = (q.view(np.uint8) ^ np.uint8(0x80)).view(np.int8)
+            _drive_q8_0v(quants, d, sums, unsigned, xd, out.reshape(-1), n, n_in // BLOCK, n_in, n_out, n_threads)
+        elif _VNNI:
             _drive_q8_0v(quants, d, sums, q, xd, out.reshape(-1), n, n_in // BLOCK, n_in, n_out, n_threads)
         else:
             _drive_q8_0(quants, d, q, xd, out.reshape(-1), n, n_in // BLOCK, n_in, n_out, n_threads)
@@ -239,6 +255,8 @@ def int8_matmul_t(x: np.ndarray, w: Int8Matrix) -> np.ndarray:
     """x [n, n_in] -> about x @ w.dequantize().T, float32 [n, n_out]; a row's result
     is bitwise independent of the other rows."""
     require()
+    if w.lanes != LANES[w.type_name]:
+        raise ValueError(f"a matrix laid out for {w.lanes} lanes; this CPU's kernel takes {LANES[w.type_name]}")
     x = np.ascontiguousarray(x, dtype=np.float32)
     n_out, n_in = w.shape
     if x.ndim != 2 or x.shape[1] != n_in:

@@ -1,6 +1,6 @@
 """Writes int8_kernels.py: the register-blocked micro-kernels of the int8 products.
 
-A micro-kernel keeps NO x 8 outputs for NR activation rows in registers (float
+A micro-kernel keeps NO x LANES outputs for NR activation rows in registers (float
 accumulators, and per block the exact int32 sums) while it streams the weights of
 those outputs once; the code is the same for every (NO, NR) but for the number of
 named locals, so it is written out by this generator rather than by hand. The output
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-# (outputs / 8, rows) per micro-kernel. With 32 vector registers (AVX-512VL) two
+# (output groups, rows) per micro-kernel. With 32 vector registers (AVX-512VL) two
 # output vectors by three rows measured fastest; with AVX2's 16, one by four
 # (docs/performance.md, "int8 products").
 BLOCKINGS = ((2, 3), (1, 4))
@@ -36,97 +36,117 @@ _SIGNATURES = {
 }
 
 
-def _micro(kind: str, no: int, nr: int) -> list[str]:
+# Per kernel family: (kind, lanes, blockings). 8 lanes: 256-bit vectors (AVX2, and
+# AVX-VNNI); 16 lanes: 512-bit ones, with AVX-512 VNNI only (q8_0's sign trick has no
+# 512-bit form there; q8_0v needs none).
+FAMILIES = (("q4_1", 8, BLOCKINGS), ("q8_0", 8, BLOCKINGS), ("q8_0v", 8, BLOCKINGS),
+            ("q4_1", 16, ((2, 3),)), ("q8_0v", 16, ((2, 3),)))
+
+
+def _name(kind: str, lanes: int) -> str:
+    return kind if lanes == 8 else f"{kind}w"
+
+
+def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
+    w = "" if lanes == 8 else "_w"  # the intrinsics' suffix for this width (vec.py)
+    block_bytes = {"q4_1": 16, "q8_0": 32, "q8_0v": 32}[kind] * lanes  # one output group's block
     lines = [
         "",
         "",
         "@njit(inline='always')",
-        f"def _{kind}_{no}_{nr}({_ARGS[kind]}, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled",
+        f"def _{_name(kind, lanes)}_{no}_{nr}({_ARGS[kind]}, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled",
     ]
     add = lines.append
     for o in range(no):
         for r in range(nr):
-            add(f"    a{o}{r} = zeros_f32()")
+            add(f"    a{o}{r} = zeros_f32{w}()")
     add("    for b in range(nb):")
     for o in range(no):
-        add(f"        w{o} = (c8 + {o}) * nb + b")
+        add(f"        w{o} = (c + {o}) * nb + b")
     for r in range(nr):
         add(f"        x{r} = (r0 + {r}) * n_in + b * 32")
     for o in range(no):
         for r in range(nr):
-            add(f"        s{o}{r} = zeros_i32()")
+            add(f"        s{o}{r} = zeros_i32{w}()")
+    step = 4 * lanes  # bytes per vector
     if kind == "q4_1":
         # Byte 4 * lane + p of vector v: input 4v + p (low nibble), 16 + 4v + p (high).
         for v in range(4):
             for o in range(no):
-                add(f"        p = load_bytes(wq, w{o} * 128 + {32 * v})")
-                add(f"        lo{o} = low_nibbles(p)")
-                add(f"        hi{o} = high_nibbles(p)")
+                add(f"        p = load_bytes{w}(wq, w{o} * {block_bytes} + {step * v})")
+                add(f"        lo{o} = low_nibbles{w}(p)")
+                add(f"        hi{o} = high_nibbles{w}(p)")
             for r in range(nr):
-                add(f"        xl = broadcast4(xq, x{r} + {4 * v})")
-                add(f"        xh = broadcast4(xq, x{r} + {16 + 4 * v})")
+                add(f"        xl = broadcast4{w}(xq, x{r} + {4 * v})")
+                add(f"        xh = broadcast4{w}(xq, x{r} + {16 + 4 * v})")
                 for o in range(no):
-                    add(f"        s{o}{r} = dot4(dot4(s{o}{r}, lo{o}, xl), hi{o}, xh)")
+                    add(f"        s{o}{r} = dot4{w}(dot4{w}(s{o}{r}, lo{o}, xl), hi{o}, xh)")
     elif kind == "q8_0v":
         # With VNNI only: (x + 128) as unsigned bytes times w, less 128 * sum(w) (ws,
         # per output and block): one instruction per product where the sign trick
         # below takes three. The same integers.
         for v in range(8):
             for o in range(no):
-                add(f"        q{o} = load_bytes(wq, w{o} * 256 + {32 * v})")
+                add(f"        q{o} = load_bytes{w}(wq, w{o} * {block_bytes} + {step * v})")
             for r in range(nr):
-                add(f"        xv = flip_sign_bits(broadcast4(xq, x{r} + {4 * v}))")
+                if lanes == 8:
+                    add(f"        xv = flip_sign_bits(broadcast4(xq, x{r} + {4 * v}))")
+                else:  # xq holds x + 128 already: numba/LLVM did not finish compiling the xor here
+                    add(f"        xv = broadcast4_w(xq, x{r} + {4 * v})")
                 for o in range(no):
-                    add(f"        s{o}{r} = dot4(s{o}{r}, xv, q{o})")
+                    add(f"        s{o}{r} = dot4{w}(s{o}{r}, xv, q{o})")
         for o in range(no):
-            add(f"        ws{o} = load_i32(ws, w{o} * 8)")
+            add(f"        ws{o} = load_i32{w}(ws, w{o} * {lanes})")
             for r in range(nr):
-                add(f"        s{o}{r} = sub_i32(s{o}{r}, ws{o})")
+                add(f"        s{o}{r} = sub_i32{w}(s{o}{r}, ws{o})")
     else:
         # Byte 4 * lane + p of vector v: input 4v + p.
         for v in range(8):
             for o in range(no):
-                add(f"        q{o} = load_bytes(wq, w{o} * 256 + {32 * v})")
+                add(f"        q{o} = load_bytes(wq, w{o} * {block_bytes} + {step * v})")
                 add(f"        m{o} = magnitudes(q{o})")
             for r in range(nr):
                 add(f"        xv = broadcast4(xq, x{r} + {4 * v})")
                 for o in range(no):
                     add(f"        s{o}{r} = dot4(s{o}{r}, m{o}, signs_of(xv, q{o}))")
     for o in range(no):
-        add(f"        dw{o} = load_f32(wd, w{o} * 8)")
+        add(f"        dw{o} = load_f32{w}(wd, w{o} * {lanes})")
         if kind == "q4_1":
-            add(f"        mw{o} = load_f32(wm, w{o} * 8)")
+            add(f"        mw{o} = load_f32{w}(wm, w{o} * {lanes})")
     for r in range(nr):
-        add(f"        dx = broadcast_f32(xd, (r0 + {r}) * nb + b)")
+        add(f"        dx = broadcast_f32{w}(xd, (r0 + {r}) * nb + b)")
         if kind == "q4_1":
-            add(f"        sx = broadcast_f32(xs, (r0 + {r}) * nb + b)")
+            add(f"        sx = broadcast_f32{w}(xs, (r0 + {r}) * nb + b)")
         for o in range(no):
-            add(f"        a{o}{r} = fma(to_float(s{o}{r}), mul(dw{o}, dx), a{o}{r})")
+            add(f"        a{o}{r} = fma{w}(to_float{w}(s{o}{r}), mul{w}(dw{o}, dx), a{o}{r})")
             if kind == "q4_1":
-                add(f"        a{o}{r} = fma(mw{o}, sx, a{o}{r})")
+                add(f"        a{o}{r} = fma{w}(mw{o}, sx, a{o}{r})")
     for o in range(no):
         for r in range(nr):
-            add(f"    store_f32(out, (r0 + {r}) * n_out + (c8 + {o}) * 8, a{o}{r})")
+            add(f"    store_f32{w}(out, (r0 + {r}) * n_out + (c + {o}) * {lanes}, a{o}{r})")
     return lines
 
 
-def _driver(kind: str, no: int, nr: int) -> list[str]:
-    """Each thread takes a slice of the output vectors; in it, NO vectors at a time
-    (single ones for the slice's remainder), and for those all rows in groups of NR
-    (then the remaining rows as one smaller group): the group's weights, a few KB,
-    stay in L1 while the row groups pass over them."""
-    args = _ARGS[kind]
+def _driver(kind: str, lanes: int, no: int, nr: int) -> list[str]:
+    """Each thread takes a slice of the output groups (`lanes` outputs each); in it,
+    NO groups at a time (single ones for the slice's remainder), and for those all
+    rows in groups of NR (then the remaining rows as one smaller group): the group's
+    weights, a few KB, stay in L1 while the row groups pass over them."""
+    args, name = _ARGS[kind], _name(kind, lanes)
+    # 256-bit drivers compile at import (every CPU with AVX2 runs them); 512-bit ones
+    # on first use, which only a CPU with AVX-512 VNNI reaches (int8.py).
+    signature = f'"{_SIGNATURES[kind]}", ' if lanes == 8 else ""
     lines = [
         "",
         "",
-        f'@njit("{_SIGNATURES[kind]}", parallel=True, cache=True, nogil=True)',
-        f"def {kind}_{no}x{nr}({args}, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled",
-        "    n8 = n_out // 8",
+        f"@njit({signature}parallel=True, cache=True, nogil=True)",
+        f"def {name}_{no}x{nr}({args}, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled",
+        f"    groups = n_out // {lanes}",
         "    for t in prange(n_slices):",
-        "        last = (t + 1) * n8 // n_slices",
-        "        c8 = t * n8 // n_slices",
-        "        while c8 < last:",
-        f"            step = {no} if c8 + {no} <= last else 1",
+        "        last = (t + 1) * groups // n_slices",
+        "        c = t * groups // n_slices",
+        "        while c < last:",
+        f"            step = {no} if c + {no} <= last else 1",
         "            r0 = 0",
         "            while r0 < n:",
         f"                g = min({nr}, n - r0)",
@@ -135,9 +155,9 @@ def _driver(kind: str, no: int, nr: int) -> list[str]:
     for step in sorted({no, 1}, reverse=True):
         for g in range(nr, 0, -1):
             lines.append(f"                {'if' if first else 'elif'} step == {step} and g == {g}:")
-            lines.append(f"                    _{kind}_{step}_{g}({args}, out, c8, r0, nb, n_in, n_out)")
+            lines.append(f"                    _{name}_{step}_{g}({args}, out, c, r0, nb, n_in, n_out)")
             first = False
-    lines += ["                r0 += g", "            c8 += step"]
+    lines += ["                r0 += g", "            c += step"]
     return lines
 
 
@@ -150,20 +170,29 @@ def generate() -> str:
         "",
         "from numba import njit, prange",
         "",
-        "from specq.specdec.vec import (",
-        "    broadcast4, broadcast_f32, dot4, flip_sign_bits, fma, high_nibbles, load_bytes, load_f32, load_i32,",
-        "    low_nibbles, magnitudes, mul, signs_of, store_f32, sub_i32, to_float, zeros_f32, zeros_i32,",
-        ")",
+        "from specq.specdec.vec import (  # noqa: F401 - each kernel family uses its own",
     ]
-    for kind in ("q4_1", "q8_0", "q8_0v"):
-        for no, nr in BLOCKINGS:
+    names = sorted({n for n in _NARROW_NAMES} | {f"{n}_w" for n in _NARROW_NAMES if n not in _NARROW_ONLY})
+    for i in range(0, len(names), 8):
+        lines.append("    " + ", ".join(names[i : i + 8]) + ",")
+    lines.append(")")
+    defined: set[str] = set()
+    for kind, lanes, blockings in FAMILIES:
+        for no, nr in blockings:
             for step in sorted({no, 1}):
                 for g in range(1, nr + 1):
-                    name = f"_{kind}_{step}_{g}("
-                    if not any(name in line for line in lines):
-                        lines += _micro(kind, step, g)
-            lines += _driver(kind, no, nr)
+                    name = f"_{_name(kind, lanes)}_{step}_{g}"
+                    if name not in defined:
+                        defined.add(name)
+                        lines += _micro(kind, lanes, step, g)
+            lines += _driver(kind, lanes, no, nr)
     return "\n".join(lines) + "\n"
+
+
+_NARROW_NAMES = ("broadcast4", "broadcast_f32", "dot4", "flip_sign_bits", "fma", "high_nibbles", "load_bytes",
+                 "load_f32", "load_i32", "low_nibbles", "magnitudes", "mul", "signs_of", "store_f32", "sub_i32",
+                 "to_float", "zeros_f32", "zeros_i32")
+_NARROW_ONLY = ("magnitudes", "signs_of", "flip_sign_bits")  # unused at 512 bits
 
 
 if __name__ == "__main__":

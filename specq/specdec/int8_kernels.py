@@ -5,17 +5,20 @@ file is what it writes."""
 
 from numba import njit, prange
 
-from specq.specdec.vec import (
-    broadcast4, broadcast_f32, dot4, flip_sign_bits, fma, high_nibbles, load_bytes, load_f32, load_i32,
-    low_nibbles, magnitudes, mul, signs_of, store_f32, sub_i32, to_float, zeros_f32, zeros_i32,
+from specq.specdec.vec import (  # noqa: F401 - each kernel family uses its own
+    broadcast4, broadcast4_w, broadcast_f32, broadcast_f32_w, dot4, dot4_w, flip_sign_bits, fma,
+    fma_w, high_nibbles, high_nibbles_w, load_bytes, load_bytes_w, load_f32, load_f32_w, load_i32,
+    load_i32_w, low_nibbles, low_nibbles_w, magnitudes, mul, mul_w, signs_of, store_f32,
+    store_f32_w, sub_i32, sub_i32_w, to_float, to_float_w, zeros_f32, zeros_f32_w, zeros_i32,
+    zeros_i32_w,
 )
 
 
 @njit(inline='always')
-def _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
+        w0 = (c + 0) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         p = load_bytes(wq, w0 * 128 + 0)
@@ -48,15 +51,15 @@ def _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: 
         sx = broadcast_f32(xs, (r0 + 0) * nb + b)
         a00 = fma(to_float(s00), mul(dw0, dx), a00)
         a00 = fma(mw0, sx, a00)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
 
 
 @njit(inline='always')
-def _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
+        w0 = (c + 0) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -107,17 +110,17 @@ def _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: 
         sx = broadcast_f32(xs, (r0 + 1) * nb + b)
         a01 = fma(to_float(s01), mul(dw0, dx), a01)
         a01 = fma(mw0, sx, a01)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
 
 
 @njit(inline='always')
-def _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
+        w0 = (c + 0) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -186,18 +189,18 @@ def _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: 
         sx = broadcast_f32(xs, (r0 + 2) * nb + b)
         a02 = fma(to_float(s02), mul(dw0, dx), a02)
         a02 = fma(mw0, sx, a02)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
-    store_f32(out, (r0 + 2) * n_out + (c8 + 0) * 8, a02)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 2) * n_out + (c + 0) * 8, a02)
 
 
 @njit(inline='always')
-def _q4_1_2_1(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
-        w1 = (c8 + 1) * nb + b
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -251,19 +254,19 @@ def _q4_1_2_1(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: 
         a00 = fma(mw0, sx, a00)
         a10 = fma(to_float(s10), mul(dw1, dx), a10)
         a10 = fma(mw1, sx, a10)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 1) * 8, a10)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 0) * n_out + (c + 1) * 8, a10)
 
 
 @njit(inline='always')
-def _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
     a11 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
-        w1 = (c8 + 1) * nb + b
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -342,14 +345,14 @@ def _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: 
         a01 = fma(mw0, sx, a01)
         a11 = fma(to_float(s11), mul(dw1, dx), a11)
         a11 = fma(mw1, sx, a11)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 1) * 8, a10)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 1) * 8, a11)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 0) * n_out + (c + 1) * 8, a10)
+    store_f32(out, (r0 + 1) * n_out + (c + 1) * 8, a11)
 
 
 @njit(inline='always')
-def _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
@@ -357,8 +360,8 @@ def _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: 
     a11 = zeros_f32()
     a12 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
-        w1 = (c8 + 1) * nb + b
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -462,49 +465,49 @@ def _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: 
         a02 = fma(mw0, sx, a02)
         a12 = fma(to_float(s12), mul(dw1, dx), a12)
         a12 = fma(mw1, sx, a12)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
-    store_f32(out, (r0 + 2) * n_out + (c8 + 0) * 8, a02)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 1) * 8, a10)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 1) * 8, a11)
-    store_f32(out, (r0 + 2) * n_out + (c8 + 1) * 8, a12)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 2) * n_out + (c + 0) * 8, a02)
+    store_f32(out, (r0 + 0) * n_out + (c + 1) * 8, a10)
+    store_f32(out, (r0 + 1) * n_out + (c + 1) * 8, a11)
+    store_f32(out, (r0 + 2) * n_out + (c + 1) * 8, a12)
 
 
 @njit("void(uint8[::1], float32[::1], float32[::1], int8[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", parallel=True, cache=True, nogil=True)
 def q4_1_2x3(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
-    n8 = n_out // 8
+    groups = n_out // 8
     for t in prange(n_slices):
-        last = (t + 1) * n8 // n_slices
-        c8 = t * n8 // n_slices
-        while c8 < last:
-            step = 2 if c8 + 2 <= last else 1
+        last = (t + 1) * groups // n_slices
+        c = t * groups // n_slices
+        while c < last:
+            step = 2 if c + 2 <= last else 1
             r0 = 0
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out)
+                    _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out)
+                    _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q4_1_2_1(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out)
+                    _q4_1_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out)
+                    _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out)
+                    _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out)
+                    _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
                 r0 += g
-            c8 += step
+            c += step
 
 
 @njit(inline='always')
-def _q4_1_1_4(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_1_4(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     a03 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
+        w0 = (c + 0) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -591,40 +594,40 @@ def _q4_1_1_4(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out):  # pragma: 
         sx = broadcast_f32(xs, (r0 + 3) * nb + b)
         a03 = fma(to_float(s03), mul(dw0, dx), a03)
         a03 = fma(mw0, sx, a03)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
-    store_f32(out, (r0 + 2) * n_out + (c8 + 0) * 8, a02)
-    store_f32(out, (r0 + 3) * n_out + (c8 + 0) * 8, a03)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 2) * n_out + (c + 0) * 8, a02)
+    store_f32(out, (r0 + 3) * n_out + (c + 0) * 8, a03)
 
 
 @njit("void(uint8[::1], float32[::1], float32[::1], int8[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", parallel=True, cache=True, nogil=True)
 def q4_1_1x4(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
-    n8 = n_out // 8
+    groups = n_out // 8
     for t in prange(n_slices):
-        last = (t + 1) * n8 // n_slices
-        c8 = t * n8 // n_slices
-        while c8 < last:
-            step = 1 if c8 + 1 <= last else 1
+        last = (t + 1) * groups // n_slices
+        c = t * groups // n_slices
+        while c < last:
+            step = 1 if c + 1 <= last else 1
             r0 = 0
             while r0 < n:
                 g = min(4, n - r0)
                 if step == 1 and g == 4:
-                    _q4_1_1_4(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out)
+                    _q4_1_1_4(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out)
+                    _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out)
+                    _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c8, r0, nb, n_in, n_out)
+                    _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
                 r0 += g
-            c8 += step
+            c += step
 
 
 @njit(inline='always')
-def _q8_0_1_1(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_1_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
+        w0 = (c + 0) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -662,15 +665,15 @@ def _q8_0_1_1(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover
         dw0 = load_f32(wd, w0 * 8)
         dx = broadcast_f32(xd, (r0 + 0) * nb + b)
         a00 = fma(to_float(s00), mul(dw0, dx), a00)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
 
 
 @njit(inline='always')
-def _q8_0_1_2(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_1_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
+        w0 = (c + 0) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -728,17 +731,17 @@ def _q8_0_1_2(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover
         a00 = fma(to_float(s00), mul(dw0, dx), a00)
         dx = broadcast_f32(xd, (r0 + 1) * nb + b)
         a01 = fma(to_float(s01), mul(dw0, dx), a01)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
 
 
 @njit(inline='always')
-def _q8_0_1_3(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_1_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
+        w0 = (c + 0) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -816,18 +819,18 @@ def _q8_0_1_3(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover
         a01 = fma(to_float(s01), mul(dw0, dx), a01)
         dx = broadcast_f32(xd, (r0 + 2) * nb + b)
         a02 = fma(to_float(s02), mul(dw0, dx), a02)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
-    store_f32(out, (r0 + 2) * n_out + (c8 + 0) * 8, a02)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 2) * n_out + (c + 0) * 8, a02)
 
 
 @njit(inline='always')
-def _q8_0_2_1(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_2_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
-        w1 = (c8 + 1) * nb + b
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -892,19 +895,19 @@ def _q8_0_2_1(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover
         dx = broadcast_f32(xd, (r0 + 0) * nb + b)
         a00 = fma(to_float(s00), mul(dw0, dx), a00)
         a10 = fma(to_float(s10), mul(dw1, dx), a10)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 1) * 8, a10)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 0) * n_out + (c + 1) * 8, a10)
 
 
 @njit(inline='always')
-def _q8_0_2_2(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_2_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
     a11 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
-        w1 = (c8 + 1) * nb + b
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -999,14 +1002,14 @@ def _q8_0_2_2(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover
         dx = broadcast_f32(xd, (r0 + 1) * nb + b)
         a01 = fma(to_float(s01), mul(dw0, dx), a01)
         a11 = fma(to_float(s11), mul(dw1, dx), a11)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 1) * 8, a10)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 1) * 8, a11)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 0) * n_out + (c + 1) * 8, a10)
+    store_f32(out, (r0 + 1) * n_out + (c + 1) * 8, a11)
 
 
 @njit(inline='always')
-def _q8_0_2_3(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_2_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
@@ -1014,8 +1017,8 @@ def _q8_0_2_3(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover
     a11 = zeros_f32()
     a12 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
-        w1 = (c8 + 1) * nb + b
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1140,49 +1143,49 @@ def _q8_0_2_3(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover
         dx = broadcast_f32(xd, (r0 + 2) * nb + b)
         a02 = fma(to_float(s02), mul(dw0, dx), a02)
         a12 = fma(to_float(s12), mul(dw1, dx), a12)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
-    store_f32(out, (r0 + 2) * n_out + (c8 + 0) * 8, a02)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 1) * 8, a10)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 1) * 8, a11)
-    store_f32(out, (r0 + 2) * n_out + (c8 + 1) * 8, a12)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 2) * n_out + (c + 0) * 8, a02)
+    store_f32(out, (r0 + 0) * n_out + (c + 1) * 8, a10)
+    store_f32(out, (r0 + 1) * n_out + (c + 1) * 8, a11)
+    store_f32(out, (r0 + 2) * n_out + (c + 1) * 8, a12)
 
 
 @njit("void(int8[::1], float32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", parallel=True, cache=True, nogil=True)
 def q8_0_2x3(wq, wd, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
-    n8 = n_out // 8
+    groups = n_out // 8
     for t in prange(n_slices):
-        last = (t + 1) * n8 // n_slices
-        c8 = t * n8 // n_slices
-        while c8 < last:
-            step = 2 if c8 + 2 <= last else 1
+        last = (t + 1) * groups // n_slices
+        c = t * groups // n_slices
+        while c < last:
+            step = 2 if c + 2 <= last else 1
             r0 = 0
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q8_0_2_3(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0_2_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q8_0_2_2(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0_2_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_0_2_1(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0_2_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_0_1_3(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0_1_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_0_1_2(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0_1_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0_1_1(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0_1_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
                 r0 += g
-            c8 += step
+            c += step
 
 
 @njit(inline='always')
-def _q8_0_1_4(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_1_4(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     a03 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
+        w0 = (c + 0) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1280,40 +1283,40 @@ def _q8_0_1_4(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover
         a02 = fma(to_float(s02), mul(dw0, dx), a02)
         dx = broadcast_f32(xd, (r0 + 3) * nb + b)
         a03 = fma(to_float(s03), mul(dw0, dx), a03)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
-    store_f32(out, (r0 + 2) * n_out + (c8 + 0) * 8, a02)
-    store_f32(out, (r0 + 3) * n_out + (c8 + 0) * 8, a03)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 2) * n_out + (c + 0) * 8, a02)
+    store_f32(out, (r0 + 3) * n_out + (c + 0) * 8, a03)
 
 
 @njit("void(int8[::1], float32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", parallel=True, cache=True, nogil=True)
 def q8_0_1x4(wq, wd, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
-    n8 = n_out // 8
+    groups = n_out // 8
     for t in prange(n_slices):
-        last = (t + 1) * n8 // n_slices
-        c8 = t * n8 // n_slices
-        while c8 < last:
-            step = 1 if c8 + 1 <= last else 1
+        last = (t + 1) * groups // n_slices
+        c = t * groups // n_slices
+        while c < last:
+            step = 1 if c + 1 <= last else 1
             r0 = 0
             while r0 < n:
                 g = min(4, n - r0)
                 if step == 1 and g == 4:
-                    _q8_0_1_4(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0_1_4(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_0_1_3(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0_1_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_0_1_2(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0_1_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0_1_1(wq, wd, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0_1_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
                 r0 += g
-            c8 += step
+            c += step
 
 
 @njit(inline='always')
-def _q8_0v_1_1(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
+        w0 = (c + 0) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -1345,15 +1348,15 @@ def _q8_0v_1_1(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no 
         dw0 = load_f32(wd, w0 * 8)
         dx = broadcast_f32(xd, (r0 + 0) * nb + b)
         a00 = fma(to_float(s00), mul(dw0, dx), a00)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
 
 
 @njit(inline='always')
-def _q8_0v_1_2(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
+        w0 = (c + 0) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -1406,17 +1409,17 @@ def _q8_0v_1_2(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no 
         a00 = fma(to_float(s00), mul(dw0, dx), a00)
         dx = broadcast_f32(xd, (r0 + 1) * nb + b)
         a01 = fma(to_float(s01), mul(dw0, dx), a01)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
 
 
 @njit(inline='always')
-def _q8_0v_1_3(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
+        w0 = (c + 0) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1490,18 +1493,18 @@ def _q8_0v_1_3(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no 
         a01 = fma(to_float(s01), mul(dw0, dx), a01)
         dx = broadcast_f32(xd, (r0 + 2) * nb + b)
         a02 = fma(to_float(s02), mul(dw0, dx), a02)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
-    store_f32(out, (r0 + 2) * n_out + (c8 + 0) * 8, a02)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 2) * n_out + (c + 0) * 8, a02)
 
 
 @njit(inline='always')
-def _q8_0v_2_1(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_2_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
-        w1 = (c8 + 1) * nb + b
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -1554,19 +1557,19 @@ def _q8_0v_2_1(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no 
         dx = broadcast_f32(xd, (r0 + 0) * nb + b)
         a00 = fma(to_float(s00), mul(dw0, dx), a00)
         a10 = fma(to_float(s10), mul(dw1, dx), a10)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 1) * 8, a10)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 0) * n_out + (c + 1) * 8, a10)
 
 
 @njit(inline='always')
-def _q8_0v_2_2(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
     a11 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
-        w1 = (c8 + 1) * nb + b
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -1651,14 +1654,14 @@ def _q8_0v_2_2(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no 
         dx = broadcast_f32(xd, (r0 + 1) * nb + b)
         a01 = fma(to_float(s01), mul(dw0, dx), a01)
         a11 = fma(to_float(s11), mul(dw1, dx), a11)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 1) * 8, a10)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 1) * 8, a11)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 0) * n_out + (c + 1) * 8, a10)
+    store_f32(out, (r0 + 1) * n_out + (c + 1) * 8, a11)
 
 
 @njit(inline='always')
-def _q8_0v_2_3(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_2_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
@@ -1666,8 +1669,8 @@ def _q8_0v_2_3(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no 
     a11 = zeros_f32()
     a12 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
-        w1 = (c8 + 1) * nb + b
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1784,49 +1787,49 @@ def _q8_0v_2_3(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no 
         dx = broadcast_f32(xd, (r0 + 2) * nb + b)
         a02 = fma(to_float(s02), mul(dw0, dx), a02)
         a12 = fma(to_float(s12), mul(dw1, dx), a12)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
-    store_f32(out, (r0 + 2) * n_out + (c8 + 0) * 8, a02)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 1) * 8, a10)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 1) * 8, a11)
-    store_f32(out, (r0 + 2) * n_out + (c8 + 1) * 8, a12)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 2) * n_out + (c + 0) * 8, a02)
+    store_f32(out, (r0 + 0) * n_out + (c + 1) * 8, a10)
+    store_f32(out, (r0 + 1) * n_out + (c + 1) * 8, a11)
+    store_f32(out, (r0 + 2) * n_out + (c + 1) * 8, a12)
 
 
 @njit("void(int8[::1], float32[::1], int32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", parallel=True, cache=True, nogil=True)
 def q8_0v_2x3(wq, wd, ws, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
-    n8 = n_out // 8
+    groups = n_out // 8
     for t in prange(n_slices):
-        last = (t + 1) * n8 // n_slices
-        c8 = t * n8 // n_slices
-        while c8 < last:
-            step = 2 if c8 + 2 <= last else 1
+        last = (t + 1) * groups // n_slices
+        c = t * groups // n_slices
+        while c < last:
+            step = 2 if c + 2 <= last else 1
             r0 = 0
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q8_0v_2_3(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0v_2_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q8_0v_2_2(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0v_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_0v_2_1(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0v_2_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_0v_1_3(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0v_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_0v_1_2(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0v_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0v_1_1(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0v_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
                 r0 += g
-            c8 += step
+            c += step
 
 
 @njit(inline='always')
-def _q8_0v_1_4(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_1_4(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     a03 = zeros_f32()
     for b in range(nb):
-        w0 = (c8 + 0) * nb + b
+        w0 = (c + 0) * nb + b
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1921,30 +1924,1026 @@ def _q8_0v_1_4(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out):  # pragma: no 
         a02 = fma(to_float(s02), mul(dw0, dx), a02)
         dx = broadcast_f32(xd, (r0 + 3) * nb + b)
         a03 = fma(to_float(s03), mul(dw0, dx), a03)
-    store_f32(out, (r0 + 0) * n_out + (c8 + 0) * 8, a00)
-    store_f32(out, (r0 + 1) * n_out + (c8 + 0) * 8, a01)
-    store_f32(out, (r0 + 2) * n_out + (c8 + 0) * 8, a02)
-    store_f32(out, (r0 + 3) * n_out + (c8 + 0) * 8, a03)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 2) * n_out + (c + 0) * 8, a02)
+    store_f32(out, (r0 + 3) * n_out + (c + 0) * 8, a03)
 
 
 @njit("void(int8[::1], float32[::1], int32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", parallel=True, cache=True, nogil=True)
 def q8_0v_1x4(wq, wd, ws, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
-    n8 = n_out // 8
+    groups = n_out // 8
     for t in prange(n_slices):
-        last = (t + 1) * n8 // n_slices
-        c8 = t * n8 // n_slices
-        while c8 < last:
-            step = 1 if c8 + 1 <= last else 1
+        last = (t + 1) * groups // n_slices
+        c = t * groups // n_slices
+        while c < last:
+            step = 1 if c + 1 <= last else 1
             r0 = 0
             while r0 < n:
                 g = min(4, n - r0)
                 if step == 1 and g == 4:
-                    _q8_0v_1_4(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0v_1_4(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_0v_1_3(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0v_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_0v_1_2(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0v_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0v_1_1(wq, wd, ws, xq, xd, out, c8, r0, nb, n_in, n_out)
+                    _q8_0v_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
                 r0 += g
-            c8 += step
+            c += step
+
+
+@njit(inline='always')
+def _q4_1w_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a00 = zeros_f32_w()
+    for b in range(nb):
+        w0 = (c + 0) * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        s00 = zeros_i32_w()
+        p = load_bytes_w(wq, w0 * 256 + 0)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 0)
+        xh = broadcast4_w(xq, x0 + 16)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        p = load_bytes_w(wq, w0 * 256 + 64)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 4)
+        xh = broadcast4_w(xq, x0 + 20)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        p = load_bytes_w(wq, w0 * 256 + 128)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 8)
+        xh = broadcast4_w(xq, x0 + 24)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        p = load_bytes_w(wq, w0 * 256 + 192)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 12)
+        xh = broadcast4_w(xq, x0 + 28)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        dw0 = load_f32_w(wd, w0 * 16)
+        mw0 = load_f32_w(wm, w0 * 16)
+        dx = broadcast_f32_w(xd, (r0 + 0) * nb + b)
+        sx = broadcast_f32_w(xs, (r0 + 0) * nb + b)
+        a00 = fma_w(to_float_w(s00), mul_w(dw0, dx), a00)
+        a00 = fma_w(mw0, sx, a00)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 0) * 16, a00)
+
+
+@njit(inline='always')
+def _q4_1w_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a00 = zeros_f32_w()
+    a01 = zeros_f32_w()
+    for b in range(nb):
+        w0 = (c + 0) * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        x1 = (r0 + 1) * n_in + b * 32
+        s00 = zeros_i32_w()
+        s01 = zeros_i32_w()
+        p = load_bytes_w(wq, w0 * 256 + 0)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 0)
+        xh = broadcast4_w(xq, x0 + 16)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        xl = broadcast4_w(xq, x1 + 0)
+        xh = broadcast4_w(xq, x1 + 16)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        p = load_bytes_w(wq, w0 * 256 + 64)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 4)
+        xh = broadcast4_w(xq, x0 + 20)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        xl = broadcast4_w(xq, x1 + 4)
+        xh = broadcast4_w(xq, x1 + 20)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        p = load_bytes_w(wq, w0 * 256 + 128)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 8)
+        xh = broadcast4_w(xq, x0 + 24)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        xl = broadcast4_w(xq, x1 + 8)
+        xh = broadcast4_w(xq, x1 + 24)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        p = load_bytes_w(wq, w0 * 256 + 192)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 12)
+        xh = broadcast4_w(xq, x0 + 28)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        xl = broadcast4_w(xq, x1 + 12)
+        xh = broadcast4_w(xq, x1 + 28)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        dw0 = load_f32_w(wd, w0 * 16)
+        mw0 = load_f32_w(wm, w0 * 16)
+        dx = broadcast_f32_w(xd, (r0 + 0) * nb + b)
+        sx = broadcast_f32_w(xs, (r0 + 0) * nb + b)
+        a00 = fma_w(to_float_w(s00), mul_w(dw0, dx), a00)
+        a00 = fma_w(mw0, sx, a00)
+        dx = broadcast_f32_w(xd, (r0 + 1) * nb + b)
+        sx = broadcast_f32_w(xs, (r0 + 1) * nb + b)
+        a01 = fma_w(to_float_w(s01), mul_w(dw0, dx), a01)
+        a01 = fma_w(mw0, sx, a01)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 0) * 16, a00)
+    store_f32_w(out, (r0 + 1) * n_out + (c + 0) * 16, a01)
+
+
+@njit(inline='always')
+def _q4_1w_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a00 = zeros_f32_w()
+    a01 = zeros_f32_w()
+    a02 = zeros_f32_w()
+    for b in range(nb):
+        w0 = (c + 0) * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        x1 = (r0 + 1) * n_in + b * 32
+        x2 = (r0 + 2) * n_in + b * 32
+        s00 = zeros_i32_w()
+        s01 = zeros_i32_w()
+        s02 = zeros_i32_w()
+        p = load_bytes_w(wq, w0 * 256 + 0)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 0)
+        xh = broadcast4_w(xq, x0 + 16)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        xl = broadcast4_w(xq, x1 + 0)
+        xh = broadcast4_w(xq, x1 + 16)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        xl = broadcast4_w(xq, x2 + 0)
+        xh = broadcast4_w(xq, x2 + 16)
+        s02 = dot4_w(dot4_w(s02, lo0, xl), hi0, xh)
+        p = load_bytes_w(wq, w0 * 256 + 64)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 4)
+        xh = broadcast4_w(xq, x0 + 20)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        xl = broadcast4_w(xq, x1 + 4)
+        xh = broadcast4_w(xq, x1 + 20)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        xl = broadcast4_w(xq, x2 + 4)
+        xh = broadcast4_w(xq, x2 + 20)
+        s02 = dot4_w(dot4_w(s02, lo0, xl), hi0, xh)
+        p = load_bytes_w(wq, w0 * 256 + 128)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 8)
+        xh = broadcast4_w(xq, x0 + 24)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        xl = broadcast4_w(xq, x1 + 8)
+        xh = broadcast4_w(xq, x1 + 24)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        xl = broadcast4_w(xq, x2 + 8)
+        xh = broadcast4_w(xq, x2 + 24)
+        s02 = dot4_w(dot4_w(s02, lo0, xl), hi0, xh)
+        p = load_bytes_w(wq, w0 * 256 + 192)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 12)
+        xh = broadcast4_w(xq, x0 + 28)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        xl = broadcast4_w(xq, x1 + 12)
+        xh = broadcast4_w(xq, x1 + 28)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        xl = broadcast4_w(xq, x2 + 12)
+        xh = broadcast4_w(xq, x2 + 28)
+        s02 = dot4_w(dot4_w(s02, lo0, xl), hi0, xh)
+        dw0 = load_f32_w(wd, w0 * 16)
+        mw0 = load_f32_w(wm, w0 * 16)
+        dx = broadcast_f32_w(xd, (r0 + 0) * nb + b)
+        sx = broadcast_f32_w(xs, (r0 + 0) * nb + b)
+        a00 = fma_w(to_float_w(s00), mul_w(dw0, dx), a00)
+        a00 = fma_w(mw0, sx, a00)
+        dx = broadcast_f32_w(xd, (r0 + 1) * nb + b)
+        sx = broadcast_f32_w(xs, (r0 + 1) * nb + b)
+        a01 = fma_w(to_float_w(s01), mul_w(dw0, dx), a01)
+        a01 = fma_w(mw0, sx, a01)
+        dx = broadcast_f32_w(xd, (r0 + 2) * nb + b)
+        sx = broadcast_f32_w(xs, (r0 + 2) * nb + b)
+        a02 = fma_w(to_float_w(s02), mul_w(dw0, dx), a02)
+        a02 = fma_w(mw0, sx, a02)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 0) * 16, a00)
+    store_f32_w(out, (r0 + 1) * n_out + (c + 0) * 16, a01)
+    store_f32_w(out, (r0 + 2) * n_out + (c + 0) * 16, a02)
+
+
+@njit(inline='always')
+def _q4_1w_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a00 = zeros_f32_w()
+    a10 = zeros_f32_w()
+    for b in range(nb):
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        s00 = zeros_i32_w()
+        s10 = zeros_i32_w()
+        p = load_bytes_w(wq, w0 * 256 + 0)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        p = load_bytes_w(wq, w1 * 256 + 0)
+        lo1 = low_nibbles_w(p)
+        hi1 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 0)
+        xh = broadcast4_w(xq, x0 + 16)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        s10 = dot4_w(dot4_w(s10, lo1, xl), hi1, xh)
+        p = load_bytes_w(wq, w0 * 256 + 64)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        p = load_bytes_w(wq, w1 * 256 + 64)
+        lo1 = low_nibbles_w(p)
+        hi1 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 4)
+        xh = broadcast4_w(xq, x0 + 20)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        s10 = dot4_w(dot4_w(s10, lo1, xl), hi1, xh)
+        p = load_bytes_w(wq, w0 * 256 + 128)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        p = load_bytes_w(wq, w1 * 256 + 128)
+        lo1 = low_nibbles_w(p)
+        hi1 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 8)
+        xh = broadcast4_w(xq, x0 + 24)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        s10 = dot4_w(dot4_w(s10, lo1, xl), hi1, xh)
+        p = load_bytes_w(wq, w0 * 256 + 192)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        p = load_bytes_w(wq, w1 * 256 + 192)
+        lo1 = low_nibbles_w(p)
+        hi1 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 12)
+        xh = broadcast4_w(xq, x0 + 28)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        s10 = dot4_w(dot4_w(s10, lo1, xl), hi1, xh)
+        dw0 = load_f32_w(wd, w0 * 16)
+        mw0 = load_f32_w(wm, w0 * 16)
+        dw1 = load_f32_w(wd, w1 * 16)
+        mw1 = load_f32_w(wm, w1 * 16)
+        dx = broadcast_f32_w(xd, (r0 + 0) * nb + b)
+        sx = broadcast_f32_w(xs, (r0 + 0) * nb + b)
+        a00 = fma_w(to_float_w(s00), mul_w(dw0, dx), a00)
+        a00 = fma_w(mw0, sx, a00)
+        a10 = fma_w(to_float_w(s10), mul_w(dw1, dx), a10)
+        a10 = fma_w(mw1, sx, a10)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 0) * 16, a00)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 1) * 16, a10)
+
+
+@njit(inline='always')
+def _q4_1w_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a00 = zeros_f32_w()
+    a01 = zeros_f32_w()
+    a10 = zeros_f32_w()
+    a11 = zeros_f32_w()
+    for b in range(nb):
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        x1 = (r0 + 1) * n_in + b * 32
+        s00 = zeros_i32_w()
+        s01 = zeros_i32_w()
+        s10 = zeros_i32_w()
+        s11 = zeros_i32_w()
+        p = load_bytes_w(wq, w0 * 256 + 0)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        p = load_bytes_w(wq, w1 * 256 + 0)
+        lo1 = low_nibbles_w(p)
+        hi1 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 0)
+        xh = broadcast4_w(xq, x0 + 16)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        s10 = dot4_w(dot4_w(s10, lo1, xl), hi1, xh)
+        xl = broadcast4_w(xq, x1 + 0)
+        xh = broadcast4_w(xq, x1 + 16)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        s11 = dot4_w(dot4_w(s11, lo1, xl), hi1, xh)
+        p = load_bytes_w(wq, w0 * 256 + 64)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        p = load_bytes_w(wq, w1 * 256 + 64)
+        lo1 = low_nibbles_w(p)
+        hi1 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 4)
+        xh = broadcast4_w(xq, x0 + 20)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        s10 = dot4_w(dot4_w(s10, lo1, xl), hi1, xh)
+        xl = broadcast4_w(xq, x1 + 4)
+        xh = broadcast4_w(xq, x1 + 20)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        s11 = dot4_w(dot4_w(s11, lo1, xl), hi1, xh)
+        p = load_bytes_w(wq, w0 * 256 + 128)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        p = load_bytes_w(wq, w1 * 256 + 128)
+        lo1 = low_nibbles_w(p)
+        hi1 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 8)
+        xh = broadcast4_w(xq, x0 + 24)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        s10 = dot4_w(dot4_w(s10, lo1, xl), hi1, xh)
+        xl = broadcast4_w(xq, x1 + 8)
+        xh = broadcast4_w(xq, x1 + 24)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        s11 = dot4_w(dot4_w(s11, lo1, xl), hi1, xh)
+        p = load_bytes_w(wq, w0 * 256 + 192)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        p = load_bytes_w(wq, w1 * 256 + 192)
+        lo1 = low_nibbles_w(p)
+        hi1 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 12)
+        xh = broadcast4_w(xq, x0 + 28)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        s10 = dot4_w(dot4_w(s10, lo1, xl), hi1, xh)
+        xl = broadcast4_w(xq, x1 + 12)
+        xh = broadcast4_w(xq, x1 + 28)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        s11 = dot4_w(dot4_w(s11, lo1, xl), hi1, xh)
+        dw0 = load_f32_w(wd, w0 * 16)
+        mw0 = load_f32_w(wm, w0 * 16)
+        dw1 = load_f32_w(wd, w1 * 16)
+        mw1 = load_f32_w(wm, w1 * 16)
+        dx = broadcast_f32_w(xd, (r0 + 0) * nb + b)
+        sx = broadcast_f32_w(xs, (r0 + 0) * nb + b)
+        a00 = fma_w(to_float_w(s00), mul_w(dw0, dx), a00)
+        a00 = fma_w(mw0, sx, a00)
+        a10 = fma_w(to_float_w(s10), mul_w(dw1, dx), a10)
+        a10 = fma_w(mw1, sx, a10)
+        dx = broadcast_f32_w(xd, (r0 + 1) * nb + b)
+        sx = broadcast_f32_w(xs, (r0 + 1) * nb + b)
+        a01 = fma_w(to_float_w(s01), mul_w(dw0, dx), a01)
+        a01 = fma_w(mw0, sx, a01)
+        a11 = fma_w(to_float_w(s11), mul_w(dw1, dx), a11)
+        a11 = fma_w(mw1, sx, a11)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 0) * 16, a00)
+    store_f32_w(out, (r0 + 1) * n_out + (c + 0) * 16, a01)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 1) * 16, a10)
+    store_f32_w(out, (r0 + 1) * n_out + (c + 1) * 16, a11)
+
+
+@njit(inline='always')
+def _q4_1w_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a00 = zeros_f32_w()
+    a01 = zeros_f32_w()
+    a02 = zeros_f32_w()
+    a10 = zeros_f32_w()
+    a11 = zeros_f32_w()
+    a12 = zeros_f32_w()
+    for b in range(nb):
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        x1 = (r0 + 1) * n_in + b * 32
+        x2 = (r0 + 2) * n_in + b * 32
+        s00 = zeros_i32_w()
+        s01 = zeros_i32_w()
+        s02 = zeros_i32_w()
+        s10 = zeros_i32_w()
+        s11 = zeros_i32_w()
+        s12 = zeros_i32_w()
+        p = load_bytes_w(wq, w0 * 256 + 0)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        p = load_bytes_w(wq, w1 * 256 + 0)
+        lo1 = low_nibbles_w(p)
+        hi1 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 0)
+        xh = broadcast4_w(xq, x0 + 16)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        s10 = dot4_w(dot4_w(s10, lo1, xl), hi1, xh)
+        xl = broadcast4_w(xq, x1 + 0)
+        xh = broadcast4_w(xq, x1 + 16)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        s11 = dot4_w(dot4_w(s11, lo1, xl), hi1, xh)
+        xl = broadcast4_w(xq, x2 + 0)
+        xh = broadcast4_w(xq, x2 + 16)
+        s02 = dot4_w(dot4_w(s02, lo0, xl), hi0, xh)
+        s12 = dot4_w(dot4_w(s12, lo1, xl), hi1, xh)
+        p = load_bytes_w(wq, w0 * 256 + 64)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        p = load_bytes_w(wq, w1 * 256 + 64)
+        lo1 = low_nibbles_w(p)
+        hi1 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 4)
+        xh = broadcast4_w(xq, x0 + 20)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        s10 = dot4_w(dot4_w(s10, lo1, xl), hi1, xh)
+        xl = broadcast4_w(xq, x1 + 4)
+        xh = broadcast4_w(xq, x1 + 20)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        s11 = dot4_w(dot4_w(s11, lo1, xl), hi1, xh)
+        xl = broadcast4_w(xq, x2 + 4)
+        xh = broadcast4_w(xq, x2 + 20)
+        s02 = dot4_w(dot4_w(s02, lo0, xl), hi0, xh)
+        s12 = dot4_w(dot4_w(s12, lo1, xl), hi1, xh)
+        p = load_bytes_w(wq, w0 * 256 + 128)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        p = load_bytes_w(wq, w1 * 256 + 128)
+        lo1 = low_nibbles_w(p)
+        hi1 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 8)
+        xh = broadcast4_w(xq, x0 + 24)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        s10 = dot4_w(dot4_w(s10, lo1, xl), hi1, xh)
+        xl = broadcast4_w(xq, x1 + 8)
+        xh = broadcast4_w(xq, x1 + 24)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        s11 = dot4_w(dot4_w(s11, lo1, xl), hi1, xh)
+        xl = broadcast4_w(xq, x2 + 8)
+        xh = broadcast4_w(xq, x2 + 24)
+        s02 = dot4_w(dot4_w(s02, lo0, xl), hi0, xh)
+        s12 = dot4_w(dot4_w(s12, lo1, xl), hi1, xh)
+        p = load_bytes_w(wq, w0 * 256 + 192)
+        lo0 = low_nibbles_w(p)
+        hi0 = high_nibbles_w(p)
+        p = load_bytes_w(wq, w1 * 256 + 192)
+        lo1 = low_nibbles_w(p)
+        hi1 = high_nibbles_w(p)
+        xl = broadcast4_w(xq, x0 + 12)
+        xh = broadcast4_w(xq, x0 + 28)
+        s00 = dot4_w(dot4_w(s00, lo0, xl), hi0, xh)
+        s10 = dot4_w(dot4_w(s10, lo1, xl), hi1, xh)
+        xl = broadcast4_w(xq, x1 + 12)
+        xh = broadcast4_w(xq, x1 + 28)
+        s01 = dot4_w(dot4_w(s01, lo0, xl), hi0, xh)
+        s11 = dot4_w(dot4_w(s11, lo1, xl), hi1, xh)
+        xl = broadcast4_w(xq, x2 + 12)
+        xh = broadcast4_w(xq, x2 + 28)
+        s02 = dot4_w(dot4_w(s02, lo0, xl), hi0, xh)
+        s12 = dot4_w(dot4_w(s12, lo1, xl), hi1, xh)
+        dw0 = load_f32_w(wd, w0 * 16)
+        mw0 = load_f32_w(wm, w0 * 16)
+        dw1 = load_f32_w(wd, w1 * 16)
+        mw1 = load_f32_w(wm, w1 * 16)
+        dx = broadcast_f32_w(xd, (r0 + 0) * nb + b)
+        sx = broadcast_f32_w(xs, (r0 + 0) * nb + b)
+        a00 = fma_w(to_float_w(s00), mul_w(dw0, dx), a00)
+        a00 = fma_w(mw0, sx, a00)
+        a10 = fma_w(to_float_w(s10), mul_w(dw1, dx), a10)
+        a10 = fma_w(mw1, sx, a10)
+        dx = broadcast_f32_w(xd, (r0 + 1) * nb + b)
+        sx = broadcast_f32_w(xs, (r0 + 1) * nb + b)
+        a01 = fma_w(to_float_w(s01), mul_w(dw0, dx), a01)
+        a01 = fma_w(mw0, sx, a01)
+        a11 = fma_w(to_float_w(s11), mul_w(dw1, dx), a11)
+        a11 = fma_w(mw1, sx, a11)
+        dx = broadcast_f32_w(xd, (r0 + 2) * nb + b)
+        sx = broadcast_f32_w(xs, (r0 + 2) * nb + b)
+        a02 = fma_w(to_float_w(s02), mul_w(dw0, dx), a02)
+        a02 = fma_w(mw0, sx, a02)
+        a12 = fma_w(to_float_w(s12), mul_w(dw1, dx), a12)
+        a12 = fma_w(mw1, sx, a12)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 0) * 16, a00)
+    store_f32_w(out, (r0 + 1) * n_out + (c + 0) * 16, a01)
+    store_f32_w(out, (r0 + 2) * n_out + (c + 0) * 16, a02)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 1) * 16, a10)
+    store_f32_w(out, (r0 + 1) * n_out + (c + 1) * 16, a11)
+    store_f32_w(out, (r0 + 2) * n_out + (c + 1) * 16, a12)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def q4_1w_2x3(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
+    groups = n_out // 16
+    for t in prange(n_slices):
+        last = (t + 1) * groups // n_slices
+        c = t * groups // n_slices
+        while c < last:
+            step = 2 if c + 2 <= last else 1
+            r0 = 0
+            while r0 < n:
+                g = min(3, n - r0)
+                if step == 2 and g == 3:
+                    _q4_1w_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                elif step == 2 and g == 2:
+                    _q4_1w_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                elif step == 2 and g == 1:
+                    _q4_1w_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                elif step == 1 and g == 3:
+                    _q4_1w_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                elif step == 1 and g == 2:
+                    _q4_1w_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                elif step == 1 and g == 1:
+                    _q4_1w_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                r0 += g
+            c += step
+
+
+@njit(inline='always')
+def _q8_0vw_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a00 = zeros_f32_w()
+    for b in range(nb):
+        w0 = (c + 0) * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        s00 = zeros_i32_w()
+        q0 = load_bytes_w(wq, w0 * 512 + 0)
+        xv = broadcast4_w(xq, x0 + 0)
+        s00 = dot4_w(s00, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 64)
+        xv = broadcast4_w(xq, x0 + 4)
+        s00 = dot4_w(s00, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 128)
+        xv = broadcast4_w(xq, x0 + 8)
+        s00 = dot4_w(s00, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 192)
+        xv = broadcast4_w(xq, x0 + 12)
+        s00 = dot4_w(s00, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 256)
+        xv = broadcast4_w(xq, x0 + 16)
+        s00 = dot4_w(s00, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 320)
+        xv = broadcast4_w(xq, x0 + 20)
+        s00 = dot4_w(s00, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 384)
+        xv = broadcast4_w(xq, x0 + 24)
+        s00 = dot4_w(s00, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 448)
+        xv = broadcast4_w(xq, x0 + 28)
+        s00 = dot4_w(s00, xv, q0)
+        ws0 = load_i32_w(ws, w0 * 16)
+        s00 = sub_i32_w(s00, ws0)
+        dw0 = load_f32_w(wd, w0 * 16)
+        dx = broadcast_f32_w(xd, (r0 + 0) * nb + b)
+        a00 = fma_w(to_float_w(s00), mul_w(dw0, dx), a00)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 0) * 16, a00)
+
+
+@njit(inline='always')
+def _q8_0vw_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a00 = zeros_f32_w()
+    a01 = zeros_f32_w()
+    for b in range(nb):
+        w0 = (c + 0) * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        x1 = (r0 + 1) * n_in + b * 32
+        s00 = zeros_i32_w()
+        s01 = zeros_i32_w()
+        q0 = load_bytes_w(wq, w0 * 512 + 0)
+        xv = broadcast4_w(xq, x0 + 0)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 0)
+        s01 = dot4_w(s01, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 64)
+        xv = broadcast4_w(xq, x0 + 4)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 4)
+        s01 = dot4_w(s01, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 128)
+        xv = broadcast4_w(xq, x0 + 8)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 8)
+        s01 = dot4_w(s01, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 192)
+        xv = broadcast4_w(xq, x0 + 12)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 12)
+        s01 = dot4_w(s01, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 256)
+        xv = broadcast4_w(xq, x0 + 16)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 16)
+        s01 = dot4_w(s01, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 320)
+        xv = broadcast4_w(xq, x0 + 20)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 20)
+        s01 = dot4_w(s01, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 384)
+        xv = broadcast4_w(xq, x0 + 24)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 24)
+        s01 = dot4_w(s01, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 448)
+        xv = broadcast4_w(xq, x0 + 28)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 28)
+        s01 = dot4_w(s01, xv, q0)
+        ws0 = load_i32_w(ws, w0 * 16)
+        s00 = sub_i32_w(s00, ws0)
+        s01 = sub_i32_w(s01, ws0)
+        dw0 = load_f32_w(wd, w0 * 16)
+        dx = broadcast_f32_w(xd, (r0 + 0) * nb + b)
+        a00 = fma_w(to_float_w(s00), mul_w(dw0, dx), a00)
+        dx = broadcast_f32_w(xd, (r0 + 1) * nb + b)
+        a01 = fma_w(to_float_w(s01), mul_w(dw0, dx), a01)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 0) * 16, a00)
+    store_f32_w(out, (r0 + 1) * n_out + (c + 0) * 16, a01)
+
+
+@njit(inline='always')
+def _q8_0vw_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a00 = zeros_f32_w()
+    a01 = zeros_f32_w()
+    a02 = zeros_f32_w()
+    for b in range(nb):
+        w0 = (c + 0) * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        x1 = (r0 + 1) * n_in + b * 32
+        x2 = (r0 + 2) * n_in + b * 32
+        s00 = zeros_i32_w()
+        s01 = zeros_i32_w()
+        s02 = zeros_i32_w()
+        q0 = load_bytes_w(wq, w0 * 512 + 0)
+        xv = broadcast4_w(xq, x0 + 0)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 0)
+        s01 = dot4_w(s01, xv, q0)
+        xv = broadcast4_w(xq, x2 + 0)
+        s02 = dot4_w(s02, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 64)
+        xv = broadcast4_w(xq, x0 + 4)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 4)
+        s01 = dot4_w(s01, xv, q0)
+        xv = broadcast4_w(xq, x2 + 4)
+        s02 = dot4_w(s02, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 128)
+        xv = broadcast4_w(xq, x0 + 8)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 8)
+        s01 = dot4_w(s01, xv, q0)
+        xv = broadcast4_w(xq, x2 + 8)
+        s02 = dot4_w(s02, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 192)
+        xv = broadcast4_w(xq, x0 + 12)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 12)
+        s01 = dot4_w(s01, xv, q0)
+        xv = broadcast4_w(xq, x2 + 12)
+        s02 = dot4_w(s02, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 256)
+        xv = broadcast4_w(xq, x0 + 16)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 16)
+        s01 = dot4_w(s01, xv, q0)
+        xv = broadcast4_w(xq, x2 + 16)
+        s02 = dot4_w(s02, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 320)
+        xv = broadcast4_w(xq, x0 + 20)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 20)
+        s01 = dot4_w(s01, xv, q0)
+        xv = broadcast4_w(xq, x2 + 20)
+        s02 = dot4_w(s02, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 384)
+        xv = broadcast4_w(xq, x0 + 24)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 24)
+        s01 = dot4_w(s01, xv, q0)
+        xv = broadcast4_w(xq, x2 + 24)
+        s02 = dot4_w(s02, xv, q0)
+        q0 = load_bytes_w(wq, w0 * 512 + 448)
+        xv = broadcast4_w(xq, x0 + 28)
+        s00 = dot4_w(s00, xv, q0)
+        xv = broadcast4_w(xq, x1 + 28)
+        s01 = dot4_w(s01, xv, q0)
+        xv = broadcast4_w(xq, x2 + 28)
+        s02 = dot4_w(s02, xv, q0)
+        ws0 = load_i32_w(ws, w0 * 16)
+        s00 = sub_i32_w(s00, ws0)
+        s01 = sub_i32_w(s01, ws0)
+        s02 = sub_i32_w(s02, ws0)
+        dw0 = load_f32_w(wd, w0 * 16)
+        dx = broadcast_f32_w(xd, (r0 + 0) * nb + b)
+        a00 = fma_w(to_float_w(s00), mul_w(dw0, dx), a00)
+        dx = broadcast_f32_w(xd, (r0 + 1) * nb + b)
+        a01 = fma_w(to_float_w(s01), mul_w(dw0, dx), a01)
+        dx = broadcast_f32_w(xd, (r0 + 2) * nb + b)
+        a02 = fma_w(to_float_w(s02), mul_w(dw0, dx), a02)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 0) * 16, a00)
+    store_f32_w(out, (r0 + 1) * n_out + (c + 0) * 16, a01)
+    store_f32_w(out, (r0 + 2) * n_out + (c + 0) * 16, a02)
+
+
+@njit(inline='always')
+def _q8_0vw_2_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a00 = zeros_f32_w()
+    a10 = zeros_f32_w()
+    for b in range(nb):
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        s00 = zeros_i32_w()
+        s10 = zeros_i32_w()
+        q0 = load_bytes_w(wq, w0 * 512 + 0)
+        q1 = load_bytes_w(wq, w1 * 512 + 0)
+        xv = broadcast4_w(xq, x0 + 0)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 64)
+        q1 = load_bytes_w(wq, w1 * 512 + 64)
+        xv = broadcast4_w(xq, x0 + 4)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 128)
+        q1 = load_bytes_w(wq, w1 * 512 + 128)
+        xv = broadcast4_w(xq, x0 + 8)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 192)
+        q1 = load_bytes_w(wq, w1 * 512 + 192)
+        xv = broadcast4_w(xq, x0 + 12)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 256)
+        q1 = load_bytes_w(wq, w1 * 512 + 256)
+        xv = broadcast4_w(xq, x0 + 16)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 320)
+        q1 = load_bytes_w(wq, w1 * 512 + 320)
+        xv = broadcast4_w(xq, x0 + 20)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 384)
+        q1 = load_bytes_w(wq, w1 * 512 + 384)
+        xv = broadcast4_w(xq, x0 + 24)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 448)
+        q1 = load_bytes_w(wq, w1 * 512 + 448)
+        xv = broadcast4_w(xq, x0 + 28)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        ws0 = load_i32_w(ws, w0 * 16)
+        s00 = sub_i32_w(s00, ws0)
+        ws1 = load_i32_w(ws, w1 * 16)
+        s10 = sub_i32_w(s10, ws1)
+        dw0 = load_f32_w(wd, w0 * 16)
+        dw1 = load_f32_w(wd, w1 * 16)
+        dx = broadcast_f32_w(xd, (r0 + 0) * nb + b)
+        a00 = fma_w(to_float_w(s00), mul_w(dw0, dx), a00)
+        a10 = fma_w(to_float_w(s10), mul_w(dw1, dx), a10)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 0) * 16, a00)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 1) * 16, a10)
+
+
+@njit(inline='always')
+def _q8_0vw_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a00 = zeros_f32_w()
+    a01 = zeros_f32_w()
+    a10 = zeros_f32_w()
+    a11 = zeros_f32_w()
+    for b in range(nb):
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        x1 = (r0 + 1) * n_in + b * 32
+        s00 = zeros_i32_w()
+        s01 = zeros_i32_w()
+        s10 = zeros_i32_w()
+        s11 = zeros_i32_w()
+        q0 = load_bytes_w(wq, w0 * 512 + 0)
+        q1 = load_bytes_w(wq, w1 * 512 + 0)
+        xv = broadcast4_w(xq, x0 + 0)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 0)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 64)
+        q1 = load_bytes_w(wq, w1 * 512 + 64)
+        xv = broadcast4_w(xq, x0 + 4)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 4)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 128)
+        q1 = load_bytes_w(wq, w1 * 512 + 128)
+        xv = broadcast4_w(xq, x0 + 8)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 8)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 192)
+        q1 = load_bytes_w(wq, w1 * 512 + 192)
+        xv = broadcast4_w(xq, x0 + 12)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 12)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 256)
+        q1 = load_bytes_w(wq, w1 * 512 + 256)
+        xv = broadcast4_w(xq, x0 + 16)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 16)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 320)
+        q1 = load_bytes_w(wq, w1 * 512 + 320)
+        xv = broadcast4_w(xq, x0 + 20)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 20)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 384)
+        q1 = load_bytes_w(wq, w1 * 512 + 384)
+        xv = broadcast4_w(xq, x0 + 24)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 24)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 448)
+        q1 = load_bytes_w(wq, w1 * 512 + 448)
+        xv = broadcast4_w(xq, x0 + 28)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 28)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        ws0 = load_i32_w(ws, w0 * 16)
+        s00 = sub_i32_w(s00, ws0)
+        s01 = sub_i32_w(s01, ws0)
+        ws1 = load_i32_w(ws, w1 * 16)
+        s10 = sub_i32_w(s10, ws1)
+        s11 = sub_i32_w(s11, ws1)
+        dw0 = load_f32_w(wd, w0 * 16)
+        dw1 = load_f32_w(wd, w1 * 16)
+        dx = broadcast_f32_w(xd, (r0 + 0) * nb + b)
+        a00 = fma_w(to_float_w(s00), mul_w(dw0, dx), a00)
+        a10 = fma_w(to_float_w(s10), mul_w(dw1, dx), a10)
+        dx = broadcast_f32_w(xd, (r0 + 1) * nb + b)
+        a01 = fma_w(to_float_w(s01), mul_w(dw0, dx), a01)
+        a11 = fma_w(to_float_w(s11), mul_w(dw1, dx), a11)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 0) * 16, a00)
+    store_f32_w(out, (r0 + 1) * n_out + (c + 0) * 16, a01)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 1) * 16, a10)
+    store_f32_w(out, (r0 + 1) * n_out + (c + 1) * 16, a11)
+
+
+@njit(inline='always')
+def _q8_0vw_2_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a00 = zeros_f32_w()
+    a01 = zeros_f32_w()
+    a02 = zeros_f32_w()
+    a10 = zeros_f32_w()
+    a11 = zeros_f32_w()
+    a12 = zeros_f32_w()
+    for b in range(nb):
+        w0 = (c + 0) * nb + b
+        w1 = (c + 1) * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        x1 = (r0 + 1) * n_in + b * 32
+        x2 = (r0 + 2) * n_in + b * 32
+        s00 = zeros_i32_w()
+        s01 = zeros_i32_w()
+        s02 = zeros_i32_w()
+        s10 = zeros_i32_w()
+        s11 = zeros_i32_w()
+        s12 = zeros_i32_w()
+        q0 = load_bytes_w(wq, w0 * 512 + 0)
+        q1 = load_bytes_w(wq, w1 * 512 + 0)
+        xv = broadcast4_w(xq, x0 + 0)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 0)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        xv = broadcast4_w(xq, x2 + 0)
+        s02 = dot4_w(s02, xv, q0)
+        s12 = dot4_w(s12, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 64)
+        q1 = load_bytes_w(wq, w1 * 512 + 64)
+        xv = broadcast4_w(xq, x0 + 4)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 4)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        xv = broadcast4_w(xq, x2 + 4)
+        s02 = dot4_w(s02, xv, q0)
+        s12 = dot4_w(s12, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 128)
+        q1 = load_bytes_w(wq, w1 * 512 + 128)
+        xv = broadcast4_w(xq, x0 + 8)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 8)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        xv = broadcast4_w(xq, x2 + 8)
+        s02 = dot4_w(s02, xv, q0)
+        s12 = dot4_w(s12, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 192)
+        q1 = load_bytes_w(wq, w1 * 512 + 192)
+        xv = broadcast4_w(xq, x0 + 12)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 12)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        xv = broadcast4_w(xq, x2 + 12)
+        s02 = dot4_w(s02, xv, q0)
+        s12 = dot4_w(s12, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 256)
+        q1 = load_bytes_w(wq, w1 * 512 + 256)
+        xv = broadcast4_w(xq, x0 + 16)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 16)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        xv = broadcast4_w(xq, x2 + 16)
+        s02 = dot4_w(s02, xv, q0)
+        s12 = dot4_w(s12, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 320)
+        q1 = load_bytes_w(wq, w1 * 512 + 320)
+        xv = broadcast4_w(xq, x0 + 20)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 20)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        xv = broadcast4_w(xq, x2 + 20)
+        s02 = dot4_w(s02, xv, q0)
+        s12 = dot4_w(s12, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 384)
+        q1 = load_bytes_w(wq, w1 * 512 + 384)
+        xv = broadcast4_w(xq, x0 + 24)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 24)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        xv = broadcast4_w(xq, x2 + 24)
+        s02 = dot4_w(s02, xv, q0)
+        s12 = dot4_w(s12, xv, q1)
+        q0 = load_bytes_w(wq, w0 * 512 + 448)
+        q1 = load_bytes_w(wq, w1 * 512 + 448)
+        xv = broadcast4_w(xq, x0 + 28)
+        s00 = dot4_w(s00, xv, q0)
+        s10 = dot4_w(s10, xv, q1)
+        xv = broadcast4_w(xq, x1 + 28)
+        s01 = dot4_w(s01, xv, q0)
+        s11 = dot4_w(s11, xv, q1)
+        xv = broadcast4_w(xq, x2 + 28)
+        s02 = dot4_w(s02, xv, q0)
+        s12 = dot4_w(s12, xv, q1)
+        ws0 = load_i32_w(ws, w0 * 16)
+        s00 = sub_i32_w(s00, ws0)
+        s01 = sub_i32_w(s01, ws0)
+        s02 = sub_i32_w(s02, ws0)
+        ws1 = load_i32_w(ws, w1 * 16)
+        s10 = sub_i32_w(s10, ws1)
+        s11 = sub_i32_w(s11, ws1)
+        s12 = sub_i32_w(s12, ws1)
+        dw0 = load_f32_w(wd, w0 * 16)
+        dw1 = load_f32_w(wd, w1 * 16)
+        dx = broadcast_f32_w(xd, (r0 + 0) * nb + b)
+        a00 = fma_w(to_float_w(s00), mul_w(dw0, dx), a00)
+        a10 = fma_w(to_float_w(s10), mul_w(dw1, dx), a10)
+        dx = broadcast_f32_w(xd, (r0 + 1) * nb + b)
+        a01 = fma_w(to_float_w(s01), mul_w(dw0, dx), a01)
+        a11 = fma_w(to_float_w(s11), mul_w(dw1, dx), a11)
+        dx = broadcast_f32_w(xd, (r0 + 2) * nb + b)
+        a02 = fma_w(to_float_w(s02), mul_w(dw0, dx), a02)
+        a12 = fma_w(to_float_w(s12), mul_w(dw1, dx), a12)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 0) * 16, a00)
+    store_f32_w(out, (r0 + 1) * n_out + (c + 0) * 16, a01)
+    store_f32_w(out, (r0 + 2) * n_out + (c + 0) * 16, a02)
+    store_f32_w(out, (r0 + 0) * n_out + (c + 1) * 16, a10)
+    store_f32_w(out, (r0 + 1) * n_out + (c + 1) * 16, a11)
+    store_f32_w(out, (r0 + 2) * n_out + (c + 1) * 16, a12)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def q8_0vw_2x3(wq, wd, ws, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
+    groups = n_out // 16
+    for t in prange(n_slices):
+        last = (t + 1) * groups // n_slices
+        c = t * groups // n_slices
+        while c < last:
+            step = 2 if c + 2 <= last else 1
+            r0 = 0
+            while r0 < n:
+                g = min(3, n - r0)
+                if step == 2 and g == 3:
+                    _q8_0vw_2_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                elif step == 2 and g == 2:
+                    _q8_0vw_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                elif step == 2 and g == 1:
+                    _q8_0vw_2_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                elif step == 1 and g == 3:
+                    _q8_0vw_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                elif step == 1 and g == 2:
+                    _q8_0vw_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                elif step == 1 and g == 1:
+                    _q8_0vw_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                r0 += g
+            c += step

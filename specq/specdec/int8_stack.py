@@ -32,7 +32,8 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
     stack = StackedLayers.of(layers, tuple(a for k in KINDS for a in stacked[k]), (_run, _run_one))
     views = tuple(
         replace(lw, attn_norm=stack.attn_norm[i], ffn_norm=stack.ffn_norm[i], **{
-            k: Int8Matrix("Q4_1", getattr(lw, k).shape, *(a[i] for a in stacked[k]), no_sums) for k in KINDS
+            k: Int8Matrix("Q4_1", getattr(lw, k).shape, *(a[i] for a in stacked[k]), no_sums, getattr(lw, k).lanes)
+            for k in KINDS
         })
         for i, lw in enumerate(layers)
     )

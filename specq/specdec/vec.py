@@ -76,54 +76,148 @@ def _call(builder, name, result_type, args):
     return builder.call(fn, args)
 
 
-@intrinsic
-def load_bytes(typingctx, array, i):  # pragma: no cover - compiled
-    """The 32 bytes at array[i:] (a 1-D int8 or uint8 array)."""
-    def codegen(context, builder, sig, args):
-        return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _V8), align=1)
-    return I8(array, i), codegen
-
-
-@intrinsic
-def broadcast4(typingctx, array, i):  # pragma: no cover - compiled
-    """The 4 bytes at array[i:] in each of the 8 int32 lanes (vpbroadcastd)."""
-    def codegen(context, builder, sig, args):
-        word = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _I32), align=1)
-        return builder.bitcast(_splat(builder, word, _V32), _V8)
-    return I8(array, i), codegen
-
-
-@intrinsic
-def low_nibbles(typingctx, v):  # pragma: no cover - compiled
-    def codegen(context, builder, sig, args):
-        return builder.and_(args[0], ir.Constant(_V8, [0x0F] * 32))
-    return I8(I8), codegen
-
-
-@intrinsic
-def high_nibbles(typingctx, v):  # pragma: no cover - compiled
-    def codegen(context, builder, sig, args):
-        shifted = builder.lshr(builder.bitcast(args[0], _V16), ir.Constant(_V16, [4] * 16))
-        return builder.and_(builder.bitcast(shifted, _V8), ir.Constant(_V8, [0x0F] * 32))
-    return I8(I8), codegen
-
-
 def _dot4(builder, acc, unsigned, signed):
     """acc + the sum of 4 (u8 x s8) products per int32 lane. Exact whenever a pair of
     products fits in int16 (vpmaddubsw saturates there): true for 4-bit weights, and
-    for int8 weights taken as |w| against sign(w) x (int8.py)."""
+    for int8 weights taken as |w| against sign(w) x (int8.py). 512-bit vectors are
+    used only with VNNI (int8.py)."""
+    lanes = acc.type.count
     if has_vnni():
-        return _call(builder, "llvm.x86.avx512.vpdpbusd.256", _V32, [acc, unsigned, signed])
+        return _call(builder, f"llvm.x86.avx512.vpdpbusd.{32 * lanes}", acc.type, [acc, unsigned, signed])
+    assert lanes == 8, "512-bit vectors without VNNI"
     pairs = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16, [unsigned, signed])
     quads = _call(builder, "llvm.x86.avx2.pmadd.wd", _V32, [pairs, ir.Constant(_V16, [1] * 16)])
     return builder.add(acc, quads)
 
 
-@intrinsic
-def dot4(typingctx, acc, unsigned, signed):  # pragma: no cover - compiled
-    def codegen(context, builder, sig, args):
-        return _dot4(builder, *args)
-    return I32(I32, I8, I8), codegen
+def _width(lanes: int) -> dict:
+    """The intrinsics on vectors of `lanes` int32 or float32 (8: 256 bits, AVX2; 16:
+    512 bits, AVX-512) by name: vec.load_bytes etc. are the 256-bit ones,
+    vec.load_bytes_w etc. the 512-bit ones. Each emits one or two instructions."""
+    bytes_t, words_t = ir.VectorType(ir.IntType(8), 4 * lanes), ir.VectorType(ir.IntType(16), 2 * lanes)
+    ints_t, floats_t = ir.VectorType(_I32, lanes), ir.VectorType(ir.FloatType(), lanes)
+    B, I, F = Vec("i8", 4 * lanes), Vec("i32", lanes), Vec("f32", lanes)
+
+    @intrinsic
+    def load_bytes(typingctx, array, i):  # pragma: no cover - compiled
+        """The 4 x lanes bytes at array[i:] (a 1-D int8 or uint8 array)."""
+        def codegen(context, builder, sig, args):
+            return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], bytes_t), align=1)
+        return B(array, i), codegen
+
+    @intrinsic
+    def broadcast4(typingctx, array, i):  # pragma: no cover - compiled
+        """The 4 bytes at array[i:] in each int32 lane (vpbroadcastd)."""
+        def codegen(context, builder, sig, args):
+            word = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _I32), align=1)
+            return builder.bitcast(_splat(builder, word, ints_t), bytes_t)
+        return B(array, i), codegen
+
+    @intrinsic
+    def low_nibbles(typingctx, v):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            return builder.and_(args[0], ir.Constant(bytes_t, [0x0F] * (4 * lanes)))
+        return B(B), codegen
+
+    @intrinsic
+    def high_nibbles(typingctx, v):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            shifted = builder.lshr(builder.bitcast(args[0], words_t), ir.Constant(words_t, [4] * (2 * lanes)))
+            return builder.and_(builder.bitcast(shifted, bytes_t), ir.Constant(bytes_t, [0x0F] * (4 * lanes)))
+        return B(B), codegen
+
+    @intrinsic
+    def dot4(typingctx, acc, unsigned, signed):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            return _dot4(builder, *args)
+        return I(I, B, B), codegen
+
+    @intrinsic
+    def flip_sign_bits(typingctx, v):  # pragma: no cover - compiled
+        """x + 128 as unsigned bytes, for signed bytes x (an xor of the top bit)."""
+        def codegen(context, builder, sig, args):
+            return builder.xor(args[0], ir.Constant(bytes_t, [0x80] * (4 * lanes)))
+        return B(B), codegen
+
+    @intrinsic
+    def load_i32(typingctx, array, i):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], ints_t), align=4)
+        return I(array, i), codegen
+
+    @intrinsic
+    def sub_i32(typingctx, a, b):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            return builder.sub(args[0], args[1])
+        return I(I, I), codegen
+
+    @intrinsic
+    def zeros_i32(typingctx):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            return ir.Constant(ints_t, [0] * lanes)
+        return I(), codegen
+
+    @intrinsic
+    def zeros_f32(typingctx):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            return ir.Constant(floats_t, [0.0] * lanes)
+        return F(), codegen
+
+    @intrinsic
+    def to_float(typingctx, v):  # pragma: no cover - compiled
+        """int32 -> float32 lanes; exact for block sums (below 2**24)."""
+        def codegen(context, builder, sig, args):
+            return builder.sitofp(args[0], floats_t)
+        return F(I), codegen
+
+    @intrinsic
+    def load_f32(typingctx, array, i):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], floats_t), align=4)
+        return F(array, i), codegen
+
+    @intrinsic
+    def store_f32(typingctx, array, i, v):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            builder.store(args[2], _pointer(context, builder, sig.args[0], args[0], args[1], floats_t), align=4)
+            return context.get_dummy_value()
+        return types.void(array, i, F), codegen
+
+    @intrinsic
+    def broadcast_f32(typingctx, array, i):  # pragma: no cover - compiled
+        """array[i] in every lane (vbroadcastss; no negative-index code, which numba's
+        array[i] adds and which costs registers in a micro-kernel)."""
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, args[0]).data
+            return _splat(builder, builder.load(builder.gep(data, [args[1]])), floats_t)
+        return F(array, i), codegen
+
+    @intrinsic
+    def mul(typingctx, a, b):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            return builder.fmul(args[0], args[1])  # no fast-math flags: one rounding, always
+        return F(F, F), codegen
+
+    @intrinsic
+    def fma(typingctx, a, b, c):  # pragma: no cover - compiled
+        """a * b + c with one rounding (llvm.fma: never split, never reordered)."""
+        def codegen(context, builder, sig, args):
+            return _call(builder, f"llvm.fma.v{lanes}f32", floats_t, list(args))
+        return F(F, F, F), codegen
+
+    return {name: value for name, value in locals().items() if name in _PER_WIDTH}
+
+
+_PER_WIDTH = ("load_bytes", "broadcast4", "low_nibbles", "high_nibbles", "dot4", "flip_sign_bits", "load_i32",
+              "sub_i32", "zeros_i32", "zeros_f32", "to_float", "load_f32", "store_f32", "broadcast_f32", "mul", "fma")
+
+
+_NARROW, _WIDE = _width(8), _width(16)
+(load_bytes, broadcast4, low_nibbles, high_nibbles, dot4, flip_sign_bits, load_i32, sub_i32, zeros_i32, zeros_f32,
+ to_float, load_f32, store_f32, broadcast_f32, mul, fma) = (_NARROW[k] for k in _PER_WIDTH)
+(load_bytes_w, broadcast4_w, low_nibbles_w, high_nibbles_w, dot4_w, flip_sign_bits_w, load_i32_w, sub_i32_w,
+ zeros_i32_w, zeros_f32_w, to_float_w, load_f32_w, store_f32_w, broadcast_f32_w, mul_w,
+ fma_w) = (_WIDE[k] for k in _PER_WIDTH)
 
 
 @intrinsic
@@ -146,94 +240,10 @@ def signs_of(typingctx, x, w):  # pragma: no cover - compiled
 
 
 @intrinsic
-def flip_sign_bits(typingctx, v):  # pragma: no cover - compiled
-    """x + 128 as unsigned bytes, for signed bytes x (an xor of the top bit)."""
-    def codegen(context, builder, sig, args):
-        return builder.xor(args[0], ir.Constant(_V8, [0x80] * 32))
-    return I8(I8), codegen
-
-
-@intrinsic
-def load_i32(typingctx, array, i):  # pragma: no cover - compiled
-    def codegen(context, builder, sig, args):
-        return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _V32), align=4)
-    return I32(array, i), codegen
-
-
-@intrinsic
-def sub_i32(typingctx, a, b):  # pragma: no cover - compiled
-    def codegen(context, builder, sig, args):
-        return builder.sub(args[0], args[1])
-    return I32(I32, I32), codegen
-
-
-@intrinsic
-def zeros_i32(typingctx):  # pragma: no cover - compiled
-    def codegen(context, builder, sig, args):
-        return ir.Constant(_V32, [0] * 8)
-    return I32(), codegen
-
-
-@intrinsic
-def zeros_f32(typingctx):  # pragma: no cover - compiled
-    def codegen(context, builder, sig, args):
-        return ir.Constant(_VF, [0.0] * 8)
-    return F32(), codegen
-
-
-@intrinsic
-def to_float(typingctx, v):  # pragma: no cover - compiled
-    """int32 -> float32 lanes; exact for block sums (below 2**24)."""
-    def codegen(context, builder, sig, args):
-        return builder.sitofp(args[0], _VF)
-    return F32(I32), codegen
-
-
-@intrinsic
-def load_f32(typingctx, array, i):  # pragma: no cover - compiled
-    def codegen(context, builder, sig, args):
-        return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _VF), align=4)
-    return F32(array, i), codegen
-
-
-@intrinsic
-def store_f32(typingctx, array, i, v):  # pragma: no cover - compiled
-    def codegen(context, builder, sig, args):
-        builder.store(args[2], _pointer(context, builder, sig.args[0], args[0], args[1], _VF), align=4)
-        return context.get_dummy_value()
-    return types.void(array, i, F32), codegen
-
-
-@intrinsic
 def splat_f32(typingctx, x):  # pragma: no cover - compiled
     def codegen(context, builder, sig, args):
         return _splat(builder, args[0], _VF)
     return F32(types.float32), codegen
-
-
-@intrinsic
-def broadcast_f32(typingctx, array, i):  # pragma: no cover - compiled
-    """array[i] in all 8 lanes (vbroadcastss; no negative-index code, which numba's
-    array[i] adds and which costs registers in a micro-kernel)."""
-    def codegen(context, builder, sig, args):
-        data = context.make_array(sig.args[0])(context, builder, args[0]).data
-        return _splat(builder, builder.load(builder.gep(data, [args[1]])), _VF)
-    return F32(array, i), codegen
-
-
-@intrinsic
-def mul(typingctx, a, b):  # pragma: no cover - compiled
-    def codegen(context, builder, sig, args):
-        return builder.fmul(args[0], args[1])  # no fast-math flags: one rounding, always
-    return F32(F32, F32), codegen
-
-
-@intrinsic
-def fma(typingctx, a, b, c):  # pragma: no cover - compiled
-    """a * b + c with one rounding (llvm.fma: never split, never reordered)."""
-    def codegen(context, builder, sig, args):
-        return _call(builder, "llvm.fma.v8f32", _VF, list(args))
-    return F32(F32, F32, F32), codegen
 
 
 @intrinsic

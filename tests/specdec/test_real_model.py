@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from specq.specdec import int8
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.model import Segment
@@ -140,3 +141,23 @@ def test_greedy_resume_rebuilds_the_hidden_state_bit_for_bit_on_the_real_model(r
         session.step()
     resumed = engine.session(DecodeState.from_dict(session.state.to_dict()))
     assert resumed.last_hidden.tobytes() == session.last_hidden.tobytes()
+
+
+@pytest.mark.skipif(not int8.AVAILABLE, reason="the int8 precision needs AVX2")
+def test_the_default_configuration_at_int8_equals_plain_int8_decoding(real):
+    """At the int8 precision the shipped head drafts through the int8 output head,
+    and speculative greedy decoding, alone and batched, still equals plain greedy
+    decoding at int8."""
+    from specq.specdec.loader import make_proposer
+
+    model, tokenizer = real
+    fast = model.at_precision("int8")
+    engine = Engine(fast, tokenizer, make_proposer("auto", fast, tokenizer))
+    plain = Engine(fast, tokenizer, NoProposer())
+    requests = [_request(tokenizer, prompt, k=4, max_tokens=24) for prompt in GOLDEN]
+    expected = [list(plain.run(r).output_ids) for r in requests]
+    states = [engine.run(r) for r in requests]
+    assert [list(s.output_ids) for s in states] == expected
+    assert sum(s.metrics.accepted for s in states) > 0
+    batched = engine.run_many(requests, batch_size=4)
+    assert [list(s.output_ids) for s in batched] == expected

@@ -29,6 +29,7 @@ from gguf.quants import quantize as gguf_quantize
 
 from specq.errors import ModelFileError
 from specq.specdec.gguf_file import GGUFFile, write_file
+from specq.specdec.int8 import Int8Matrix
 from specq.specdec.model import LlamaModel
 from specq.specdec.products import Weight, embed, linear
 from specq.specdec.proposers.base import Draft, ProposeContext
@@ -140,7 +141,7 @@ def draft_output_head(model: LlamaModel, vocab: np.ndarray):
     """The target's output head restricted to the draft vocabulary's rows, kept in its
     own quantization (so its rows give the same logits as the full head)."""
     w = model.weights.w_output
-    if isinstance(w, QuantizedMatrix):
+    if isinstance(w, (QuantizedMatrix, Int8Matrix)):
         return w.select_rows(vocab)
     return np.ascontiguousarray(w[vocab])
 
