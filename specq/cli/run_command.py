@@ -57,7 +57,7 @@ def run(input_path, output, errors_path, processes, skip_invalid, redis_url, **g
     output = output or f"{stem}.results.jsonl"
     errors_path = errors_path or f"{stem}.errors.jsonl"
     with user_errors():
-        if gen["precision"] == "int8":
+        if gen["precision"] != "f32":
             from specq.specdec import int8
 
             int8.require()  # the workers are this machine's: refuse now, not in every worker

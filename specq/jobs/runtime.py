@@ -105,7 +105,7 @@ def load_for_batch(config: BatchConfig) -> LoadedEngine:
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer, shipped_heads_for
     from specq.specdec.proposers.none import NoProposer
 
-    if config.precision == "int8":
+    if config.precision != "f32":
         from specq.specdec import int8
 
         # A CPU without the instructions refuses before reading the weights; like a

@@ -52,17 +52,21 @@ if AVAILABLE:
     _32_REGISTERS = "avx512vl" in vec.cpu_features()
     if _512:
         _drive_q4_1, _drive_q8_0v = _kernels.q4_1w_2x3, _kernels.q8_0vw_2x3
+        _drive_q4_1s, _drive_q8_0vs = _kernels.q4_1sw_2x2, _kernels.q8_0vsw_2x2
     else:
         _drive_q4_1 = _kernels.q4_1_2x3 if _32_REGISTERS else _kernels.q4_1_1x4
         _drive_q8_0v = _kernels.q8_0v_2x3 if _32_REGISTERS else _kernels.q8_0v_1x4
+        _drive_q4_1s = _kernels.q4_1s_2x2 if _32_REGISTERS else _kernels.q4_1s_1x2
+        _drive_q8_0vs = _kernels.q8_0vs_2x2 if _32_REGISTERS else _kernels.q8_0vs_1x2
     _drive_q8_0 = _kernels.q8_0_2x3 if _32_REGISTERS else _kernels.q8_0_1x4
+    _drive_q8_0s = _kernels.q8_0s_2x2 if _32_REGISTERS else _kernels.q8_0s_1x2
 _WIDTH = 16 if AVAILABLE and _512 else 8
 LANES = {"Q4_1": _WIDTH, "Q8_0": _WIDTH}  # outputs side by side in a weight's layout: its kernel's vector lanes
 
 
 def require() -> None:
     if not AVAILABLE:
-        raise ParameterError("this CPU has no AVX2 with FMA, which the int8 precision needs; use --precision f32")
+        raise ParameterError("this CPU has no AVX2 with FMA, which the int8 and int16 precisions need; use --precision f32")
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,10 +82,12 @@ class Int8Matrix:
     m: np.ndarray  # flat float32 (Q4_1; empty for Q8_0)
     sums: np.ndarray  # flat int32 (Q8_0): 128 * the sum of each output's block of weights
     lanes: int = 8
+    split: bool = False  # activations as two int8 halves (the int16 precision; module docstring)
 
     @classmethod
-    def from_quantized(cls, w: QuantizedMatrix, lanes: int = 0) -> "Int8Matrix":
-        """lanes: 8 or 16; 0, this CPU's kernel's for the type (LANES)."""
+    def from_quantized(cls, w: QuantizedMatrix, lanes: int = 0, split: bool = False) -> "Int8Matrix":
+        """lanes: 8 or 16; 0, this CPU's kernel's for the type (LANES). split: the
+        int16 precision's products."""
         if w.type_name not in TYPES:
             raise ValueError(f"no int8 kernel for {w.type_name}")
         n_out, n_in = w.shape
@@ -94,11 +100,11 @@ class Int8Matrix:
         else:
             m = np.zeros_like(d)
             ints = raw[:, :, 2:34].view(np.int8)
-        return cls._from_rows(w.type_name, w.shape, ints, d, m, lanes or LANES[w.type_name])
+        return cls._from_rows(w.type_name, w.shape, ints, d, m, lanes or LANES[w.type_name], split)
 
     @classmethod
     def _from_rows(cls, type_name: str, shape: tuple[int, int], ints: np.ndarray, d: np.ndarray,
-                   m: np.ndarray, lanes: int) -> "Int8Matrix":
+                   m: np.ndarray, lanes: int, split: bool) -> "Int8Matrix":
         """ints [n_out, blocks, 32] (nibble values, or int8), d and m [n_out, blocks]."""
         pad = -shape[0] % lanes
         if pad:
@@ -112,10 +118,10 @@ class Int8Matrix:
             low = ints[:, :, :16].reshape(groups, lanes, nb, 4, 4).transpose(0, 2, 3, 1, 4)
             high = ints[:, :, 16:].reshape(groups, lanes, nb, 4, 4).transpose(0, 2, 3, 1, 4)
             quants = np.ascontiguousarray(low | (high << 4)).astype(np.uint8).reshape(-1)
-            return cls(type_name, tuple(shape), quants, per_lane(d), per_lane(m), np.empty(0, np.int32), lanes)
+            return cls(type_name, tuple(shape), quants, per_lane(d), per_lane(m), np.empty(0, np.int32), lanes, split)
         quants = np.ascontiguousarray(ints.reshape(groups, lanes, nb, 8, 4).transpose(0, 2, 3, 1, 4)).reshape(-1)
         sums = per_lane((128 * ints.astype(np.int32).sum(axis=2)).astype(np.int32))
-        return cls(type_name, tuple(shape), quants, per_lane(d), np.empty(0, np.float32), sums, lanes)
+        return cls(type_name, tuple(shape), quants, per_lane(d), np.empty(0, np.float32), sums, lanes, split)
 
     @property
     def n_padded(self) -> int:
@@ -163,12 +169,17 @@ class Int8Matrix:
             raise IndexError(f"row ids out of range for a matrix of {self.shape[0]} rows")
         m = self.block_scales("m") if self.type_name == "Q4_1" else np.zeros((self.shape[0], 1), np.float32)
         return self._from_rows(self.type_name, (ids.size, self.shape[1]), self.integers()[ids],
-                               self.block_scales("d")[ids], m[ids], self.lanes)
+                               self.block_scales("d")[ids], m[ids], self.lanes, self.split)
 
 
-@njit("void(float32[:, ::1], int8[::1], float32[::1], float32[::1])", cache=True, nogil=True)
-def _quantize_portable(x, q, d, s):  # pragma: no cover - compiled
-    """quantize_rows without vector instructions: the same values (for CPUs without AVX2)."""
+# The largest integer an activation is rounded to: 127 (int8), or 127 * 128 (int16,
+# as two int8 halves: q = 128 high + low, high in [-127, 127], low in [-64, 63]).
+LEVELS, SPLIT_LEVELS = 127, 16256
+
+
+@njit("void(float32[:, ::1], int32[::1], float32[::1], float32[::1], float32)", cache=True, nogil=True)
+def _quantize_portable(x, q, d, s, levels):  # pragma: no cover - compiled
+    """quantize_rows without vector instructions, q whole (the tests' reference)."""
     n, n_in = x.shape
     nb = n_in // BLOCK
     for r in range(n):
@@ -176,26 +187,34 @@ def _quantize_portable(x, q, d, s):  # pragma: no cover - compiled
             largest = np.float32(0.0)
             for j in range(BLOCK):
                 largest = max(largest, abs(x[r, b * BLOCK + j]))
-            scale = np.float32(127.0) / largest if largest > 0 else np.float32(0.0)
+            scale = levels / largest if largest > 0 else np.float32(0.0)
             total = 0
             for j in range(BLOCK):
                 v = np.int32(np.rint(x[r, b * BLOCK + j] * scale))
                 q[r * n_in + b * BLOCK + j] = v
                 total += v
-            d[r * nb + b] = largest / np.float32(127.0)
-            s[r * nb + b] = np.float32(total) * (largest / np.float32(127.0))
+            d[r * nb + b] = largest / levels
+            s[r * nb + b] = np.float32(total) * (largest / levels)
 
 
 if AVAILABLE:
 
-    @njit("void(float32[:, ::1], int8[::1], float32[::1], float32[::1])", cache=True, nogil=True)
-    def quantize_rows(x, q, d, s):  # pragma: no cover - compiled
-        """Each row of x [n, n_in], per block of 32: q = rint(x * 127 / max|x|) into
-        q [n * n_in], d = max|x| / 127 and s = d * sum(q) into d, s [n * n_in / 32].
-        |x * 127 / max|x|| <= 127 up to one rounding, which rint brings back to 127."""
+    @njit(inline="always")
+    def _store_split(high, low, i, q):  # pragma: no cover - compiled
+        h = vec.high7(q)
+        vec.store_i8(high, i, h)
+        vec.store_i8(low, i, vec.low7(q, h))
+
+    @njit("void(float32[:, ::1], int8[::1], int8[::1], float32[::1], float32[::1], boolean)", cache=True, nogil=True)
+    def quantize_rows(x, q, low, d, s, split):  # pragma: no cover - compiled
+        """Each row of x [n, n_in], per block of 32: q = rint(x * L / max|x|), with L
+        = LEVELS, or SPLIT_LEVELS with split (q's high half into q, its low half into
+        low); d = max|x| / L and s = d * sum(q) into d, s [n * n_in / 32].
+        |x * L / max|x|| <= L up to one rounding, which rint brings back to L."""
         n, n_in = x.shape
         nb = n_in // BLOCK
         flat = x.reshape(-1)
+        levels = np.float32(SPLIT_LEVELS if split else LEVELS)
         for r in range(n):
             for b in range(nb):
                 i = r * n_in + b * BLOCK
@@ -204,50 +223,66 @@ if AVAILABLE:
                 v2 = vec.load_f32(flat, i + 16)
                 v3 = vec.load_f32(flat, i + 24)
                 largest = vec.largest_lane(vec.max_abs(vec.max_abs(vec.max_abs(vec.max_abs(vec.zeros_f32(), v0), v1), v2), v3))
-                scale = vec.splat_f32(np.float32(127.0) / largest if largest > 0 else np.float32(0.0))
+                scale = vec.splat_f32(levels / largest if largest > 0 else np.float32(0.0))
                 q0 = vec.round_scaled(v0, scale)
                 q1 = vec.round_scaled(v1, scale)
                 q2 = vec.round_scaled(v2, scale)
                 q3 = vec.round_scaled(v3, scale)
-                vec.store_i8(q, i, q0)
-                vec.store_i8(q, i + 8, q1)
-                vec.store_i8(q, i + 16, q2)
-                vec.store_i8(q, i + 24, q3)
-                step = largest / np.float32(127.0)
+                if split:
+                    _store_split(q, low, i, q0)
+                    _store_split(q, low, i + 8, q1)
+                    _store_split(q, low, i + 16, q2)
+                    _store_split(q, low, i + 24, q3)
+                else:
+                    vec.store_i8(q, i, q0)
+                    vec.store_i8(q, i + 8, q1)
+                    vec.store_i8(q, i + 16, q2)
+                    vec.store_i8(q, i + 24, q3)
+                step = largest / levels
                 d[r * nb + b] = step
                 s[r * nb + b] = np.float32(vec.lane_sum(q0, q1, q2, q3)) * step
 
     @njit(nogil=True)
-    def _quantized(x):  # pragma: no cover - compiled
+    def _quantized(x, split):  # pragma: no cover - compiled
         n, n_in = x.shape
         q = np.empty(n * n_in, dtype=np.int8)
+        low = np.empty(n * n_in if split else 0, dtype=np.int8)
         xd = np.empty(n * (n_in // BLOCK), dtype=np.float32)
         xs = np.empty(n * (n_in // BLOCK), dtype=np.float32)
-        quantize_rows(x, q, xd, xs)
-        return q, xd, xs
+        quantize_rows(x, q, low, xd, xs, split)
+        return q, low, xd, xs
 
     @njit(nogil=True)
-    def product_q4_1(x, quants, d, m, n_out, n_threads):  # pragma: no cover - compiled
+    def product_q4_1(x, quants, d, m, n_out, n_threads, split):  # pragma: no cover - compiled
         """x [n, n_in] float32 -> x @ w.T [n, n_out] for a Q4_1 Int8Matrix's arrays,
         from inside numba too (the layer stack)."""
         n, n_in = x.shape
-        q, xd, xs = _quantized(x)
+        q, low, xd, xs = _quantized(x, split)
         out = np.empty((n, n_out), dtype=np.float32)
-        _drive_q4_1(quants, d, m, q, xd, xs, out.reshape(-1), n, n_in // BLOCK, n_in, n_out, n_threads)
+        flat, nb = out.reshape(-1), n_in // BLOCK
+        if split:
+            _drive_q4_1s(quants, d, m, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+        else:
+            _drive_q4_1(quants, d, m, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
         return out
 
     @njit(nogil=True)
-    def product_q8_0(x, quants, d, sums, n_out, n_threads):  # pragma: no cover - compiled
+    def product_q8_0(x, quants, d, sums, n_out, n_threads, split):  # pragma: no cover - compiled
         n, n_in = x.shape
-        q, xd, _ = _quantized(x)
+        q, low, xd, _ = _quantized(x, split)
         out = np.empty((n, n_out), dtype=np.float32)
-        if _512:  # its kernel reads x + 128 as unsigned bytes (int8_codegen)
-            unsigned = (q.view(np.uint8) ^ np.uint8(0x80)).view(np.int8)
-            _drive_q8_0v(quants, d, sums, unsigned, xd, out.reshape(-1), n, n_in // BLOCK, n_in, n_out, n_threads)
+        flat, nb = out.reshape(-1), n_in // BLOCK
+        if _512:  # its kernels read x + 128 as unsigned bytes (int8_codegen)
+            q = (q.view(np.uint8) ^ np.uint8(0x80)).view(np.int8)
+            low = (low.view(np.uint8) ^ np.uint8(0x80)).view(np.int8)
+        if split and _VNNI:
+            _drive_q8_0vs(quants, d, sums, q, low, xd, flat, n, nb, n_in, n_out, n_threads)
+        elif split:
+            _drive_q8_0s(quants, d, q, low, xd, flat, n, nb, n_in, n_out, n_threads)
         elif _VNNI:
-            _drive_q8_0v(quants, d, sums, q, xd, out.reshape(-1), n, n_in // BLOCK, n_in, n_out, n_threads)
+            _drive_q8_0v(quants, d, sums, q, xd, flat, n, nb, n_in, n_out, n_threads)
         else:
-            _drive_q8_0(quants, d, q, xd, out.reshape(-1), n, n_in // BLOCK, n_in, n_out, n_threads)
+            _drive_q8_0(quants, d, q, xd, flat, n, nb, n_in, n_out, n_threads)
         return out
 
 
@@ -263,36 +298,40 @@ def int8_matmul_t(x: np.ndarray, w: Int8Matrix) -> np.ndarray:
         raise ValueError(f"activations of shape {x.shape} do not fit a {w.shape} matrix")
     threads = config.NUMBA_NUM_THREADS
     if w.type_name == "Q4_1":
-        out = product_q4_1(x, w.quants, w.d, w.m, w.n_padded, threads)
+        out = product_q4_1(x, w.quants, w.d, w.m, w.n_padded, threads, w.split)
     else:
-        out = product_q8_0(x, w.quants, w.d, w.sums, w.n_padded, threads)
+        out = product_q8_0(x, w.quants, w.d, w.sums, w.n_padded, threads, w.split)
     return out if w.n_padded == n_out else np.ascontiguousarray(out[:, :n_out])
 
 
-def quantize_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The activation quantization in numpy: (q [n, n_in] int8, d [n, blocks], s [n, blocks])."""
+def quantize_reference(x: np.ndarray, split: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The activation quantization in numpy: (q [n, n_in] int32, whole, d [n, blocks],
+    s [n, blocks])."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, n_in = x.shape
-    q = np.empty(n * n_in, np.int8)
+    q = np.empty(n * n_in, np.int32)
     d = np.empty(n * (n_in // BLOCK), np.float32)
     s = np.empty_like(d)
-    _quantize_portable(x, q, d, s)
+    _quantize_portable(x, q, d, s, np.float32(SPLIT_LEVELS if split else LEVELS))
     return q.reshape(n, n_in), d.reshape(n, -1), s.reshape(n, -1)
 
 
 def int8_matmul_t_reference(x: np.ndarray, w: Int8Matrix) -> np.ndarray:
     """The same arithmetic in numpy (slow; the tests' reference): exact integer block
-    sums, then per block the float epilogue in the same order, each step rounded once
-    as a fused multiply-add is (float64 holds the product exactly; then one rounding)."""
-    q, xd, xs = quantize_reference(x)
+    sums, rounded to float32 as the kernels' conversion does (exact below 2**24, which
+    only int16's Q8_0 sums exceed), then per block the float epilogue in the same
+    order, each step rounded once as a fused multiply-add is (float64 holds the
+    product exactly; then one rounding)."""
+    q, xd, xs = quantize_reference(x, w.split)
     nb = w.shape[1] // BLOCK
     sums = np.einsum("rbj,obj->rbo", q.reshape(-1, nb, BLOCK).astype(np.int64), w.integers().astype(np.int64))
+    sums = sums.astype(np.float32).astype(np.float64)
     d = w.block_scales("d").T  # [nb, n_out]
     m = w.block_scales("m").T if w.type_name == "Q4_1" else None
     acc = np.zeros((x.shape[0], w.shape[0]), np.float32)
     for b in range(nb):
         scale = d[b][None, :] * xd[:, b : b + 1]  # float32 * float32: one rounding
-        acc = (sums[:, b, :].astype(np.float64) * scale + acc).astype(np.float32)
+        acc = (sums[:, b, :] * scale + acc).astype(np.float32)
         if m is not None:
             acc = (m[b][None, :].astype(np.float64) * xs[:, b : b + 1] + acc).astype(np.float32)
     return acc

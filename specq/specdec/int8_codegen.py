@@ -26,21 +26,34 @@ import os
 BLOCKINGS = ((2, 3), (1, 4))
 TARGET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "int8_kernels.py")
 
-_ARGS = {"q4_1": "wq, wd, wm, xq, xd, xs", "q8_0": "wq, wd, xq, xd", "q8_0v": "wq, wd, ws, xq, xd"}
+# A kind ending in "s" is the split form (the int16 precision): each activation comes
+# as two int8 halves, high (xq) and low (xl), q = 128 high + low, and the kernel sums
+# both against the same weights, then combines the sums in int32.
+_ARGS = {"q4_1": "wq, wd, wm, xq, xd, xs", "q8_0": "wq, wd, xq, xd", "q8_0v": "wq, wd, ws, xq, xd",
+         "q4_1s": "wq, wd, wm, xq, xl, xd, xs", "q8_0s": "wq, wd, xq, xl, xd", "q8_0vs": "wq, wd, ws, xq, xl, xd"}
 _SIGNATURES = {
     "q4_1": "void(uint8[::1], float32[::1], float32[::1], int8[::1], float32[::1], float32[::1], "
             "float32[::1], int64, int64, int64, int64, int64)",
     "q8_0": "void(int8[::1], float32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)",
     "q8_0v": "void(int8[::1], float32[::1], int32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, "
              "int64, int64)",
+    "q4_1s": "void(uint8[::1], float32[::1], float32[::1], int8[::1], int8[::1], float32[::1], float32[::1], "
+             "float32[::1], int64, int64, int64, int64, int64)",
+    "q8_0s": "void(int8[::1], float32[::1], int8[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, "
+             "int64, int64)",
+    "q8_0vs": "void(int8[::1], float32[::1], int32[::1], int8[::1], int8[::1], float32[::1], float32[::1], int64, "
+              "int64, int64, int64, int64)",
 }
+SPLIT_BLOCKINGS = ((2, 2), (1, 2))  # twice the integer sums in registers: fewer rows at a time
 
 
 # Per kernel family: (kind, lanes, blockings). 8 lanes: 256-bit vectors (AVX2, and
 # AVX-VNNI); 16 lanes: 512-bit ones, with AVX-512 VNNI only (q8_0's sign trick has no
 # 512-bit form there; q8_0v needs none).
 FAMILIES = (("q4_1", 8, BLOCKINGS), ("q8_0", 8, BLOCKINGS), ("q8_0v", 8, BLOCKINGS),
-            ("q4_1", 16, ((2, 3),)), ("q8_0v", 16, ((2, 3),)))
+            ("q4_1", 16, ((2, 3),)), ("q8_0v", 16, ((2, 3),)),
+            ("q4_1s", 8, SPLIT_BLOCKINGS), ("q8_0s", 8, SPLIT_BLOCKINGS), ("q8_0vs", 8, SPLIT_BLOCKINGS),
+            ("q4_1s", 16, ((2, 2),)), ("q8_0vs", 16, ((2, 2),)))
 
 
 def _name(kind: str, lanes: int) -> str:
@@ -49,7 +62,10 @@ def _name(kind: str, lanes: int) -> str:
 
 def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
     w = "" if lanes == 8 else "_w"  # the intrinsics' suffix for this width (vec.py)
-    block_bytes = {"q4_1": 16, "q8_0": 32, "q8_0v": 32}[kind] * lanes  # one output group's block
+    split = kind.endswith("s")
+    base = kind[:-1] if split else kind
+    block_bytes = {"q4_1": 16, "q8_0": 32, "q8_0v": 32}[base] * lanes  # one output group's block
+    halves = (("s", "xq"), ("t", "xl")) if split else (("s", "xq"),)  # (sum, activations) per half
     lines = [
         "",
         "",
@@ -65,11 +81,12 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
         add(f"        w{o} = (c + {o}) * nb + b")
     for r in range(nr):
         add(f"        x{r} = (r0 + {r}) * n_in + b * 32")
-    for o in range(no):
-        for r in range(nr):
-            add(f"        s{o}{r} = zeros_i32{w}()")
+    for total, _ in halves:
+        for o in range(no):
+            for r in range(nr):
+                add(f"        {total}{o}{r} = zeros_i32{w}()")
     step = 4 * lanes  # bytes per vector
-    if kind == "q4_1":
+    if base == "q4_1":
         # Byte 4 * lane + p of vector v: input 4v + p (low nibble), 16 + 4v + p (high).
         for v in range(4):
             for o in range(no):
@@ -77,11 +94,12 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
                 add(f"        lo{o} = low_nibbles{w}(p)")
                 add(f"        hi{o} = high_nibbles{w}(p)")
             for r in range(nr):
-                add(f"        xl = broadcast4{w}(xq, x{r} + {4 * v})")
-                add(f"        xh = broadcast4{w}(xq, x{r} + {16 + 4 * v})")
-                for o in range(no):
-                    add(f"        s{o}{r} = dot4{w}(dot4{w}(s{o}{r}, lo{o}, xl), hi{o}, xh)")
-    elif kind == "q8_0v":
+                for total, acts in halves:
+                    add(f"        bl = broadcast4{w}({acts}, x{r} + {4 * v})")
+                    add(f"        bh = broadcast4{w}({acts}, x{r} + {16 + 4 * v})")
+                    for o in range(no):
+                        add(f"        {total}{o}{r} = dot4{w}(dot4{w}({total}{o}{r}, lo{o}, bl), hi{o}, bh)")
+    elif base == "q8_0v":
         # With VNNI only: (x + 128) as unsigned bytes times w, less 128 * sum(w) (ws,
         # per output and block): one instruction per product where the sign trick
         # below takes three. The same integers.
@@ -89,16 +107,18 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
             for o in range(no):
                 add(f"        q{o} = load_bytes{w}(wq, w{o} * {block_bytes} + {step * v})")
             for r in range(nr):
-                if lanes == 8:
-                    add(f"        xv = flip_sign_bits(broadcast4(xq, x{r} + {4 * v}))")
-                else:  # xq holds x + 128 already: numba/LLVM did not finish compiling the xor here
-                    add(f"        xv = broadcast4_w(xq, x{r} + {4 * v})")
-                for o in range(no):
-                    add(f"        s{o}{r} = dot4{w}(s{o}{r}, xv, q{o})")
+                for total, acts in halves:
+                    if lanes == 8:
+                        add(f"        xv = flip_sign_bits(broadcast4({acts}, x{r} + {4 * v}))")
+                    else:  # the activations hold x + 128 already: numba/LLVM did not finish compiling the xor here
+                        add(f"        xv = broadcast4_w({acts}, x{r} + {4 * v})")
+                    for o in range(no):
+                        add(f"        {total}{o}{r} = dot4{w}({total}{o}{r}, xv, q{o})")
         for o in range(no):
             add(f"        ws{o} = load_i32{w}(ws, w{o} * {lanes})")
             for r in range(nr):
-                add(f"        s{o}{r} = sub_i32{w}(s{o}{r}, ws{o})")
+                for total, _ in halves:
+                    add(f"        {total}{o}{r} = sub_i32{w}({total}{o}{r}, ws{o})")
     else:
         # Byte 4 * lane + p of vector v: input 4v + p.
         for v in range(8):
@@ -106,20 +126,25 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
                 add(f"        q{o} = load_bytes(wq, w{o} * {block_bytes} + {step * v})")
                 add(f"        m{o} = magnitudes(q{o})")
             for r in range(nr):
-                add(f"        xv = broadcast4(xq, x{r} + {4 * v})")
-                for o in range(no):
-                    add(f"        s{o}{r} = dot4(s{o}{r}, m{o}, signs_of(xv, q{o}))")
+                for total, acts in halves:
+                    add(f"        xv = broadcast4({acts}, x{r} + {4 * v})")
+                    for o in range(no):
+                        add(f"        {total}{o}{r} = dot4({total}{o}{r}, m{o}, signs_of(xv, q{o}))")
+    if split:
+        for o in range(no):
+            for r in range(nr):
+                add(f"        s{o}{r} = combine7{w}(s{o}{r}, t{o}{r})")
     for o in range(no):
         add(f"        dw{o} = load_f32{w}(wd, w{o} * {lanes})")
-        if kind == "q4_1":
+        if base == "q4_1":
             add(f"        mw{o} = load_f32{w}(wm, w{o} * {lanes})")
     for r in range(nr):
         add(f"        dx = broadcast_f32{w}(xd, (r0 + {r}) * nb + b)")
-        if kind == "q4_1":
+        if base == "q4_1":
             add(f"        sx = broadcast_f32{w}(xs, (r0 + {r}) * nb + b)")
         for o in range(no):
             add(f"        a{o}{r} = fma{w}(to_float{w}(s{o}{r}), mul{w}(dw{o}, dx), a{o}{r})")
-            if kind == "q4_1":
+            if base == "q4_1":
                 add(f"        a{o}{r} = fma{w}(mw{o}, sx, a{o}{r})")
     for o in range(no):
         for r in range(nr):
@@ -189,9 +214,9 @@ def generate() -> str:
     return "\n".join(lines) + "\n"
 
 
-_NARROW_NAMES = ("broadcast4", "broadcast_f32", "dot4", "flip_sign_bits", "fma", "high_nibbles", "load_bytes",
-                 "load_f32", "load_i32", "low_nibbles", "magnitudes", "mul", "signs_of", "store_f32", "sub_i32",
-                 "to_float", "zeros_f32", "zeros_i32")
+_NARROW_NAMES = ("broadcast4", "broadcast_f32", "combine7", "dot4", "flip_sign_bits", "fma", "high_nibbles",
+                 "load_bytes", "load_f32", "load_i32", "low_nibbles", "magnitudes", "mul", "signs_of", "store_f32",
+                 "sub_i32", "to_float", "zeros_f32", "zeros_i32")
 _NARROW_ONLY = ("magnitudes", "signs_of", "flip_sign_bits")  # unused at 512 bits
 
 

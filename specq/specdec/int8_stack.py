@@ -22,6 +22,7 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
     matrix is a Q4_1 Int8Matrix (the default model's)."""
     if not layers or not all(
         isinstance(getattr(lw, k), Int8Matrix) and getattr(lw, k).type_name == "Q4_1"
+        and getattr(lw, k).split == layers[0].w_qkv.split
         and getattr(lw, k).n_padded == getattr(lw, k).shape[0]
         for lw in layers for k in KINDS
     ):
@@ -29,10 +30,12 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
     stacked = {k: tuple(np.stack([getattr(getattr(lw, k), part) for lw in layers]) for part in ("quants", "d", "m"))
                for k in KINDS}
     no_sums = np.empty(0, np.int32)
-    stack = StackedLayers.of(layers, tuple(a for k in KINDS for a in stacked[k]), (_run, _run_one))
+    split = layers[0].w_qkv.split
+    stack = StackedLayers.of(layers, tuple(a for k in KINDS for a in stacked[k]), (_run, _run_one), (split,))
     views = tuple(
         replace(lw, attn_norm=stack.attn_norm[i], ffn_norm=stack.ffn_norm[i], **{
-            k: Int8Matrix("Q4_1", getattr(lw, k).shape, *(a[i] for a in stacked[k]), no_sums, getattr(lw, k).lanes)
+            k: Int8Matrix("Q4_1", getattr(lw, k).shape, *(a[i] for a in stacked[k]), no_sums, getattr(lw, k).lanes,
+                          split)
             for k in KINDS
         })
         for i, lw in enumerate(layers)
@@ -44,31 +47,31 @@ _Q = (types.uint8[:, ::1], types.float32[:, ::1], types.float32[:, ::1])  # per 
 _WEIGHTS = (types.float32[:, ::1], types.float32[:, ::1], *_Q, *_Q, *_Q, *_Q, types.float32[:, ::1],
             types.float32[:, ::1])  # norms, the four kinds, rope cos and sin
 _SIG = types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), *_WEIGHTS, types.ListType(CACHE),
-                             types.ListType(CACHE), *SIZES)
-_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, *_WEIGHTS, CACHE, CACHE, *SIZES)
+                             types.ListType(CACHE), *SIZES, types.boolean)
+_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, *_WEIGHTS, CACHE, CACHE, *SIZES, types.boolean)
 
 
 @njit(_SIG, cache=True, nogil=True)
 def _run(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d, out_m,
          gu_q, gu_d, gu_m, down_q, down_d, down_m, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale,
-         n_threads):  # pragma: no cover - compiled
+         n_threads, split):  # pragma: no cover - compiled
     d = x.shape[1]
     for layer in range(qkv_q.shape[0]):
         h = fused.rms_norm(x, attn_norm[layer], eps)
-        qkv = int8.product_q4_1(h, qkv_q[layer], qkv_d[layer], qkv_m[layer], n_qkv, n_threads)
+        qkv = int8.product_q4_1(h, qkv_q[layer], qkv_d[layer], qkv_m[layer], n_qkv, n_threads, split)
         attn = attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values, layer, n_heads, scale)
-        x = x + int8.product_q4_1(attn, out_q[layer], out_d[layer], out_m[layer], d, n_threads)
+        x = x + int8.product_q4_1(attn, out_q[layer], out_d[layer], out_m[layer], d, n_threads, split)
         h = fused.rms_norm(x, ffn_norm[layer], eps)
-        gate_up = int8.product_q4_1(h, gu_q[layer], gu_d[layer], gu_m[layer], 2 * d_ffn, n_threads)
+        gate_up = int8.product_q4_1(h, gu_q[layer], gu_d[layer], gu_m[layer], 2 * d_ffn, n_threads, split)
         x = x + int8.product_q4_1(fused.silu_gate(gate_up, d_ffn), down_q[layer], down_d[layer], down_m[layer], d,
-                             n_threads)
+                                  n_threads, split)
     return x
 
 
 @njit(_SIG_ONE, cache=True, nogil=True)
 def _run_one(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d, out_m,
              gu_q, gu_d, gu_m, down_q, down_d, down_m, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale,
-             n_threads):  # pragma: no cover - compiled
+             n_threads, split):  # pragma: no cover - compiled
     """_run for one segment, its lists built here rather than from Python."""
     visible_list, keys_list, values_list = List(), List(), List()
     visible_list.append(visible)
@@ -76,4 +79,4 @@ def _run_one(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, 
     values_list.append(values)
     return _run(x, positions, starts, bounds, visible_list, attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d,
                 out_m, gu_q, gu_d, gu_m, down_q, down_d, down_m, cos, sin, keys_list, values_list, n_heads, n_qkv,
-                d_ffn, eps, scale, n_threads)
+                d_ffn, eps, scale, n_threads, split)

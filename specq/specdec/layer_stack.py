@@ -40,6 +40,7 @@ class StackedLayers:
     arrays: tuple[np.ndarray, ...]  # per kind, the arrays its product reads, [L, ...] each
     n_out: tuple[int, ...]  # per kind: the matrix's rows
     compiled: tuple  # (for several segments, for one): _run and _run_one's signatures
+    extra: tuple = ()  # arguments after the sizes (int8_stack: whether activations are split)
 
     @classmethod
     def build(cls, layers) -> tuple["StackedLayers", tuple] | None:
@@ -63,13 +64,14 @@ class StackedLayers:
         return stack, views
 
     @classmethod
-    def of(cls, layers, arrays: tuple, compiled: tuple) -> "StackedLayers":
+    def of(cls, layers, arrays: tuple, compiled: tuple, extra: tuple = ()) -> "StackedLayers":
         return cls(
             attn_norm=np.stack([lw.attn_norm for lw in layers]).astype(np.float32),
             ffn_norm=np.stack([lw.ffn_norm for lw in layers]).astype(np.float32),
             arrays=arrays,
             n_out=tuple(getattr(layers[0], k).shape[0] for k in KINDS),
             compiled=compiled,
+            extra=extra,
         )
 
     def run(self, x: np.ndarray, segments, positions: np.ndarray, rope_cos: np.ndarray, rope_sin: np.ndarray,
@@ -83,7 +85,8 @@ class StackedLayers:
         bounds = np.cumsum([0] + [seg.n for seg in segments]).astype(np.int64)
         hd = segments[0].cache.all_keys.shape[2]
         weights = (self.attn_norm, self.ffn_norm, *self.arrays)
-        sizes = (n_heads, self.n_out[0], d_ffn, float(eps), np.float32(1.0 / np.sqrt(hd)), config.NUMBA_NUM_THREADS)
+        sizes = (n_heads, self.n_out[0], d_ffn, float(eps), np.float32(1.0 / np.sqrt(hd)), config.NUMBA_NUM_THREADS,
+                 *self.extra)
         run_many, run_one = self.compiled
         if len(segments) == 1:
             # A typed list built from Python costs tens of microseconds an element

@@ -176,8 +176,9 @@ def _blas_threads(n: int):
     return _blas_controller().limit(limits=n, user_api="blas")
 
 
-def _for_int8(weights: LlamaWeights) -> LlamaWeights:
-    """The weights with every Q4_1/Q8_0 matrix in the int8 kernels' layout. The
+def _for_int8(weights: LlamaWeights, split: bool) -> LlamaWeights:
+    """The weights with every Q4_1/Q8_0 matrix in the int8 kernels' layout (split:
+    their products take activations as two int8 halves, the int16 precision). The
     embedding keeps its blocks for lookups; tied to the output head, the head gets
     its own int8 copy (the one extra matrix in memory)."""
     from specq.specdec import int8
@@ -185,7 +186,9 @@ def _for_int8(weights: LlamaWeights) -> LlamaWeights:
     int8.require()
 
     def convert(w: Weight) -> Weight:
-        return int8.Int8Matrix.from_quantized(w) if isinstance(w, QuantizedMatrix) and w.type_name in int8.TYPES else w
+        if isinstance(w, QuantizedMatrix) and w.type_name in int8.TYPES:
+            return int8.Int8Matrix.from_quantized(w, split=split)
+        return w
 
     layers = tuple(replace(lw, **{k: convert(getattr(lw, k)) for k in ("w_qkv", "w_out", "w_gate_up", "w_down")})
                    for lw in weights.layers)
@@ -312,13 +315,13 @@ class LlamaModel:
         self.precision = precision
         self._rope = _Rope.build(config)
         self._tied = weights.w_output is weights.token_embedding
-        if precision == "int8":
-            weights = _for_int8(weights)
+        if precision in ("int8", "int16"):
+            weights = _for_int8(weights, split=precision == "int16")
         self.weights = weights
         # One compiled call for all the blocks of a forward, where the block matrices
         # allow it (layer_stack); the layers then view its arrays.
         self._stack: StackedLayers | None = None
-        if precision == "int8":
+        if precision in ("int8", "int16"):
             from specq.specdec import int8_stack  # its kernels compile only where int8 runs
 
             built = int8_stack.build(weights.layers)
@@ -382,7 +385,7 @@ class LlamaModel:
         if self._stack is not None and all(seg.n < BULK_ROWS for seg in segments):
             x = self._stack.run(x, segments, positions, self._rope.cos, self._rope.sin,
                                 cfg.n_heads, cfg.d_ffn, cfg.rms_eps)
-        elif self.precision == "int8":
+        elif self.precision in ("int8", "int16"):
             # The int8 products run on numba's threads and a prompt's attention on
             # BLAS's; two pools taking turns on two cores spin against each other
             # (an int8 prefill of 100 tokens: 363 tokens/s so, 1,500 with BLAS on one

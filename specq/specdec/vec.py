@@ -152,6 +152,13 @@ def _width(lanes: int) -> dict:
         return I(I, I), codegen
 
     @intrinsic
+    def combine7(typingctx, high, low):  # pragma: no cover - compiled
+        """high * 128 + low per lane: the two halves of a split activation's sum."""
+        def codegen(context, builder, sig, args):
+            return builder.add(builder.shl(args[0], ir.Constant(ints_t, [7] * lanes)), args[1])
+        return I(I, I), codegen
+
+    @intrinsic
     def zeros_i32(typingctx):  # pragma: no cover - compiled
         def codegen(context, builder, sig, args):
             return ir.Constant(ints_t, [0] * lanes)
@@ -209,14 +216,15 @@ def _width(lanes: int) -> dict:
 
 
 _PER_WIDTH = ("load_bytes", "broadcast4", "low_nibbles", "high_nibbles", "dot4", "flip_sign_bits", "load_i32",
-              "sub_i32", "zeros_i32", "zeros_f32", "to_float", "load_f32", "store_f32", "broadcast_f32", "mul", "fma")
+              "sub_i32", "combine7", "zeros_i32", "zeros_f32", "to_float", "load_f32", "store_f32", "broadcast_f32",
+              "mul", "fma")
 
 
 _NARROW, _WIDE = _width(8), _width(16)
-(load_bytes, broadcast4, low_nibbles, high_nibbles, dot4, flip_sign_bits, load_i32, sub_i32, zeros_i32, zeros_f32,
- to_float, load_f32, store_f32, broadcast_f32, mul, fma) = (_NARROW[k] for k in _PER_WIDTH)
+(load_bytes, broadcast4, low_nibbles, high_nibbles, dot4, flip_sign_bits, load_i32, sub_i32, combine7, zeros_i32,
+ zeros_f32, to_float, load_f32, store_f32, broadcast_f32, mul, fma) = (_NARROW[k] for k in _PER_WIDTH)
 (load_bytes_w, broadcast4_w, low_nibbles_w, high_nibbles_w, dot4_w, flip_sign_bits_w, load_i32_w, sub_i32_w,
- zeros_i32_w, zeros_f32_w, to_float_w, load_f32_w, store_f32_w, broadcast_f32_w, mul_w,
+ combine7_w, zeros_i32_w, zeros_f32_w, to_float_w, load_f32_w, store_f32_w, broadcast_f32_w, mul_w,
  fma_w) = (_WIDE[k] for k in _PER_WIDTH)
 
 
@@ -281,6 +289,22 @@ def round_scaled(typingctx, a, scale):  # pragma: no cover - compiled
     def codegen(context, builder, sig, args):
         return _call(builder, "llvm.x86.avx.cvt.ps2dq.256", _V32, [builder.fmul(args[0], args[1])])
     return I32(F32, F32), codegen
+
+
+@intrinsic
+def high7(typingctx, q):  # pragma: no cover - compiled
+    """(q + 64) >> 7 per lane (arithmetic shift): q / 128 rounded, for |q| <= 16256."""
+    def codegen(context, builder, sig, args):
+        return builder.ashr(builder.add(args[0], ir.Constant(_V32, [64] * 8)), ir.Constant(_V32, [7] * 8))
+    return I32(I32), codegen
+
+
+@intrinsic
+def low7(typingctx, q, high):  # pragma: no cover - compiled
+    """q - high * 128 per lane: in [-64, 63] for high = high7(q)."""
+    def codegen(context, builder, sig, args):
+        return builder.sub(args[0], builder.shl(args[1], ir.Constant(_V32, [7] * 8)))
+    return I32(I32, I32), codegen
 
 
 @intrinsic

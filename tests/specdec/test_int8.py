@@ -48,23 +48,26 @@ def test_the_layout_keeps_gguf_values(type_name, n_out, n_in):
     np.testing.assert_array_equal(w.rows(ids), values[ids])
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["int8", "int16"])
 @pytest.mark.parametrize("type_name,n_out,n_in", SHAPES)
-def test_products_equal_the_integer_reference_bit_for_bit(type_name, n_out, n_in):
+def test_products_equal_the_integer_reference_bit_for_bit(type_name, n_out, n_in, split):
     qm, values = _matrix(type_name, n_out, n_in)
-    w = int8.Int8Matrix.from_quantized(qm)
+    w = int8.Int8Matrix.from_quantized(qm, split=split)
     x = _activations(11, n_in)
     got = int8.int8_matmul_t(x, w)
     assert got.shape == (11, n_out)
     np.testing.assert_array_equal(got.view(np.uint32), int8.int8_matmul_t_reference(x, w).view(np.uint32))
     # And near the float product of the same weights: the rounding of x to 8 bits.
     exact = x.astype(np.float64) @ values.T.astype(np.float64)
-    assert np.abs(got - exact).max() <= 3e-2 * np.abs(exact).max()
-    assert np.sqrt(((got - exact) ** 2).mean() / (exact**2).mean()) <= 1.5e-2
+    bound = 4e-4 if split else 3e-2  # 15-bit activations: about 128 times closer
+    assert np.abs(got - exact).max() <= bound * np.abs(exact).max()
+    assert np.sqrt(((got - exact) ** 2).mean() / (exact**2).mean()) <= bound / 2
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["int8", "int16"])
 @pytest.mark.parametrize("type_name,n_out,n_in", [("Q4_1", 200, 96), ("Q8_0", 96, 64)])
-def test_a_rows_bits_do_not_depend_on_the_rows_beside_it(type_name, n_out, n_in):
-    w = int8.Int8Matrix.from_quantized(_matrix(type_name, n_out, n_in)[0])
+def test_a_rows_bits_do_not_depend_on_the_rows_beside_it(type_name, n_out, n_in, split):
+    w = int8.Int8Matrix.from_quantized(_matrix(type_name, n_out, n_in)[0], split=split)
     x = _activations(32, n_in, seed=5)
     together = int8.int8_matmul_t(x, w).view(np.uint32)
     for group in (1, 2, 3, 4, 5, 7):
@@ -79,16 +82,22 @@ def test_selected_rows_give_the_bits_of_the_whole_product():
     np.testing.assert_array_equal(int8.int8_matmul_t(x, w.select_rows(ids)), int8.int8_matmul_t(x, w)[:, ids])
 
 
-def test_the_vector_quantizer_equals_the_scalar_one():
+@pytest.mark.parametrize("split", [False, True])
+def test_the_vector_quantizer_equals_the_scalar_one(split):
     x = _activations(7, 256, seed=9)
     x[1, :32] = np.float32(0.5) * np.arange(32, dtype=np.float32) / 31 * 127  # values on rounding ties
-    q, d, s = int8.quantize_reference(x)
-    got_q, got_d, got_s = np.empty(x.size, np.int8), np.empty(d.size, np.float32), np.empty(d.size, np.float32)
-    int8.quantize_rows(x, got_q, got_d, got_s)
-    np.testing.assert_array_equal(got_q, q.reshape(-1))
+    q, d, s = int8.quantize_reference(x, split)
+    high, low = np.empty(x.size, np.int8), np.empty(x.size if split else 0, np.int8)
+    got_d, got_s = np.empty(d.size, np.float32), np.empty(d.size, np.float32)
+    int8.quantize_rows(x, high, low, got_d, got_s, split)
+    whole = high.astype(np.int32) * 128 + low if split else high.astype(np.int32)
+    np.testing.assert_array_equal(whole, q.reshape(-1))
     np.testing.assert_array_equal(got_d.view(np.uint32), d.reshape(-1).view(np.uint32))
     np.testing.assert_array_equal(got_s.view(np.uint32), s.reshape(-1).view(np.uint32))
-    assert np.abs(q).max() == 127 and q[0, 32:64].tolist() == [0] * 32
+    levels = int8.SPLIT_LEVELS if split else int8.LEVELS
+    assert np.abs(q).max() == levels and q[0, 32:64].tolist() == [0] * 32
+    if split:  # the halves fit the instructions: high in [-127, 127], low in [-64, 63]
+        assert np.abs(high).max() == 127 and low.min() >= -64 and low.max() <= 63
 
 
 def test_the_generated_kernels_are_what_the_generator_writes():
@@ -103,8 +112,9 @@ sys.path.insert(0, {tests!r})
 from test_int8 import _activations, _matrix
 print("vnni" if vec.has_vnni() else "avx2", flush=True)
 for t, n_out, n_in in [("Q4_1", 96, 64), ("Q8_0", 40, 64)]:
-    y = int8.int8_matmul_t(_activations(5, n_in), int8.Int8Matrix.from_quantized(_matrix(t, n_out, n_in)[0]))
-    print(y.view(np.uint32).tobytes().hex())
+    for split in (False, True):
+        w = int8.Int8Matrix.from_quantized(_matrix(t, n_out, n_in)[0], split=split)
+        print(int8.int8_matmul_t(_activations(5, n_in), w).view(np.uint32).tobytes().hex())
 """
 
 
@@ -128,25 +138,28 @@ def test_avx2_and_vnni_compute_the_same_bits(tmp_path):
 TOKENS = [1, 42, 267, 7, 300, 3, 150, 258, 259, 99, 2, 17, 64, 128, 200, 11, 5, 280, 33, 306, 0, 75, 76, 77]
 
 
-@pytest.fixture(scope="module")
-def models(toy_model_file):
+@pytest.fixture(scope="module", params=["int8", "int16"])
+def models(toy_model_file, request):
     f32 = LlamaModel.load(toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"))
-    return f32, f32.at_precision("int8")
+    return f32, f32.at_precision(request.param)
 
 
 def test_the_int8_model_runs_every_product_through_the_int8_kernels(models):
     f32, model = models
-    assert model.precision == "int8" and model._stack is not None
+    assert model.precision in ("int8", "int16") and model._stack is not None
     for lw in model.weights.layers:
-        assert all(isinstance(getattr(lw, k), int8.Int8Matrix) for k in ("w_qkv", "w_out", "w_gate_up", "w_down"))
+        for k in ("w_qkv", "w_out", "w_gate_up", "w_down"):
+            w = getattr(lw, k)
+            assert isinstance(w, int8.Int8Matrix) and w.split == (model.precision == "int16")
     assert isinstance(model.weights.w_output, int8.Int8Matrix)
     assert isinstance(model.weights.token_embedding, QuantizedMatrix)  # lookups read the blocks
     assert model.n_parameters == f32.n_parameters
     got = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0].logits
     want = f32.forward([Segment(f32.new_cache(), TOKENS, 0)])[0].logits
     assert not np.array_equal(got, want)
-    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
-    assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.9
+    bound = 1e-3 if model.precision == "int16" else 0.05
+    assert np.abs(got - want).max() <= bound * np.abs(want).max()
+    assert (got.argmax(-1) == want.argmax(-1)).mean() >= (1.0 if model.precision == "int16" else 0.9)
 
 
 def test_the_compiled_block_loop_equals_the_python_loop_at_int8(models):

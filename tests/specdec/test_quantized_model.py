@@ -28,7 +28,7 @@ def quantized(toy_model_file):
     return load_model_and_tokenizer(toy_model_file(**QUANTIZED))
 
 
-@pytest.fixture(scope="module", params=["f32", "int8"])
+@pytest.fixture(scope="module", params=["f32", "int16", "int8"])
 def at_precision(quantized, request):
     """The quantized model at each precision: the bit-level properties hold at both."""
     model, tokenizer = quantized
