@@ -1,4 +1,4 @@
-"""How much the int8 precision changes the model's predictions (`specq bench --quality`).
+"""How much the int8 and int16 precisions change the model's predictions (`specq bench --quality`).
 
 Both models read the same token sequences: each prompt followed by the f32 model's
 own greedy continuation (teacher forcing), so every position compares the two
@@ -27,7 +27,7 @@ class QualityReport:
     kl_sum: float = 0.0
     kl_max: float = 0.0
     sequences: int = 0
-    diverged: int = 0
+    diverged: int = 0  # greedy continuations that differ from f32's
     # per diverging sequence: the f32 top-2 logit gap at its first differing token
     divergence_gaps: list[float] = field(default_factory=list)
 
@@ -43,12 +43,12 @@ class QualityReport:
         return {**asdict(self), "top1_agreement": self.top1_agreement, "mean_kl": self.mean_kl,
                 "largest_divergence_gap": max(self.divergence_gaps, default=None)}
 
-    def format(self) -> str:
+    def format(self, name: str = "int8") -> str:
         gaps = sorted(self.divergence_gaps)
         lines = [
             f"positions compared (teacher-forced): {self.positions}",
             f"top-1 agreement with f32:            {100 * self.top1_agreement:.2f}% (target >= 99%)",
-            f"mean KL(f32 || int8):                {self.mean_kl:.5f} nats per token (target <= 0.005); "
+            f"mean KL(f32 || {name}):{' ' * (19 - len(name))}{self.mean_kl:.5f} nats per token (target <= 0.005); "
             f"largest {self.kl_max:.4f}",
             f"greedy outputs different from f32:   {self.diverged} of {self.sequences}",
         ]

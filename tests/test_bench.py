@@ -176,17 +176,24 @@ def test_bench_at_int8_is_exact_and_drafts_at_the_target_precision(toy_model_fil
 
 
 @needs_int8
-def test_bench_quality_reports_int8_against_f32(toy_model_file, tmp_path):
+def test_bench_quality_reports_int16_and_int8_against_f32(toy_model_file, tmp_path):
     args = ["bench", "--quality", "--input", _prompts(tmp_path), "--model", toy_model_file(**QUANTIZED),
             "--limit", "1", "--max-tokens", "8"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "top-1 agreement with f32:" in result.stderr and "mean KL(f32 || int8):" in result.stderr
+    assert "mean KL(f32 || int16):" in result.stderr
     assert "tok/s" not in result.stderr  # no speed passes
-    report = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
-    # --limit 1 per category: 2 prompts, each continued for at most --max-tokens.
-    assert report["sequences"] == 2 and 2 <= report["positions"] <= 16
-    assert 0.0 <= report["top1_agreement"] <= 1.0 and report["mean_kl"] >= 0.0
+    reports = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
+    assert sorted(reports) == ["int16", "int8"]
+    for report in reports.values():
+        # --limit 1 per category: 2 prompts, each continued for at most --max-tokens.
+        assert report["sequences"] == 2 and 2 <= report["positions"] <= 16
+        assert 0.0 <= report["top1_agreement"] <= 1.0 and report["mean_kl"] >= 0.0
+    # 15-bit activations stay closer to float32 than 8-bit ones.
+    assert reports["int16"]["mean_kl"] < reports["int8"]["mean_kl"]
+    only = json.loads(CliRunner().invoke(main, [*args, "--json", "--precision", "int16"]).stdout)
+    assert sorted(only) == ["int16"]
 
 
 def test_bench_quality_on_a_cpu_without_avx2_is_one_error_line(toy_model_file, tmp_path, monkeypatch):

@@ -237,7 +237,8 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
               help="External tools side by side, if installed: hf, llama.cpp (comma-separated; extra 'compare').")
 @precision_option
 @click.option("--quality", is_flag=True,
-              help="Instead of the speed passes: how far int8 predictions are from f32's on the prompts "
+              help="Instead of the speed passes: how far int16 and int8 predictions (or --precision's) are from "
+                   "f32's on the prompts "
                    f"(top-1 agreement, KL divergence; --max-tokens defaults to {QUALITY_MAX_TOKENS}).")
 def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adaptive, draft_model_path,
           medusa_heads_path, as_json, plot_dir, batch_sizes, row_curve, compare, precision, quality) -> None:
@@ -257,7 +258,7 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer, resolve_proposer
 
     if quality:
-        _bench_quality(input_path, model_path, limit, max_tokens or QUALITY_MAX_TOKENS, as_json)
+        _bench_quality(input_path, model_path, limit, max_tokens or QUALITY_MAX_TOKENS, as_json, precision)
         return
     if plot_dir:
         from specq.bench_plot import _pyplot
@@ -313,32 +314,37 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
         click.echo(json.dumps(report.to_dict(), indent=2))
 
 
-def _bench_quality(input_path, model_path, limit, max_tokens, as_json) -> None:
-    """`specq bench --quality`: the f32 model against the same weights at int8
-    (specq.quality), one prompt at a time, each continuation clipped to the context."""
+def _bench_quality(input_path, model_path, limit, max_tokens, as_json, precision) -> None:
+    """`specq bench --quality`: the f32 model against the same weights at `precision`
+    (both int16 and int8 when it is f32; specq.quality), one prompt at a time, each
+    continuation clipped to the context."""
     from specq.quality import QualityReport, compare
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer
 
+    candidates = ("int16", "int8") if precision == "f32" else (precision,)
     try:
         specs = read_jsonl(input_path)
         if limit:
             specs = _first_per_category(specs, limit)
         f32, tokenizer = load_model_and_tokenizer(model_path or default_model_path(), "f32")
-        int8 = f32.at_precision("int8")  # the same weights: only the arithmetic differs
-        report = QualityReport()
+        # The same weights: only the arithmetic differs.
+        models = {name: f32.at_precision(name) for name in candidates}
+        reports = {name: QualityReport() for name in candidates}
         for i, spec in enumerate(specs, 1):
             prompt = to_request(spec, tokenizer, GenerationDefaults()).prompt_ids
             room = f32.config.context_length - len(prompt)
             if room < 1:
                 raise InputError(f"request {spec.custom_id!r} (line {spec.line}): prompt has {len(prompt)} tokens; "
                                  f"the model's context is {f32.config.context_length}")
-            compare(f32, int8, [prompt], min(max_tokens, room), tokenizer.end_of_turn_ids, report)
+            for name, model in models.items():
+                compare(f32, model, [prompt], min(max_tokens, room), tokenizer.end_of_turn_ids, reports[name])
             click.echo(f"{i}/{len(specs)} prompts compared", err=True)
     except SpecqError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
-    click.echo(report.format(), err=True)
+    for name, report in reports.items():
+        click.echo(f"{name} against f32:\n{report.format(name)}", err=True)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        click.echo(json.dumps({name: report.to_dict() for name, report in reports.items()}, indent=2))
