@@ -234,12 +234,16 @@ QUANTIZED = dict(seed=6, tensor_type="Q4_1", embedding_type="Q8_0")
 needs_int8 = pytest.mark.skipif(not int8.AVAILABLE, reason="the int8 precision needs AVX2")
 
 
-def test_precision_f32_is_the_default(toy_model_file, tmp_path):
+def test_the_default_precision_is_int16_where_the_cpu_runs_it(toy_model_file, tmp_path, monkeypatch):
     common = ("--model", toy_model_file(**QUANTIZED), "--input", _long_prompts_file(tmp_path), "--max-tokens", 16,
               "--json")
-    default = records(generate(*common))
-    f32 = records(generate(*common, "--precision", "f32"))
-    assert [(r["token_ids"], r["text"]) for r in f32] == [(r["token_ids"], r["text"]) for r in default]
+    result = generate(*common)
+    assert f"precision {'int16' if int8.AVAILABLE else 'f32'}" in result.stderr
+    default = records(result)
+    chosen = records(generate(*common, "--precision", "int16" if int8.AVAILABLE else "f32"))
+    assert [(r["token_ids"], r["text"]) for r in chosen] == [(r["token_ids"], r["text"]) for r in default]
+    monkeypatch.setattr(int8, "AVAILABLE", False)  # what a CPU without AVX2 finds: f32, no error
+    assert "precision f32" in generate(*common).stderr
 
 
 @needs_int8

@@ -258,7 +258,9 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer, resolve_proposer
 
     if quality:
-        _bench_quality(input_path, model_path, limit, max_tokens or QUALITY_MAX_TOKENS, as_json, precision)
+        chosen = click.get_current_context().get_parameter_source("precision") != click.core.ParameterSource.DEFAULT
+        _bench_quality(input_path, model_path, limit, max_tokens or QUALITY_MAX_TOKENS, as_json,
+                       ("int16", "int8") if not chosen or precision == "f32" else (precision,))
         return
     if plot_dir:
         from specq.bench_plot import _pyplot
@@ -314,14 +316,13 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
         click.echo(json.dumps(report.to_dict(), indent=2))
 
 
-def _bench_quality(input_path, model_path, limit, max_tokens, as_json, precision) -> None:
-    """`specq bench --quality`: the f32 model against the same weights at `precision`
-    (both int16 and int8 when it is f32; specq.quality), one prompt at a time, each
-    continuation clipped to the context."""
+def _bench_quality(input_path, model_path, limit, max_tokens, as_json, candidates) -> None:
+    """`specq bench --quality`: the f32 model against the same weights at each of the
+    candidate precisions (specq.quality), one prompt at a time, each continuation
+    clipped to the context."""
     from specq.quality import QualityReport, compare
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer
 
-    candidates = ("int16", "int8") if precision == "f32" else (precision,)
     try:
         specs = read_jsonl(input_path)
         if limit:

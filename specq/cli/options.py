@@ -6,7 +6,7 @@ import click
 
 from specq.jobs.inputs import GenerationDefaults, OptionError, check_option
 from specq.specdec.acceptance import ACCEPT_RULES
-from specq.specdec.precision import PRECISIONS
+from specq.specdec.precision import AUTO, PRECISIONS, resolve
 from specq.specdec.proposers import PROPOSERS
 
 # Measured on the default model, plain decoding: 8 requests together give about 2.5x
@@ -37,10 +37,15 @@ def _stack(*decorators):
     return apply
 
 
+def _resolve_precision(ctx, param, value: str) -> str:
+    return resolve(value)
+
+
 precision_option = click.option(
-    "--precision", type=click.Choice(PRECISIONS), default="f32", show_default=True,
-    help="f32: float32 arithmetic, HuggingFace parity. int8: 8-bit activations with integer dot products, "
-         "faster on many rows; outputs differ from f32 near ties (docs/performance.md).",
+    "--precision", type=click.Choice((AUTO, *PRECISIONS)), default=AUTO, show_default=True, callback=_resolve_precision,
+    help="auto: int16 on CPUs with AVX2, else f32. f32: float32 arithmetic, HuggingFace parity. int16: 15-bit "
+         "activations with integer dot products, the same predictions as f32 and faster on many rows. int8: "
+         "8-bit activations, faster still; outputs differ from f32 near ties (docs/performance.md).",
 )
 
 model_options = _stack(
