@@ -17,6 +17,7 @@ from specq.errors import InputError, SpecqError
 from specq.jsonl import dumps_line
 from specq.jobs.inputs import GenerationDefaults, PromptSpec, read_jsonl, to_request
 from specq.specdec.engine import Engine
+from specq.specdec.precision import INTEGER
 from specq.specdec.proposers import PROPOSERS
 from specq.specdec.state import DecodeState
 
@@ -260,7 +261,7 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
     if quality:
         chosen = click.get_current_context().get_parameter_source("precision") != click.core.ParameterSource.DEFAULT
         _bench_quality(input_path, model_path, limit, max_tokens or QUALITY_MAX_TOKENS, as_json,
-                       ("int16", "int8") if not chosen or precision == "f32" else (precision,))
+                       INTEGER if not chosen or precision == "f32" else (precision,))
         return
     if plot_dir:
         from specq.bench_plot import _pyplot

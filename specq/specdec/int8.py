@@ -1,31 +1,39 @@
-"""Products on int8 activations: the `int8` precision (issue 14).
+"""Products on integer activations: the `int16` and `int8` precisions (issue 14).
 
 Why. With the weights in cache, the float32 kernel (qkernels.py) is bound by
 arithmetic: every extra row of a forward cost about 0.4 of a one-row step. Integer
 dot-product instructions do 4 multiply-adds per 32-bit lane where a float FMA does
 one, so here, as in llama.cpp, each activation row is quantized like Q8_0 (per block
-of 32: d = max|x| / 127, q = rint(x / d)) and multiplied by the weights' own integers:
+of 32: d = max|x| / L, q = rint(x / d)) and multiplied by the weights' own integers:
 
     Q8_0 weights (d_w, q_w):       out += float(sum q_w q_x) * (d_w * d_x)
     Q4_1 weights (d_w, m_w, q_w):  out += float(sum q_w q_x) * (d_w * d_x);  out += m_w * s_x
 
 with s_x = d_x * sum(q_x), the block's sum as the integers see it (llama.cpp's Q8_1):
 the float sum of x would leave an error (w - m) dx instead of w dx, measured twice as
-large. Both sums are exact integers, each + is one fused multiply-add in block order,
-so a row's bits depend only on its own values (bitwise row invariance) and are the
-same on every CPU with AVX2 (vec.dot4).
+large. The sums are exact integers (int16's Q8_0 sums, up to 2**26, are rounded once
+when converted to float), each + is one fused multiply-add in block order, so a row's
+bits depend only on its own values (bitwise row invariance) and are the same on every
+CPU with AVX2, with any vector width (vec.dot4).
 
-Cost of the numerics: a product differs from float32's by about 0.5% rms (the
-rounding of x to 8 bits). `specq bench --quality` measures what that does to the
-model's next-token distributions.
+int8: L = 127, llama.cpp's choice. A product differs from float32's by about 0.5% rms,
+which changes the model's next token at near-ties (top-1 agreement with f32 about 97%
+on the bench mix, `specq bench --quality`).
+int16: L = 127 * 128, q split into two int8 halves, q = 128 high + low (high in
+[-127, 127], low in [-64, 63]); the kernel sums both halves against the same weights
+(the "split" kernels) and combines them in int32. About 1e-4 from float32 per
+product, and the same next-token predictions as f32 on the bench mix, for about 1.6x
+int8's arithmetic.
 
-Layout, repacked at load from gguf's blocks (8 outputs side by side; each 32-bit lane
-holds 4 consecutive inputs of its output, so the instructions reduce along the inputs
-within a lane and the activations are a broadcast of 4 bytes: no horizontal sums):
-    Q4_1 quants [n_out/8, blocks, 4, 32] uint8: byte 4 * lane + p of vector v holds
-         input 4v + p (low nibble) and input 16 + 4v + p (high nibble)
-    Q8_0 quants [n_out/8, blocks, 8, 32] int8: byte 4 * lane + p of vector v is input 4v + p
-    d (and m) float32 [n_out/8, blocks, 8], converted from fp16 (exact)
+Layout, repacked at load from gguf's blocks (`lanes` outputs side by side, 8 or 16,
+the vector width; each 32-bit lane holds 4 consecutive inputs of its output, so the
+instructions reduce along the inputs within a lane and the activations are a
+broadcast of 4 bytes: no horizontal sums):
+    Q4_1 quants [n_out/lanes, blocks, 4, 4 lanes] uint8: byte 4 * lane + p of vector v
+         holds input 4v + p (low nibble) and input 16 + 4v + p (high nibble)
+    Q8_0 quants [n_out/lanes, blocks, 8, 4 lanes] int8: byte 4 * lane + p of vector v
+         is input 4v + p
+    d (and m) float32 [n_out/lanes, blocks, lanes], converted from fp16 (exact)
 """
 
 from __future__ import annotations

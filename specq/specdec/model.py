@@ -7,10 +7,10 @@ The cache is written by position, so rolling back rejected draft tokens costs
 nothing: the next forward simply overwrites those slots.
 
 Weight matrices stored as Q4_1 or Q8_0 (the default model's types) stay quantized,
-as qkernels.QuantizedMatrix, and the products read their blocks: a decode step is
-bound by streaming the weights, and these are 4 to 6 times fewer bytes than float32.
-Other types are dequantized to float32 at load. specq.specdec.products picks the
-kernel for each product and row.
+as qkernels.QuantizedMatrix (the f32 precision) or int8.Int8Matrix (int16 and int8),
+and the products read their blocks: a decode step is bound by streaming the weights,
+and these are 4 to 6 times fewer bytes than float32. Other types are dequantized to
+float32 at load. specq.specdec.products picks the kernel for each product and row.
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec import fused
 from specq.specdec.layer_stack import StackedLayers
-from specq.specdec.precision import PRECISIONS
+from specq.specdec.precision import INTEGER, PRECISIONS
 from specq.specdec.products import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
 from specq.specdec.qkernels import TYPES as QUANTIZED_TYPES
 from specq.specdec.qkernels import QuantizedMatrix
 
 ARCHITECTURE = "llama"
-
 # Query rows per block of a prompt's attention: 32 to 256 measured, 64 the fastest
 # from 100 to 2,000 rows on the 2-core AMD EPYC.
 _ATTENTION_BLOCK = 64
@@ -315,13 +314,13 @@ class LlamaModel:
         self.precision = precision
         self._rope = _Rope.build(config)
         self._tied = weights.w_output is weights.token_embedding
-        if precision in ("int8", "int16"):
+        if precision in INTEGER:
             weights = _for_int8(weights, split=precision == "int16")
         self.weights = weights
         # One compiled call for all the blocks of a forward, where the block matrices
         # allow it (layer_stack); the layers then view its arrays.
         self._stack: StackedLayers | None = None
-        if precision in ("int8", "int16"):
+        if precision in INTEGER:
             from specq.specdec import int8_stack  # its kernels compile only where int8 runs
 
             built = int8_stack.build(weights.layers)
@@ -385,7 +384,7 @@ class LlamaModel:
         if self._stack is not None and all(seg.n < BULK_ROWS for seg in segments):
             x = self._stack.run(x, segments, positions, self._rope.cos, self._rope.sin,
                                 cfg.n_heads, cfg.d_ffn, cfg.rms_eps)
-        elif self.precision in ("int8", "int16"):
+        elif self.precision in INTEGER:
             # The int8 products run on numba's threads and a prompt's attention on
             # BLAS's; two pools taking turns on two cores spin against each other
             # (an int8 prefill of 100 tokens: 363 tokens/s so, 1,500 with BLAS on one

@@ -10,6 +10,7 @@ f32's near ties.
 """
 
 PRECISIONS = ("f32", "int16", "int8")
+INTEGER = ("int16", "int8")  # the precisions whose products run on int8.py's kernels
 # What a command runs at unless told otherwise: int16 wherever its kernels run, since
 # it predicts what f32 does (docs/performance.md: top-1 agreement 100.00%, mean KL
 # 2e-7 nats on the bench mix) at up to twice the speed on many rows.
