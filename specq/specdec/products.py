@@ -1,12 +1,13 @@
 """The model's matrix products x @ w.T, and which kernel computes each row.
 
-A weight is a qkernels.QuantizedMatrix (Q4_1 and Q8_0, the default model's types) or
-a float32 array (every other type, dequantized at load). `linear` computes the
-product with the weight's kernel. Both kernels give a row the same bits whatever
-rows come with it (float32 up to kernels.KERNEL_MAX_ROWS rows, quantized at any
-count), so plain decoding and verification compute identical logits.
+A weight is a qkernels.QuantizedMatrix (Q4_1 and Q8_0, the default model's types, at
+the f32 precision), an int8.Int8Matrix (the same types at int16 and int8) or a
+float32 array (every other type, dequantized at load). `linear` computes the product
+with the weight's kernel. Every kernel gives a row the same bits whatever rows come
+with it (float32 up to kernels.KERNEL_MAX_ROWS rows, quantized at any count), so
+plain decoding and verification compute identical logits.
 
-Prompts are the exception. The quantized kernel is bound by arithmetic once the
+Prompts are the exception at f32. The quantized kernel is bound by arithmetic once the
 weights are in cache, and on many rows BLAS is faster even after dequantizing the
 weights for the product: a 200-token prefill took 1.24 s through the kernel and
 0.57 s through BLAS (docs/performance.md). So a segment of BULK_ROWS rows

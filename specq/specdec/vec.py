@@ -1,11 +1,13 @@
-"""256-bit vector values and instructions for numba code (the int8 products, int8.py).
+"""256- and 512-bit vector values and instructions for numba code (the integer
+products, int8.py, and attention's register-blocked loops, fused.py).
 
 numba vectorizes loops by itself, but not into the integer dot-product instructions
 (vpmaddubsw, vpdpbusd) that make int8 products fast, and it keeps a loop's
 accumulators in memory. Here a numba type whose data model is an LLVM vector
 (<32 x i8>, <8 x i32>, <8 x float>) lets compiled code hold vector values as plain
 locals, which LLVM keeps in registers, and each function below emits one or two
-instructions. LLVM still allocates registers and schedules.
+instructions. LLVM still allocates registers and schedules. Most exist for both
+widths (`_width`): `load_bytes` is 256 bits, `load_bytes_w` 512.
 
 The CPU decides one thing at compile time: how four u8 x s8 products are added into
 an int32 lane (`dot4`). With AVX-VNNI (or AVX-512 VNNI) it is one vpdpbusd; on
