@@ -250,7 +250,7 @@ if AVAILABLE:
                 d[r * nb + b] = step
                 s[r * nb + b] = np.float32(vec.lane_sum(q0, q1, q2, q3)) * step
 
-    @njit(nogil=True)
+    @njit(nogil=True, cache=True)
     def _quantized(x, split):  # pragma: no cover - compiled
         n, n_in = x.shape
         q = np.empty(n * n_in, dtype=np.int8)
@@ -260,7 +260,7 @@ if AVAILABLE:
         quantize_rows(x, q, low, xd, xs, split)
         return q, low, xd, xs
 
-    @njit(nogil=True)
+    @njit(nogil=True, cache=True)
     def product_q4_1(x, quants, d, m, n_out, n_threads, split):  # pragma: no cover - compiled
         """x [n, n_in] float32 -> x @ w.T [n, n_out] for a Q4_1 Int8Matrix's arrays,
         from inside numba too (the layer stack)."""
@@ -274,7 +274,7 @@ if AVAILABLE:
             _drive_q4_1(quants, d, m, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
         return out
 
-    @njit(nogil=True)
+    @njit(nogil=True, cache=True)
     def product_q8_0(x, quants, d, sums, n_out, n_threads, split):  # pragma: no cover - compiled
         n, n_in = x.shape
         q, low, xd, _ = _quantized(x, split)
