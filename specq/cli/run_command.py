@@ -7,12 +7,14 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 
 import click
 
 from specq.cli.options import defaults_from, generation_options, model_options, redis_option
 from specq.cli.queue import _batch_config, _connect, _submit, _with, _write_results, batch_options, user_errors
 from specq.jobs.config import BatchConfig
+from specq.jobs.keys import BatchKeys
 
 
 def run_batch_id(input_path: str, config: BatchConfig) -> str:
@@ -23,7 +25,7 @@ def run_batch_id(input_path: str, config: BatchConfig) -> str:
             digest.update(block)
     options = config.to_dict()
     if options["precision"] == "f32":
-        del options["precision"]  # the default: runs started before --precision existed keep their id
+        del options["precision"]  # every run before --precision existed was f32: those keep their id
     digest.update(json.dumps(options, sort_keys=True).encode())
     return "run-" + digest.hexdigest()[:16]
 
@@ -63,13 +65,16 @@ def run(input_path, output, errors_path, processes, skip_invalid, redis_url, **g
             int8.require()  # the workers are this machine's: refuse now, not in every worker
         url = resolve_url(redis_url)
         client = _connect(url)
-        probe, _ = _batch_config(gen["model_path"], gen["proposer"], gen["draft_model_path"], gen["medusa_heads_path"],
-                                 defaults_from(**{k: gen[k] for k in ("max_tokens", "temperature", "top_p", "top_k",
-                                                                      "seed", "stop", "accept", "k", "adaptive",
-                                                                      "raw_prompt")}),
-                                 gen["batch_size"], gen["checkpoint_tokens"], gen["checkpoint_seconds"],
-                                 gen["precision"])
+        probe = _probe(gen)
         batch_id = run_batch_id(input_path, probe)
+        chosen = click.get_current_context().get_parameter_source("precision") != click.core.ParameterSource.DEFAULT
+        if not chosen and gen["precision"] != "f32":
+            # A run interrupted before int16 became the default decoded at f32: running
+            # the same command again continues it at f32 rather than starting over.
+            earlier = run_batch_id(input_path, replace(probe, precision="f32"))
+            if client.exists(BatchKeys(earlier).meta):
+                batch_id, gen = earlier, {**gen, "precision": "f32"}
+                click.echo(f"continuing batch {batch_id} at the precision it was started with, f32", err=True)
         queue = f"specq-run-{batch_id}"
         outcome = _submit(client, input_path, batch_id, queue, skip_invalid, gen)
         if outcome.already_present:
@@ -95,6 +100,17 @@ def run(input_path, output, errors_path, processes, skip_invalid, redis_url, **g
         n_out, n_err = _write_results(client, batch_id, output, errors_path if _has_errors(st) else None)
     click.echo(f"batch {batch_id}: {n_out} results in {output}" + (f", {n_err} errors in {errors_path}" if n_err else ""),
                err=True)
+
+
+def _probe(gen: dict) -> BatchConfig:
+    """The configuration `specq run` would submit (its id names the run)."""
+    config, _ = _batch_config(gen["model_path"], gen["proposer"], gen["draft_model_path"], gen["medusa_heads_path"],
+                              defaults_from(**{k: gen[k] for k in ("max_tokens", "temperature", "top_p", "top_k",
+                                                                   "seed", "stop", "accept", "k", "adaptive",
+                                                                   "raw_prompt")}),
+                              gen["batch_size"], gen["checkpoint_tokens"], gen["checkpoint_seconds"],
+                              gen["precision"])
+    return config
 
 
 def _has_errors(st: dict) -> bool:

@@ -68,8 +68,7 @@ if AVAILABLE:
         _drive_q8_0vs = _kernels.q8_0vs_2x2 if _32_REGISTERS else _kernels.q8_0vs_1x2
     _drive_q8_0 = _kernels.q8_0_2x3 if _32_REGISTERS else _kernels.q8_0_1x4
     _drive_q8_0s = _kernels.q8_0s_2x2 if _32_REGISTERS else _kernels.q8_0s_1x2
-_WIDTH = 16 if AVAILABLE and _512 else 8
-LANES = {"Q4_1": _WIDTH, "Q8_0": _WIDTH}  # outputs side by side in a weight's layout: its kernel's vector lanes
+LANES = 16 if AVAILABLE and _512 else 8  # outputs side by side in a weight's layout: the kernels' vector lanes
 
 
 def require() -> None:
@@ -94,8 +93,8 @@ class Int8Matrix:
 
     @classmethod
     def from_quantized(cls, w: QuantizedMatrix, lanes: int = 0, split: bool = False) -> "Int8Matrix":
-        """lanes: 8 or 16; 0, this CPU's kernel's for the type (LANES). split: the
-        int16 precision's products."""
+        """lanes: 8 or 16; 0, this CPU's kernels' (LANES). split: the int16
+        precision's products."""
         if w.type_name not in TYPES:
             raise ValueError(f"no int8 kernel for {w.type_name}")
         n_out, n_in = w.shape
@@ -108,7 +107,7 @@ class Int8Matrix:
         else:
             m = np.zeros_like(d)
             ints = raw[:, :, 2:34].view(np.int8)
-        return cls._from_rows(w.type_name, w.shape, ints, d, m, lanes or LANES[w.type_name], split)
+        return cls._from_rows(w.type_name, w.shape, ints, d, m, lanes or LANES, split)
 
     @classmethod
     def _from_rows(cls, type_name: str, shape: tuple[int, int], ints: np.ndarray, d: np.ndarray,
@@ -298,8 +297,8 @@ def int8_matmul_t(x: np.ndarray, w: Int8Matrix) -> np.ndarray:
     """x [n, n_in] -> about x @ w.dequantize().T, float32 [n, n_out]; a row's result
     is bitwise independent of the other rows."""
     require()
-    if w.lanes != LANES[w.type_name]:
-        raise ValueError(f"a matrix laid out for {w.lanes} lanes; this CPU's kernel takes {LANES[w.type_name]}")
+    if w.lanes != LANES:
+        raise ValueError(f"a matrix laid out for {w.lanes} lanes; this CPU's kernels take {LANES}")
     x = np.ascontiguousarray(x, dtype=np.float32)
     n_out, n_in = w.shape
     if x.ndim != 2 or x.shape[1] != n_in:

@@ -15,6 +15,7 @@ import pytest
 
 from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
 from specq.jobs.status import batch_status
+from specq.specdec import int8
 from specq.jobs.store import BatchStore
 
 N = 6
@@ -164,3 +165,17 @@ def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, slow_model_path
     after = {r: json.loads(raw)["completed_at"] for r, raw in zip(store.request_ids(), store.results(store.request_ids()))}
     assert all(after[r] == t for r, t in done_before.items())
     assert store.stats()["tokens"] == sum(len(e["token_ids"]) for e in expected)
+
+
+@pytest.mark.skipif(not int8.AVAILABLE, reason="without AVX2 the default precision is f32 anyway")
+def test_run_again_continues_a_batch_started_at_f32(client, queue_env, tmp_path, toy_model_path):
+    """Every run before int16 became the default decoded at f32: the same command
+    again (no --precision) continues that batch at f32 instead of starting over."""
+    path = write_prompts(tmp_path / "p.jsonl", 3)
+    common = ["--model", toy_model_path, "--max-tokens", "8"]
+    first = specq(["run", str(path), "-o", str(tmp_path / "a.jsonl"), *common, "--precision", "f32"], queue_env)
+    again = specq(["run", str(path), "-o", str(tmp_path / "b.jsonl"), *common], queue_env)
+    assert "at the precision it was started with, f32" in again.stderr, again.stderr
+    assert client.zcard("specq:batches") == 1  # no second batch
+    assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()
+    assert first.stderr.splitlines()[-1].split(":")[0] == again.stderr.splitlines()[-1].split(":")[0]
