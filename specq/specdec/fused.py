@@ -161,7 +161,7 @@ def _scores(q, r, h, keys, end, raw, g):  # pragma: no cover - compiled
     for t in range(t0, end):
         total = np.float32(0.0)
         for i in range(hd):
-            total = vec.fma1(q[r, h, i], keys[i, t], total)
+            total = vec.fma1(q[r, h, i], vec.as_f32(keys[i, t]), total)
         raw[g, t] = total
 
 
@@ -208,7 +208,7 @@ def _weighted_values(kept, g, slots, m, values, out, r, h):  # pragma: no cover 
     for i in range(i0, hd):
         total = np.float32(0.0)
         for t in range(m):
-            total = vec.fma1(weights[t], values[slots[t], i], total)
+            total = vec.fma1(weights[t], vec.as_f32(values[slots[t], i]), total)
         out[r, base + i] = total
 
 
@@ -271,7 +271,11 @@ def _attend_task(q, r, kv, keys_t, values, start, visible, scale, out, r_seg, sc
             out[r, h * hd + i] = out[r, h * hd + i] * inv_total
 
 
-_ATTEND = "float32[:, ::1](float32[:, :, ::1], float32[:, :, ::1], float32[:, :, ::1], int64, boolean[:, ::1], float32)"
+# A KV cache holds float32, or (at the integer precisions) float16 as its uint16 bits:
+# half the bytes to read, which bound attention over many long sequences.
+CACHE_TYPES = ("float32", "uint16")
+_ATTEND = [f"float32[:, ::1](float32[:, :, ::1], {c}[:, :, ::1], {c}[:, :, ::1], int64, boolean[:, ::1], float32)"
+           for c in CACHE_TYPES]
 
 
 @njit(_ATTEND, fastmath=_ORDERED, parallel=True, cache=True, nogil=True)
@@ -302,8 +306,8 @@ def attend(q, keys_t, values, start, visible, scale):  # pragma: no cover - comp
     return out
 
 
-_ATTEND_MANY = ("float32[:, ::1](float32[:, :, ::1], int64[::1], int64[::1], ListType(boolean[:, ::1]), "
-                "ListType(float32[:, :, :, ::1]), ListType(float32[:, :, :, ::1]), int64, float32)")
+_ATTEND_MANY = [f"float32[:, ::1](float32[:, :, ::1], int64[::1], int64[::1], ListType(boolean[:, ::1]), "
+                f"ListType({c}[:, :, :, ::1]), ListType({c}[:, :, :, ::1]), int64, float32)" for c in CACHE_TYPES]
 
 
 @njit(_ATTEND_MANY, fastmath=_ORDERED, parallel=True, cache=True, nogil=True)

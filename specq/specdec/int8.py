@@ -48,7 +48,7 @@ from specq.specdec import vec
 from specq.specdec.qkernels import BLOCK, QuantizedMatrix
 
 TYPES = ("Q4_1", "Q8_0")
-AVAILABLE = vec.has_avx2()  # the kernels need AVX2 and FMA; vec.dot4 says why this suffices
+AVAILABLE = vec.has_avx2()  # the kernels need AVX2 and FMA (and F16C); vec.dot4 says why this suffices
 
 if AVAILABLE:
     from specq.specdec import int8_kernels as _kernels

@@ -14,7 +14,7 @@ from numba.typed import List
 
 from specq.specdec import fused, int8
 from specq.specdec.int8 import Int8Matrix
-from specq.specdec.layer_stack import CACHE, KINDS, ROWS, SIZES, VISIBLE, StackedLayers, attention
+from specq.specdec.layer_stack import HALF_CACHE, KINDS, ROWS, SIZES, VISIBLE, StackedLayers, attention
 
 
 def build(layers) -> tuple[StackedLayers, tuple] | None:
@@ -31,7 +31,7 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
                for k in KINDS}
     no_sums = np.empty(0, np.int32)
     split = layers[0].w_qkv.split
-    stack = StackedLayers.of(layers, tuple(a for k in KINDS for a in stacked[k]), (_run, _run_one), (split,))
+    stack = StackedLayers.of(layers, tuple(a for k in KINDS for a in stacked[k]), (_run, _run_one), (split,), HALF_CACHE)
     views = tuple(
         replace(lw, attn_norm=stack.attn_norm[i], ffn_norm=stack.ffn_norm[i], **{
             k: Int8Matrix("Q4_1", getattr(lw, k).shape, *(a[i] for a in stacked[k]), no_sums, getattr(lw, k).lanes,
@@ -46,9 +46,10 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
 _Q = (types.uint8[:, ::1], types.float32[:, ::1], types.float32[:, ::1])  # per kind: quants, d, m
 _WEIGHTS = (types.float32[:, ::1], types.float32[:, ::1], *_Q, *_Q, *_Q, *_Q, types.float32[:, ::1],
             types.float32[:, ::1])  # norms, the four kinds, rope cos and sin
-_SIG = types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), *_WEIGHTS, types.ListType(CACHE),
-                             types.ListType(CACHE), *SIZES, types.boolean)
-_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, *_WEIGHTS, CACHE, CACHE, *SIZES, types.boolean)
+# The caches are float16 (model.KVCache) at the integer precisions.
+_SIG = types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), *_WEIGHTS, types.ListType(HALF_CACHE),
+                             types.ListType(HALF_CACHE), *SIZES, types.boolean)
+_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, *_WEIGHTS, HALF_CACHE, HALF_CACHE, *SIZES, types.boolean)
 
 
 @njit(_SIG, cache=True, nogil=True)

@@ -24,7 +24,7 @@ import numpy as np
 from numba import config, njit, types
 from numba.typed import List
 
-from specq.specdec import fused
+from specq.specdec import fused, vec
 from specq.specdec.qkernels import LANES, QuantizedMatrix, _q4_1_product
 
 KINDS = ("w_qkv", "w_out", "w_gate_up", "w_down")
@@ -41,6 +41,7 @@ class StackedLayers:
     n_out: tuple[int, ...]  # per kind: the matrix's rows
     compiled: tuple  # (for several segments, for one): _run and _run_one's signatures
     extra: tuple = ()  # arguments after the sizes (int8_stack: whether activations are split)
+    cache: types.Type = None  # the numba type of the caches it takes (CACHE unless said)
 
     @classmethod
     def build(cls, layers) -> tuple["StackedLayers", tuple] | None:
@@ -64,7 +65,7 @@ class StackedLayers:
         return stack, views
 
     @classmethod
-    def of(cls, layers, arrays: tuple, compiled: tuple, extra: tuple = ()) -> "StackedLayers":
+    def of(cls, layers, arrays: tuple, compiled: tuple, extra: tuple = (), cache=None) -> "StackedLayers":
         return cls(
             attn_norm=np.stack([lw.attn_norm for lw in layers]).astype(np.float32),
             ffn_norm=np.stack([lw.ffn_norm for lw in layers]).astype(np.float32),
@@ -72,6 +73,7 @@ class StackedLayers:
             n_out=tuple(getattr(layers[0], k).shape[0] for k in KINDS),
             compiled=compiled,
             extra=extra,
+            cache=cache or CACHE,
         )
 
     def run(self, x: np.ndarray, segments, positions: np.ndarray, rope_cos: np.ndarray, rope_sin: np.ndarray,
@@ -83,7 +85,7 @@ class StackedLayers:
         segment by segment."""
         starts = np.array([seg.start for seg in segments], dtype=np.int64)
         bounds = np.cumsum([0] + [seg.n for seg in segments]).astype(np.int64)
-        hd = segments[0].cache.all_keys.shape[2]
+        hd = segments[0].cache.kernel_keys.shape[2]
         weights = (self.attn_norm, self.ffn_norm, *self.arrays)
         sizes = (n_heads, self.n_out[0], d_ffn, float(eps), np.float32(1.0 / np.sqrt(hd)), config.NUMBA_NUM_THREADS,
                  *self.extra)
@@ -94,12 +96,12 @@ class StackedLayers:
             # sequence's are built inside numba instead.
             seg = segments[0]
             return run_one(x, positions, starts, bounds, seg.visible(), *weights, rope_cos, rope_sin,
-                           seg.cache.all_keys, seg.cache.all_values, *sizes)
-        keys, values = List.empty_list(CACHE), List.empty_list(CACHE)
+                           seg.cache.kernel_keys, seg.cache.kernel_values, *sizes)
+        keys, values = List.empty_list(self.cache), List.empty_list(self.cache)
         visible = List.empty_list(VISIBLE)
         for seg in segments:
-            keys.append(seg.cache.all_keys)
-            values.append(seg.cache.all_values)
+            keys.append(seg.cache.kernel_keys)
+            values.append(seg.cache.kernel_values)
             visible.append(seg.visible())
         return run_many(x, positions, starts, bounds, visible, *weights, rope_cos, rope_sin, keys, values, *sizes)
 
@@ -127,7 +129,8 @@ def _heads(qkv, first, n_heads, hd):  # pragma: no cover - compiled
 
 
 _Q = (types.uint8[:, :, :, :, ::1], types.uint16[:, :, :, :, ::1])
-CACHE = types.float32[:, :, :, ::1]  # KVCache.all_keys / all_values
+CACHE = types.float32[:, :, :, ::1]  # KVCache.kernel_keys / kernel_values
+HALF_CACHE = types.uint16[:, :, :, ::1]  # the same, float16 bits (the integer precisions)
 VISIBLE = types.boolean[:, ::1]
 _WEIGHTS = (types.float32[:, ::1], types.float32[:, ::1], *_Q, *_Q, *_Q, *_Q, types.float32[:, ::1],
             types.float32[:, ::1])  # norms, the four kinds' blocks, rope cos and sin
@@ -154,8 +157,8 @@ def attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values
         for r in range(lo, hi):
             for kv in range(n_kv):
                 for i in range(hd):
-                    cache_k[kv, i, start + r - lo] = k[r, kv, i]
-                    cache_v[kv, start + r - lo, i] = qkv[r, v_first + kv * hd + i]
+                    cache_k[kv, i, start + r - lo] = vec.as_element(cache_k, k[r, kv, i])
+                    cache_v[kv, start + r - lo, i] = vec.as_element(cache_v, qkv[r, v_first + kv * hd + i])
     return fused.attend_many(q, starts, bounds, visible, keys, values, layer, scale)
 
 

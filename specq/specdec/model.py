@@ -199,16 +199,34 @@ class KVCache:
     are stored with positions last, the vector lanes of fused.attend's scores. All
     layers live in one array each (`all_keys`, `all_values`), so the compiled layer
     stack (specq.specdec.layer_stack) takes a whole cache as two arguments; `keys`
-    and `values` are per-layer views of them."""
+    and `values` are per-layer views of them.
 
-    def __init__(self, cfg: LlamaConfig, capacity: int = 256) -> None:
+    float32, or float16 at the integer precisions: attention over many long
+    sequences is bound by reading the cache (docs/performance.md), and float16 halves
+    the bytes, as llama.cpp's default cache does. Every path rounds a key or value to
+    float16 the same way (to nearest even) and reads it back exactly, so the bits of
+    a row still never depend on the path. The kernels take a float16 cache as its
+    uint16 bits (`kernel_keys`, `kernel_values`): numba has no float16 arrays."""
+
+    def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype=np.float32) -> None:
         self._cfg = cfg
+        self.dtype = np.dtype(dtype)
         self.capacity = 0
-        self.all_keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 0), dtype=np.float32)
-        self.all_values = np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=np.float32)
-        self.keys: list[np.ndarray] = []  # per layer [Hkv, hd, capacity]
-        self.values: list[np.ndarray] = []  # per layer [Hkv, capacity, hd]
+        self._set(np.zeros((cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 0), dtype=self.dtype),
+                  np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=self.dtype), 0)
         self.reserve(min(capacity, cfg.context_length))
+
+    def _set(self, keys: np.ndarray, values: np.ndarray, capacity: int) -> None:
+        self.all_keys, self.all_values, self.capacity = keys, values, capacity
+        self.keys: list[np.ndarray] = list(keys)  # per layer [Hkv, hd, capacity]
+        self.values: list[np.ndarray] = list(values)  # per layer [Hkv, capacity, hd]
+        bits = np.uint16 if self.dtype == np.float16 else self.dtype
+        self.kernel_keys, self.kernel_values = keys.view(bits), values.view(bits)
+
+    @property
+    def nbytes_per_position(self) -> int:
+        cfg = self._cfg
+        return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * self.dtype.itemsize
 
     def reserve(self, n_positions: int) -> None:
         if n_positions > self._cfg.context_length:
@@ -220,12 +238,11 @@ class KVCache:
             return
         new_cap = min(max(n_positions, 2 * self.capacity), self._cfg.context_length)
         cfg, old = self._cfg, self.capacity
-        keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, new_cap), dtype=np.float32)
-        values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, cfg.head_dim), dtype=np.float32)
+        keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, new_cap), dtype=self.dtype)
+        values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, cfg.head_dim), dtype=self.dtype)
         keys[..., :old] = self.all_keys
         values[:, :, :old] = self.all_values
-        self.all_keys, self.all_values, self.capacity = keys, values, new_cap
-        self.keys, self.values = list(keys), list(values)
+        self._set(keys, values, new_cap)
 
     def move(self, sources: Sequence[int], targets: Sequence[int]) -> None:
         """Copy the keys and values at slots `sources` to slots `targets` (an accepted
@@ -363,7 +380,7 @@ class LlamaModel:
                           precision=precision)
 
     def new_cache(self, capacity: int = 256) -> KVCache:
-        return KVCache(self.config, capacity)
+        return KVCache(self.config, capacity, np.float16 if self.precision in INTEGER else np.float32)
 
     def forward(self, segments: Sequence[Segment]) -> list[SegmentOutput]:
         """Run the new tokens of every segment through the model, writing their keys
@@ -447,8 +464,11 @@ class LlamaModel:
         cache_v[:, seg.start : end] = v.transpose(1, 0, 2)
         scale = np.float32(1.0 / np.sqrt(cfg.head_dim))
         if n < BULK_ROWS:
-            return fused.attend(q, cache_k, cache_v, seg.start, visible, scale)
-        return self._attend_prompt(seg, visible, q * scale, cache_k, cache_v)
+            return fused.attend(q, seg.cache.kernel_keys[layer], seg.cache.kernel_values[layer], seg.start, visible,
+                                scale)
+        # BLAS multiplies float32: a float16 cache is widened (exactly) first.
+        return self._attend_prompt(seg, visible, q * scale, cache_k[:, :, :end].astype(np.float32, copy=False),
+                                   cache_v[:, :end].astype(np.float32, copy=False))
 
     def _attend_prompt(self, seg: Segment, visible: np.ndarray, q_scaled: np.ndarray, cache_k: np.ndarray,
                        cache_v: np.ndarray) -> np.ndarray:

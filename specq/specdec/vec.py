@@ -34,7 +34,9 @@ def cpu_features() -> set[str]:
 
 
 def has_avx2() -> bool:
-    return {"avx2", "fma"} <= cpu_features()
+    """AVX2 with FMA, and F16C (the float16 KV cache's conversions), which every CPU
+    with both has."""
+    return {"avx2", "fma", "f16c"} <= cpu_features()
 
 
 def has_vnni() -> bool:
@@ -181,7 +183,13 @@ def _width(lanes: int) -> dict:
 
     @intrinsic
     def load_f32(typingctx, array, i):  # pragma: no cover - compiled
+        """float32 lanes from array[i:]: a float32 array, or a float16 one held as its
+        uint16 bits (a KV cache at the integer precisions; vcvtph2ps, exact)."""
         def codegen(context, builder, sig, args):
+            if sig.args[0].dtype == types.uint16:
+                halves_t = ir.VectorType(ir.IntType(16), lanes)
+                bits = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], halves_t), align=2)
+                return builder.fpext(builder.bitcast(bits, ir.VectorType(ir.HalfType(), lanes)), floats_t)
             return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], floats_t), align=4)
         return F(array, i), codegen
 
@@ -262,6 +270,34 @@ def fma1(typingctx, a, b, c):  # pragma: no cover - compiled
     def codegen(context, builder, sig, args):
         return _call(builder, "llvm.fma.f32", ir.FloatType(), list(args))
     return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+@intrinsic
+def as_f32(typingctx, x):  # pragma: no cover - compiled
+    """A cache element as float32: itself, or the float16 that uint16 bits hold (exact)."""
+    if x == types.float32:
+        return types.float32(x), lambda context, builder, sig, args: args[0]
+    if x != types.uint16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+    return types.float32(x), codegen
+
+
+@intrinsic
+def as_element(typingctx, array, x):  # pragma: no cover - compiled
+    """The float32 x as an element of `array`: itself for a float32 array; for a
+    float16 array held as uint16, its bits rounded to nearest even (vcvtps2ph), as
+    numpy's float32 -> float16 cast rounds, so numba and numpy write the same bits."""
+    if array.dtype == types.float32:
+        return types.float32(array, x), lambda context, builder, sig, args: args[1]
+    if array.dtype != types.uint16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(builder.fptrunc(args[1], ir.HalfType()), ir.IntType(16))
+    return types.uint16(array, x), codegen
 
 
 @intrinsic

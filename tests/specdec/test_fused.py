@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from specq.specdec import fused
+from specq.specdec import fused, vec
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.model import Segment
 
@@ -117,20 +117,62 @@ def _plain_loop_attention(q, keys_t, values, start, visible, scale):  # pragma: 
     return out
 
 
+def _as_cache(x: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(x as a cache of `dtype` holds it, as the kernels take it; its values in float32)."""
+    if dtype == np.float32:
+        return x, x
+    half = x.astype(np.float16)
+    return half.view(np.uint16), half.astype(np.float32)
+
+
+@pytest.mark.parametrize("cache_dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("hd,start,n", [(64, 200, 1), (64, 37, 5), (16, 9, 5), (24, 3, 2), (72, 61, 3)])
-def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n):
+def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache_dtype):
     """Scores and weighted sums kept in registers (fused._scores, _weighted_values)
     do each fused multiply-add of the plain loops in the same order: the same bits,
     for positions and head widths in the blocked part, the vector remainder and the
-    scalar one."""
+    scalar one. A float16 cache (its uint16 bits) gives the bits of its values
+    widened to float32: the vector and the scalar conversions are both exact."""
     n_kv, capacity = 3, start + n + 7
     q = RNG.standard_normal((n, 9, hd), dtype=np.float32)
-    keys_t = RNG.standard_normal((n_kv, hd, capacity), dtype=np.float32)
-    values = RNG.standard_normal((n_kv, capacity, hd), dtype=np.float32)
+    keys_t, keys_f32 = _as_cache(RNG.standard_normal((n_kv, hd, capacity), dtype=np.float32), cache_dtype)
+    values, values_f32 = _as_cache(RNG.standard_normal((n_kv, capacity, hd), dtype=np.float32), cache_dtype)
     visible = np.tri(n, dtype=bool)
     got = fused.attend(q, keys_t, values, start, visible, np.float32(0.125))
-    want = _plain_loop_attention(q, keys_t, values, start, visible, np.float32(0.125))
+    want = _plain_loop_attention(q, keys_f32, values_f32, start, visible, np.float32(0.125))
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@njit(cache=True)
+def _written_by_numba(x, out):  # pragma: no cover - compiled
+    for i in range(x.shape[0]):
+        out[i] = vec.as_element(out, x[i])
+
+
+@njit(cache=True)
+def _read_by_numba(bits, out):  # pragma: no cover - compiled
+    for i in range(bits.shape[0]):
+        out[i] = vec.as_f32(bits[i])
+
+
+def test_numba_rounds_a_cache_value_to_float16_as_numpy_does():
+    """The compiled block loop writes keys and values into a float16 cache, the Python
+    loop by numpy's cast: the same bits, or a row's result would depend on its path.
+    Ties, subnormals, overflow, signed zeros and NaN-free extremes included."""
+    tiny = np.float32(2.0 ** -24)
+    x = np.concatenate([
+        RNG.standard_normal(100_000).astype(np.float32) * np.float32(10.0) ** RNG.integers(-8, 5, 100_000),
+        np.array([0.0, -0.0, 65504.0, 65520.0, 65519.99, -1e9, 1e9, tiny, tiny / 2, tiny * 1.5, 3 * tiny / 2,
+                  1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, np.inf, -np.inf], dtype=np.float32),
+        (np.arange(-2048, 2048, dtype=np.float32) + np.float32(0.5)) * np.float32(2.0 ** -10),  # ties
+    ]).astype(np.float32)
+    bits = np.empty(x.shape, np.uint16)
+    _written_by_numba(x, bits)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(bits, x.astype(np.float16).view(np.uint16))
+    back = np.empty(x.shape, np.float32)
+    _read_by_numba(bits, back)
+    np.testing.assert_array_equal(back.view(np.uint32), bits.view(np.float16).astype(np.float32).view(np.uint32))
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +192,8 @@ def test_a_step_and_a_verification_row_have_the_same_bits(toy):
     np.testing.assert_array_equal(np.stack(steps), verified)
 
 
-def test_attention_of_many_segments_in_one_loop_has_each_segments_bits():
+@pytest.mark.parametrize("cache_dtype", [np.float32, np.float16])
+def test_attention_of_many_segments_in_one_loop_has_each_segments_bits(cache_dtype):
     """attend_many (one parallel loop over every segment's rows) gives every row the
     bits attend gives it segment by segment: segments of different lengths, starts
     and masks (a decode row, a chain, a tree)."""
@@ -163,8 +206,10 @@ def test_attention_of_many_segments_in_one_loop_has_each_segments_bits():
               (17, 4, np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], bool))]
     keys, values, visible = List(), List(), List()
     for start, n, mask in shapes:
-        keys.append(rng.standard_normal((layers, n_kv, hd, start + n + 2)).astype(np.float32))
-        values.append(rng.standard_normal((layers, n_kv, start + n + 2, hd)).astype(np.float32))
+        keys.append(_as_cache(rng.standard_normal((layers, n_kv, hd, start + n + 2)).astype(np.float32),
+                              cache_dtype)[0])
+        values.append(_as_cache(rng.standard_normal((layers, n_kv, start + n + 2, hd)).astype(np.float32),
+                                cache_dtype)[0])
         visible.append(np.ascontiguousarray(mask))
     starts = np.array([s for s, _, _ in shapes], dtype=np.int64)
     bounds = np.cumsum([0] + [n for _, n, _ in shapes]).astype(np.int64)

@@ -115,18 +115,29 @@ for t, n_out, n_in in [("Q4_1", 96, 64), ("Q8_0", 40, 64)]:
     for split in (False, True):
         w = int8.Int8Matrix.from_quantized(_matrix(t, n_out, n_in)[0], split=split)
         print(int8.int8_matmul_t(_activations(5, n_in), w).view(np.uint32).tobytes().hex())
+from specq.specdec.model import LlamaModel, Segment
+for precision in ("int8", "int16"):
+    model = LlamaModel.load({model!r}, precision)
+    one = model.forward([Segment(model.new_cache(), {tokens!r}, 0)])[0].logits
+    caches = [model.new_cache() for _ in range(3)]
+    for i, c in enumerate(caches):
+        model.forward([Segment(c, {tokens!r}[i:i + 9], 0)])
+    rows = model.forward([Segment(c, [5 + i], 9) for i, c in enumerate(caches)])
+    print(np.concatenate([one] + [r.logits for r in rows]).view(np.uint32).tobytes().hex())
 """
 
 
 @pytest.mark.skipif(not int8.vec.has_vnni(), reason="this CPU has no VNNI to compare AVX2 with")
-def test_avx2_and_vnni_compute_the_same_bits(tmp_path):
+def test_avx2_and_vnni_compute_the_same_bits(tmp_path, toy_model_file):
     """A request resumed on a machine with the other instruction set continues
     exactly: the products compiled for a CPU without VNNI (a fresh numba cache) give
-    the bits this CPU's VNNI kernels give."""
+    the bits this CPU's VNNI kernels give, and so do whole forwards at int8 and int16
+    (the float16 KV cache's conversions included), alone and batched."""
     features = int8.vec.cpu_features() - {f for f in int8.vec.cpu_features() if "512" in f or "vnni" in f}
     env = {**os.environ, "NUMBA_CPU_NAME": "znver3", "NUMBA_CACHE_DIR": str(tmp_path),
            "NUMBA_CPU_FEATURES": ",".join(f"+{f}" for f in sorted(features))}
-    code = _PRINT_PRODUCT.format(tests=os.path.dirname(os.path.abspath(__file__)))
+    code = _PRINT_PRODUCT.format(tests=os.path.dirname(os.path.abspath(__file__)), tokens=TOKENS,
+                                 model=toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"))
     other = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert other.returncode == 0, other.stderr[-2000:]
     here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
