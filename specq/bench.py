@@ -42,6 +42,10 @@ class CategoryResult:
     config: str
     category: str
     tokens_per_s: float  # median over repetitions of (tokens / wall seconds); batched: aggregate
+    # The same for the decoding after each first token (prefill excluded): every token
+    # but the first over the time after it. None where the prefill's time is not known
+    # (batched passes, where prefills and decoding share forwards; HuggingFace).
+    decode_tokens_per_s: float | None
     speedup: float | None  # over the baseline in the same category and run
     tau: float | None  # None for the external tools
     acceptance_rate: float | None
@@ -89,6 +93,7 @@ class Run:
     seconds: float
     metrics: Metrics | None  # None for the external tools
     greedy: bool
+    first_token_seconds: float | None = None  # the prefill's share of `seconds`, where known
 
 
 def machine_info() -> dict:
@@ -135,6 +140,9 @@ def run_bench(
     plain_requests = [(spec, to_request(spec, tokenizer, defaults)) for spec in specs]
     for baseline in baselines:
         passes.append((baseline.name, _baseline_pass(baseline, plain_requests, tokenizer.end_of_turn_ids)))
+        for size in batch_sizes if baseline.batches else ():
+            passes.append((_batched(baseline.name, size),
+                           _baseline_batched_pass(baseline, plain_requests, tokenizer.end_of_turn_ids, size)))
     runs: dict[str, list[list[Run]]] = {label: [] for label, _ in passes}  # label -> repetition -> runs
     for rep in range(repeat):
         for label, run_pass in passes:
@@ -189,7 +197,7 @@ def _single_pass(engine: Engine, requests: list) -> Callable[[], list[Run]]:
             t0 = time.perf_counter()
             state = engine.run(request)
             done.append(Run(spec, list(state.output_ids), time.perf_counter() - t0, state.metrics,
-                            request.sampling.greedy))
+                            request.sampling.greedy, state.metrics.prefill_seconds))
         return done
 
     return run
@@ -210,9 +218,20 @@ def _baseline_pass(baseline: TimedBaseline, requests: list, end_ids: frozenset[i
     def run() -> list[Run]:
         done = []
         for spec, request in requests:
-            ids, seconds = baseline.generate_timed(request.prompt_ids, request.max_tokens, end_ids)
-            done.append(Run(spec, ids, seconds, None, request.sampling.greedy))
+            timed = baseline.generate_timed(request.prompt_ids, request.max_tokens, end_ids)
+            done.append(Run(spec, timed.ids, timed.seconds, None, request.sampling.greedy, timed.first_token_seconds))
         return done
+
+    return run
+
+
+def _baseline_batched_pass(baseline: TimedBaseline, requests: list, end_ids: frozenset[int],
+                           batch_size: int) -> Callable[[], list[Run]]:
+    def run() -> list[Run]:
+        outputs, wall = baseline.generate_many_timed([r.prompt_ids for _, r in requests],
+                                                     [r.max_tokens for _, r in requests], end_ids, batch_size)
+        return [Run(spec, ids, wall if i == 0 else 0.0, None, r.sampling.greedy)
+                for i, ((spec, r), ids) in enumerate(zip(requests, outputs))]
 
     return run
 
@@ -231,7 +250,14 @@ def _summarize(label: str, category: str, reps: list[list[Run]], baseline_reps: 
     def rate(done: list[Run]) -> float:
         return sum(len(r.output_ids) for r in done) / sum(r.seconds for r in done)
 
+    def decode_rate(done: list[Run]) -> float | None:
+        if batch_size > 1 or any(r.first_token_seconds is None for r in done):
+            return None
+        return (sum(len(r.output_ids) - 1 for r in done)
+                / sum(r.seconds - r.first_token_seconds for r in done))
+
     rates = [rate(pick(done)) for done in reps]
+    decode_rates = [decode_rate(pick(done)) for done in reps]
     base_rates = [rate(pick(base)) for base in baseline_reps]
     first = pick(reps[0])
     m = [r.metrics for r in first if r.metrics is not None]
@@ -246,6 +272,7 @@ def _summarize(label: str, category: str, reps: list[list[Run]], baseline_reps: 
         config=label,
         category=category,
         tokens_per_s=round(statistics.median(rates), 2),
+        decode_tokens_per_s=None if None in decode_rates else round(statistics.median(decode_rates), 2),
         # Pairwise ratios within each repetition, then the median: robust to drift.
         speedup=round(statistics.median(r / b for r, b in zip(rates, base_rates)), 3),
         tau=round(sum(x.emitted for x in m) / sum(x.target_forwards for x in m), 3) if m else None,
@@ -313,12 +340,14 @@ def _time_forward(model: LlamaModel, cache, n: int, start: int) -> float:
 
 
 def format_table(report: BenchReport) -> str:
-    """exact: yes/NO for specq's configurations (a promise); for the external tools
-    the share of outputs identical to specq's plain decoding (quantization and
-    summation order differ, so near-ties can go the other way)."""
+    """tok/s counts the prefill, decode/s does not (each request's tokens after its
+    first, over the time after it). exact: yes/NO for specq's configurations (a
+    promise); for the external tools the share of outputs identical to specq's plain
+    decoding, or batched, to the tool's own single stream (quantization and summation
+    order differ, so near-ties can go the other way)."""
     width = max([14, *(len(r.config) + 2 for r in report.results)])
-    lines = [f"{'config':<{width}}{'category':<15}{'tok/s':>8}{'speedup':>9}{'tau':>7}{'accept':>8}  exact  "
-             "per-position acceptance"]
+    lines = [f"{'config':<{width}}{'category':<15}{'tok/s':>8}{'decode/s':>9}{'speedup':>9}{'tau':>7}{'accept':>8}"
+             "  exact  per-position acceptance"]
     for r in report.results:
         if r.exact is not None:
             exact = "yes" if r.exact else "NO"
@@ -327,8 +356,9 @@ def format_table(report: BenchReport) -> str:
         per_pos = " ".join(f"{a:.2f}" for a in r.accepted_per_position)
         tau = "-" if r.tau is None else f"{r.tau:.2f}"
         accept = "-" if r.acceptance_rate is None else f"{r.acceptance_rate:.2f}"
+        decode = "-" if r.decode_tokens_per_s is None else f"{r.decode_tokens_per_s:.1f}"
         lines.append(
-            f"{r.config:<{width}}{r.category:<15}{r.tokens_per_s:>8.1f}{r.speedup:>8.2f}x{tau:>7}"
+            f"{r.config:<{width}}{r.category:<15}{r.tokens_per_s:>8.1f}{decode:>9}{r.speedup:>8.2f}x{tau:>7}"
             f"{accept:>8}  {exact:<5}  {per_pos}"
         )
     costs = ", ".join(f"{n} rows {c:.2f}x" for n, c in report.verify_cost.items())

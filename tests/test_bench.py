@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 
@@ -96,21 +97,36 @@ class EngineAsTool:
     optional extras that the tests do not install)."""
 
     name = "own-engine"
+    batches = True
 
     def __init__(self, engine):
         self.engine = engine
         self.calls = 0
+        self.batch_sizes = []
 
     def generate_timed(self, prompt_ids, max_tokens, end_ids):
         import time
 
+        from specq.bench_external import Timed
         from specq.specdec.state import GenerationRequest
 
         self.calls += 1
         t0 = time.perf_counter()
-        out = self.engine.run(GenerationRequest(prompt_ids=tuple(prompt_ids), max_tokens=max_tokens)).output_ids
+        state = self.engine.run(GenerationRequest(prompt_ids=tuple(prompt_ids), max_tokens=max_tokens))
+        out = state.output_ids
         assert all(t not in end_ids for t in out[:-1])
-        return list(out), time.perf_counter() - t0
+        return Timed(list(out), time.perf_counter() - t0, state.metrics.prefill_seconds)
+
+    def generate_many_timed(self, prompts, max_tokens, end_ids, batch_size):
+        import time
+
+        from specq.specdec.state import GenerationRequest
+
+        self.batch_sizes.append(batch_size)
+        t0 = time.perf_counter()
+        states = self.engine.run_many([GenerationRequest(prompt_ids=tuple(p), max_tokens=m)
+                                       for p, m in zip(prompts, max_tokens)], batch_size=batch_size)
+        return [list(s.output_ids) for s in states], time.perf_counter() - t0
 
 
 def test_external_tools_run_on_the_same_prompts_and_are_compared_to_plain(toy_model_path):
@@ -125,13 +141,18 @@ def test_external_tools_run_on_the_same_prompts_and_are_compared_to_plain(toy_mo
     tool = EngineAsTool(Engine(model, tokenizer, make_proposer("none", model, tokenizer)))
     report = run_bench(model, tokenizer, specs, [BenchConfig("ngram", 2)],
                        lambda name: make_proposer(name, model, tokenizer), defaults=GenerationDefaults(),
-                       repeat=2, baselines=[tool])
-    assert tool.calls == 6  # every prompt, every repetition
+                       repeat=2, batch_sizes=[2], baselines=[tool])
+    assert tool.calls == 6 and tool.batch_sizes == [2, 2]  # every prompt, every repetition, and batched
     row = next(r for r in report.results if r.config == "own-engine")
     assert row.identical == 1.0 and row.exact is None and row.tau is None and row.requests == 3
-    assert row.tokens == next(r for r in report.results if r.config == "none").tokens
+    plain = next(r for r in report.results if r.config == "none")
+    assert row.tokens == plain.tokens
+    # Prefill excluded, the rate is higher than with it, for the tool as for specq.
+    assert row.decode_tokens_per_s > row.tokens_per_s and plain.decode_tokens_per_s > plain.tokens_per_s
+    batched = next(r for r in report.results if r.config == "own-engine batch=2")
+    assert batched.identical == 1.0 and batched.batch_size == 2 and batched.decode_tokens_per_s is None
     table = format_table(report)
-    assert "own-engine" in table and "100%" in table
+    assert "own-engine" in table and "own-engine batch=2" in table and "100%" in table and "decode/s" in table
 
 
 def test_compare_refuses_unknown_tools_and_names_a_missing_extra(toy_model_path):
@@ -202,3 +223,30 @@ def test_bench_quality_on_a_cpu_without_avx2_is_one_error_line(toy_model_file, t
                                        toy_model_file(**QUANTIZED), "--limit", "1", "--max-tokens", "4"])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.stderr.splitlines()[-1].startswith("Error: ") and "AVX2" in result.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python (extra 'compare')")
+def test_llama_cpp_batched_decodes_every_prompt_as_its_single_stream_does(real_model_path):
+    """The batched llama.cpp baseline: continuous batching over more prompts than
+    slots, prompts of different lengths and budgets, every completion as long as
+    asked or ended by an end id, and the single stream's completions. Not all of
+    them: llama.cpp computes a row with other kernels when other sequences share its
+    forward (measured here: one of seven parts from its single stream at the second
+    token), while a mix-up of sequences, positions or cache slots changes nearly all."""
+    from specq.bench_external import IsolatedBaseline
+
+    tool = IsolatedBaseline("llama.cpp", real_model_path, 2)
+    try:
+        assert tool.batches
+        prompts = [[1, 4093, 28, 253, 5248, 314][: 2 + i % 4] + [1000 + 17 * i] for i in range(7)]
+        budgets = [3 + 2 * (i % 3) for i in range(7)]
+        end_ids = frozenset({2})
+        alone = [tool.generate_timed(p, m, end_ids) for p, m in zip(prompts, budgets)]
+        assert all(t.first_token_seconds is not None and 0 < t.first_token_seconds <= t.seconds for t in alone)
+        together, seconds = tool.generate_many_timed(prompts, budgets, end_ids, 3)
+        assert seconds > 0
+        for got, single, budget in zip(together, alone, budgets):
+            assert len(got) == budget or got[-1] in end_ids
+        assert sum(got == single.ids for got, single in zip(together, alone)) >= len(prompts) - 2
+    finally:
+        tool.close()

@@ -235,7 +235,8 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
               help="Also measure the cost of a forward of R rows against one row, for R in a comma-separated list "
                    "(e.g. 1,2,4,8,16,32,64): R rows of one sequence (verification) and R sequences (decode round).")
 @click.option("--compare", "compare", default="", callback=_compare_list,
-              help="External tools side by side, if installed: hf, llama.cpp (comma-separated; extra 'compare').")
+              help="External tools side by side, if installed: hf, llama.cpp (comma-separated; extra 'compare'). "
+                   "With --batch-size, llama.cpp also decodes that many sequences per llama_decode.")
 @precision_option
 @click.option("--quality", is_flag=True,
               help="Instead of the speed passes: how far int16 and int8 predictions (or --precision's) are from "
