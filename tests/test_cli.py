@@ -461,6 +461,20 @@ def test_batched_generation_prints_the_same_records_in_input_order(toy_model_pat
     assert [r["token_ids"] for r in many] == [r["token_ids"] for r in one]
 
 
+def test_a_kv_memory_budget_bounds_a_batch_and_refuses_a_request_too_big_for_it(toy_model_path, tmp_path):
+    lines = [{"custom_id": f"r{i}", "prompt": p, "max_tokens": 10 + 9 * i} for i, p in enumerate(LONG_PROMPTS * 2)]
+    path = write_jsonl(tmp_path / "b.jsonl", *lines)
+    common = ("--model", toy_model_path, "--input", path, "--json", "--batch-size", 4)
+    free = records(generate(*common))
+    bounded = generate(*common, "--kv-memory", "40KiB")
+    assert [r["token_ids"] for r in records(bounded)] == [r["token_ids"] for r in free]
+    assert "note: --kv-memory 40.0 KiB holds as few as" in bounded.stderr and "--batch-size 4" in bounded.stderr
+    assert "note: --kv-memory" not in generate(*common).stderr
+    user_error(generate(*common, "--kv-memory", "11KiB"), 1, "request 'r2' (line 3)", "KV cache needs 12.2 KiB (49 positions",
+               "more than --kv-memory 11.0 KiB")
+    user_error(generate(*common, "--kv-memory", "lots"), 2, "'lots' is not a size")
+
+
 def test_stream_refuses_a_batch(toy_model_path):
     user_error(generate("--model", toy_model_path, "--prompt", "hi", "--stream", "--batch-size", 2), 2, "--stream")
 

@@ -11,7 +11,8 @@ from dataclasses import replace
 import click
 
 from specq.cli.options import (
-    DEFAULT_BATCH_SIZE, defaults_from, generation_options, model_options, option_check, precision_option,
+    DEFAULT_BATCH_SIZE, defaults_from, format_bytes, generation_options, kv_memory_option, model_options,
+    option_check, precision_option,
 )
 from specq.errors import InputError, SpecqError
 from specq.jsonl import dumps_line
@@ -31,9 +32,10 @@ from specq.specdec.state import DecodeState
 @click.option("--stream", is_flag=True, help="Print text as it is committed (one request at a time).")
 @click.option("--batch-size", type=click.IntRange(min=1, max=64),
               help="Requests decoded together, sharing each target forward [default: 8; 1 with --stream].")
+@kv_memory_option
 def generate(prompt_text, input_path, model_path, proposer, draft_model_path, medusa_heads_path, precision, k,
              adaptive, accept, max_tokens, temperature, top_p, top_k, seed, stop, raw_prompt, as_json, stream,
-             batch_size) -> None:
+             batch_size, kv_memory) -> None:
     """Generate completions locally, with no queue.
 
     \b
@@ -61,11 +63,12 @@ def generate(prompt_text, input_path, model_path, proposer, draft_model_path, me
         engine = _load(model_path, proposer, draft_model_path, medusa_heads_path, precision)
         # Every request is checked against the model before any is decoded.
         states = [_start(engine, spec, defaults) for spec in specs]
+        _check_kv_memory(engine, specs, states, batch_size, kv_memory)
         if stream:
             for spec, state in zip(specs, states):
                 _stream_one(engine, spec, state)
         else:
-            _decode_batch(engine, specs, states, batch_size=batch_size, as_json=as_json)
+            _decode_batch(engine, specs, states, batch_size=batch_size, kv_budget=kv_memory, as_json=as_json)
     except SpecqError as exc:
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
@@ -111,13 +114,33 @@ def _stream_one(engine: Engine, spec: PromptSpec, state: DecodeState) -> None:
     _summary(spec, state)
 
 
+def _check_kv_memory(engine: Engine, specs: list[PromptSpec], states: list[DecodeState], batch_size: int,
+                     budget: int) -> None:
+    """Refuse a request whose KV cache alone exceeds the budget; say when the budget,
+    not --batch-size, will bound how many decode together."""
+    needs = [engine.kv_bytes(state) for state in states]
+    per_position = format_bytes(engine.model.kv_bytes_per_position)
+    for spec, state, need in zip(specs, states, needs):
+        if need > budget:
+            raise InputError(
+                f"request {spec.custom_id!r} (line {spec.line}): its KV cache needs {format_bytes(need)} "
+                f"({need // engine.model.kv_bytes_per_position} positions at {per_position}), more than "
+                f"--kv-memory {format_bytes(budget)}")
+    largest = sorted(needs, reverse=True)[:batch_size]
+    if len(largest) == batch_size and sum(largest) > budget:
+        fit = next(n for n in range(batch_size, 0, -1) if sum(largest[:n]) <= budget)
+        click.echo(f"note: --kv-memory {format_bytes(budget)} holds as few as {fit} of these requests at once "
+                   f"(the largest KV cache is {format_bytes(largest[0])}, {per_position} a position); "
+                   f"fewer than --batch-size {batch_size} may decode together", err=True)
+
+
 def _decode_batch(engine: Engine, specs: list[PromptSpec], states: list[DecodeState], *, batch_size: int,
-                  as_json: bool) -> None:
+                  kv_budget: int, as_json: bool) -> None:
     """Decode together; print each result in input order as soon as it and every
     result before it are done."""
     done: dict[int, DecodeState] = {}
     next_out = 0
-    for index, state in engine.generate_many(states, batch_size=batch_size):
+    for index, state in engine.generate_many(states, batch_size=batch_size, kv_budget=kv_budget):
         if not state.finished:
             continue
         done[index] = state

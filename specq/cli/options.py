@@ -88,3 +88,36 @@ redis_option = click.option(
     "--redis-url", envvar="SPECQ_REDIS_URL", metavar="URL",
     help="redis:// or rediss:// (also $SPECQ_REDIS_URL); default: an embedded server on a local data directory.",
 )
+
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
+DEFAULT_KV_MEMORY = "4GiB"
+
+
+def _memory_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """'4GiB', '512MiB', '1G', or bytes -> bytes."""
+    text = value.strip().lower()
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(number):].strip()
+    try:
+        size = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise click.BadParameter(f"{value!r} is not a size such as 4GiB, 512MiB or 1000000") from None
+    if size < 2**10:
+        raise click.BadParameter(f"{value!r} is below 1 KiB")
+    return int(size)
+
+
+kv_memory_option = click.option(
+    "--kv-memory", "kv_memory", default=DEFAULT_KV_MEMORY, show_default=True, callback=_memory_size,
+    help="The most memory the KV caches of the requests decoded together may take (4GiB, 512MiB, ...); fewer "
+         "than --batch-size run together when their caches would not fit.")
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.2f} GiB"
+

@@ -67,30 +67,47 @@ class Engine:
             pass
         return state
 
-    def generate_many(self, states: Sequence[DecodeState], *, batch_size: int = 8) -> Iterator[tuple[int, DecodeState]]:
+    def kv_bytes(self, state: DecodeState) -> int:
+        """The bytes of KV cache that decoding this request holds (the target's; a
+        draft model's cache comes on top)."""
+        return cache_positions(self.model, state.request) * self.model.kv_bytes_per_position
+
+    def generate_many(self, states: Sequence[DecodeState], *, batch_size: int = 8,
+                      kv_budget: int | None = None) -> Iterator[tuple[int, DecodeState]]:
         """Decode several requests together: every round, the rows of up to
         `batch_size` requests (ragged: prefills, drafts of different lengths) share
         one target forward, and a finished request's place goes to the next one.
-        Yields (index into `states`, new state) after every commit. See BatchDecoder
-        for what stays identical to a lone decode."""
+        With `kv_budget` (bytes), a request joins only while the KV caches of all
+        together fit in it (one that alone needs more runs alone). Yields (index
+        into `states`, new state) after every commit. See BatchDecoder for what
+        stays identical to a lone decode."""
         assert batch_size >= 1
         waiting = deque(enumerate(states))
         decoder = BatchDecoder(self)
+        held: dict[int, int] = {}  # index -> its cache's bytes, for the requests in the decoder
         while waiting or decoder:
             while waiting and len(decoder) < batch_size:
-                index, state = waiting.popleft()
+                index, state = waiting[0]
                 if state.finished:
+                    waiting.popleft()
                     yield index, state
-                else:
-                    decoder.add(index, state)
+                    continue
+                need = self.kv_bytes(state)
+                if held and kv_budget is not None and sum(held.values()) + need > kv_budget:
+                    break
+                waiting.popleft()
+                decoder.add(index, state)
+                held[index] = need
             for index, state in decoder.round():
                 yield index, state
                 if state.finished:
                     decoder.drop(index)
+                    del held[index]
 
-    def run_many(self, requests: Sequence[GenerationRequest], *, batch_size: int = 8) -> list[DecodeState]:
+    def run_many(self, requests: Sequence[GenerationRequest], *, batch_size: int = 8,
+                 kv_budget: int | None = None) -> list[DecodeState]:
         states = [self.start(r) for r in requests]
-        for index, state in self.generate_many(states, batch_size=batch_size):
+        for index, state in self.generate_many(states, batch_size=batch_size, kv_budget=kv_budget):
             states[index] = state
         return states
 
@@ -106,6 +123,12 @@ class Engine:
             return self.text(state)
         text = self.tokenizer.stream_decoder().push(state.output_ids)
         return text[: len(text) - held_back(text, state.request.stop)]
+
+
+def cache_positions(model: LlamaModel, request: GenerationRequest) -> int:
+    """The positions a request's cache is made with: all it can reach (the prompt,
+    every output token, a last round's drafts), so it never grows mid-decode."""
+    return min(len(request.prompt_ids) + request.max_tokens + request.k + 1, model.config.context_length)
 
 
 class BatchDecoder:
@@ -178,9 +201,7 @@ class DecodeSession:
         self.state = state
         req = state.request
         self.rule = resolve_rule(req.accept, req.sampling)
-        self.cache = self.model.new_cache(
-            min(len(req.prompt_ids) + req.max_tokens + req.k + 1, self.model.config.context_length)
-        )
+        self.cache = self.model.new_cache(cache_positions(self.model, req))
         self.proposer = engine.proposer.session()
         self.last_hidden: np.ndarray | None = None
         if state.output_ids and not state.finished:

@@ -223,11 +223,6 @@ class KVCache:
         bits = np.uint16 if self.dtype == np.float16 else self.dtype
         self.kernel_keys, self.kernel_values = keys.view(bits), values.view(bits)
 
-    @property
-    def nbytes_per_position(self) -> int:
-        cfg = self._cfg
-        return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * self.dtype.itemsize
-
     def reserve(self, n_positions: int) -> None:
         if n_positions > self._cfg.context_length:
             raise ParameterError(
@@ -378,6 +373,12 @@ class LlamaModel:
             raise ParameterError("a model is converted from the f32 precision only")
         return LlamaModel(self.config, self.weights, path=self.path, fingerprint=self.fingerprint,
                           precision=precision)
+
+    @property
+    def kv_bytes_per_position(self) -> int:
+        """What one position of a sequence's KV cache takes (new_cache's dtype)."""
+        cfg = self.config
+        return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * (2 if self.precision in INTEGER else 4)
 
     def new_cache(self, capacity: int = 256) -> KVCache:
         return KVCache(self.config, capacity, np.float16 if self.precision in INTEGER else np.float32)

@@ -446,3 +446,35 @@ def test_batched_decoding_equals_each_request_alone(toy, other_toy, name, temper
     assert [s.output_ids for s in together] == [s.output_ids for s in alone]
     assert [s.metrics.target_forwards for s in together] == [s.metrics.target_forwards for s in alone]
     assert all(s.finished for s in together)
+
+
+def test_a_kv_budget_bounds_the_requests_decoded_together(toy, monkeypatch):
+    """With kv_budget, a request joins a round only while every cache fits: the
+    largest set decoded together holds what the budget allows, and every request
+    still decodes exactly as alone (one that alone exceeds the budget runs alone)."""
+    from specq.specdec import engine as engine_module
+
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, NgramProposer())
+    requests = [request(tokenizer, p, max_tokens=10 + 3 * i, k=2) for i, p in enumerate(PROMPTS * 2)]
+    needs = [engine.kv_bytes(engine.start(r)) for r in requests]
+    assert needs[0] == (len(requests[0].prompt_ids) + 10 + 2 + 1) * model.kv_bytes_per_position
+    sizes = []
+    original = engine_module.BatchDecoder.round
+
+    def counting(self):
+        sizes.append((len(self), sum(engine.kv_bytes(s) for s in self.states().values())))
+        return original(self)
+
+    monkeypatch.setattr(engine_module.BatchDecoder, "round", counting)
+    alone = [engine.run(r) for r in requests]
+    budget = sorted(needs)[1] + sorted(needs)[2]  # two of the smaller ones, never three
+    together = engine.run_many(requests, batch_size=8, kv_budget=budget)
+    assert [s.output_ids for s in together] == [s.output_ids for s in alone]
+    batched = [(n, held) for n, held in sizes if n > 1]
+    assert batched and all(held <= budget for _, held in batched)
+    assert max(n for n, _ in batched) == 2
+    sizes.clear()
+    tiny = engine.run_many(requests[:3], batch_size=8, kv_budget=1)
+    assert [s.output_ids for s in tiny] == [s.output_ids for s in alone[:3]]
+    assert {n for n, _ in sizes} == {1}
