@@ -275,7 +275,7 @@ def test_a_batch_id_with_a_dot_runs_and_an_empty_request_id_is_refused(client, q
 def test_an_int8_batch_gives_what_generate_gives_at_int8(client, queue_env, tmp_path, toy_model_file):
     # int8 changes only the products with Q4_1 and Q8_0 matrices: a toy made of them.
     model = toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0")
-    path = write_prompts(tmp_path / "p.jsonl", 6, max_tokens=16)
+    path = write_prompts(tmp_path / "p.jsonl", 6, max_tokens=48)
 
     def generated(precision: str) -> dict[str, list[int]]:
         local = cli("generate", "--input", str(path), "--json", "--model", model, "--precision", precision)
