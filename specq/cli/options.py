@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from specq.errors import ParameterError
+from specq.jobs.config import DEFAULT_KV_MEMORY, parse_size
 from specq.jobs.inputs import GenerationDefaults, OptionError, check_option
 from specq.specdec.acceptance import ACCEPT_RULES
 from specq.specdec.precision import AUTO, PRECISIONS, resolve
@@ -91,26 +93,17 @@ redis_option = click.option(
 )
 
 
-_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
-DEFAULT_KV_MEMORY = "4GiB"
-
-
-def _memory_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
-    """'4GiB', '512MiB', '1G', or bytes -> bytes."""
-    text = value.strip().lower()
-    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = text[len(number):].strip()
+def memory_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
     try:
-        size = float(number) * _UNITS[unit]
-    except (ValueError, KeyError):
-        raise click.BadParameter(f"{value!r} is not a size such as 4GiB, 512MiB or 1000000") from None
-    if size < 2**10:
-        raise click.BadParameter(f"{value!r} is below 1 KiB")
-    return int(size)
+        return parse_size(value)
+    except ParameterError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 kv_memory_option = click.option(
-    "--kv-memory", "kv_memory", default=DEFAULT_KV_MEMORY, show_default=True, callback=_memory_size,
+    "--kv-memory", "kv_memory", default=DEFAULT_KV_MEMORY, show_default=True, callback=memory_size,
     help="The most memory the KV caches of the requests decoded together may take (4GiB, 512MiB, ...); fewer "
          "than --batch-size run together when their caches would not fit.")
 

@@ -22,7 +22,7 @@ from rq.timeouts import JobTimeoutException
 from specq.errors import SpecqError
 from specq.jobs import checkpoint
 from specq.jobs.histograms import PendingCounts
-from specq.jobs.config import HEARTBEAT_S, LEASE_TTL_MS, MAX_ATTEMPTS, BatchConfig
+from specq.jobs.config import HEARTBEAT_S, LEASE_TTL_MS, MAX_ATTEMPTS, BatchConfig, kv_memory
 from specq.jobs.runtime import LoadedEngine, Runtime
 from specq.jobs.store import BatchStore, Lease
 from specq.specdec.engine import BatchDecoder, Engine
@@ -111,6 +111,10 @@ class BatchRunner:
         self._store_s = 0.0
         self._wall_mark = time.perf_counter()
         self.pending_counts = PendingCounts()
+        self.kv_budget = kv_memory()
+        # The KV cache of the last request claimed and handed back for want of room:
+        # no claim until that much is free (a claim and hand-back every round is churn).
+        self._kv_wanted = 0
 
     @contextlib.contextmanager
     def _redis_time(self):
@@ -290,8 +294,13 @@ class BatchRunner:
             self._settle(rid, "queued", "", owned.written)
             self.summary["retried"] += 1
 
+    def _kv_held(self) -> int:
+        return sum(self.engine.kv_bytes(session.state) for session in self.decoder.sessions.values())
+
     def _fill(self) -> None:
         while len(self.decoder) < self.config.batch_size:
+            if self.decoder and self._kv_held() + self._kv_wanted > self.kv_budget:
+                return
             with self._redis_time():
                 lease = self.store.claim(self.runtime.worker_id, LEASE_TTL_MS)
             if lease is None:
@@ -304,10 +313,9 @@ class BatchRunner:
                 spec = self.store.spec(rid)
                 if saved is not None:
                     state = checkpoint.decode(saved, self.fingerprint)
-                    # Resuming re-runs a prefill over everything committed but the last token.
-                    self.pending_counts.add("recomputed_tokens", len(state.all_ids) - 1)
                 else:
                     state = self.engine.start(GenerationRequest.from_dict(spec["request"]))
+                need = self.engine.kv_bytes(state)
             except (SpecqError, KeyError, TypeError, ValueError, AttributeError) as exc:
                 # A record the worker cannot read (corrupt, or written by hand into
                 # Redis) fails that request alone; it must not fail the worker.
@@ -316,6 +324,22 @@ class BatchRunner:
                 self._fail(lease, reason, message)
                 del self._claimed[rid]
                 continue
+            if self.decoder and self._kv_held() + need > self.kv_budget:
+                # No room beside the others: back to the front of the pending list,
+                # untouched, until enough of the caches decoding now are freed.
+                with self._redis_time():
+                    self.store.settle(lease, "queued", "", {})
+                del self._claimed[rid]
+                self.runtime.release(self.store.batch_id, rid)
+                self._kv_wanted = need
+                return
+            self._kv_wanted = 0
+            if need > self.kv_budget:
+                log.warning("request %s needs %d bytes of KV cache, more than the budget of %d (SPECQ_KV_MEMORY): "
+                            "decoding it alone", rid, need, self.kv_budget)
+            if saved is not None:
+                # Resuming re-runs a prefill over everything committed but the last token.
+                self.pending_counts.add("recomputed_tokens", len(state.all_ids) - 1)
             if self.degraded:
                 self.pending_counts.add("proposer_fallbacks")
             self.owned[rid] = Owned(lease, spec, state, time.monotonic())

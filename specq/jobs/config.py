@@ -40,6 +40,31 @@ WORKER_ALIVE_S = 3 * HEARTBEAT_S
 # 46 KB a token for the default model), so an unbounded max_tokens lets one line
 # claim gigabytes of a worker's memory; submit refuses lines above this.
 MAX_OUTPUT_TOKENS = int(_env_number("SPECQ_MAX_OUTPUT_TOKENS", 4096))
+DEFAULT_KV_MEMORY = "4GiB"
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """'4GiB', '512MiB', '1G' or a number of bytes -> bytes (at least 1 KiB)."""
+    lowered = text.strip().lower()
+    number = lowered.rstrip("abcdefghijklmnopqrstuvwxyz")
+    try:
+        size = int(float(number) * _UNITS[lowered[len(number):].strip()])
+    except (ValueError, KeyError):
+        raise ParameterError(f"{text!r} is not a size such as 4GiB, 512MiB or 1000000") from None
+    if size < 2**10:
+        raise ParameterError(f"{text!r} is below 1 KiB")
+    return size
+
+
+def kv_memory() -> int:
+    """The most memory the KV caches a worker decodes together may take:
+    SPECQ_KV_MEMORY (`specq worker --kv-memory` sets it), default 4 GiB. Read when a
+    job starts, so each worker process may have its own."""
+    try:
+        return parse_size(os.environ.get("SPECQ_KV_MEMORY", DEFAULT_KV_MEMORY))
+    except ParameterError as exc:
+        raise ParameterError(f"SPECQ_KV_MEMORY: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -310,3 +310,51 @@ def test_a_batch_submitted_before_the_precision_option_is_still_the_same_batch(c
         other = cli("submit", str(path), "--model", long_model_path, "--batch-id", "old", "--precision", precision,
                     ok=False)
         assert other.exit_code == 1 and "different options" in other.output
+
+
+def test_a_worker_decodes_together_only_what_its_kv_memory_holds(client, queue_env, tmp_path, long_model_path,
+                                                                   monkeypatch):
+    """SPECQ_KV_MEMORY below --batch-size's worth of caches: a request that does not
+    fit beside the others goes back to the front of the pending list untouched, and
+    is claimed again once caches are freed; every result as `generate` gives it."""
+    from specq.specdec import engine as engine_module
+
+    path = write_prompts(tmp_path / "p.jsonl", 6, max_tokens=12)
+    expected = {(r := json.loads(line))["custom_id"]: r["token_ids"]
+                for line in cli("generate", "--input", str(path), "--json", "--model", long_model_path,
+                                "--batch-size", "1").stdout.splitlines()}
+    cli("submit", str(path), "--model", long_model_path, "--batch-id", "kv", "--batch-size", "4")
+    rounds = []
+    original = engine_module.BatchDecoder.round
+
+    def counting(self):
+        rounds.append(sum(self.engine.kv_bytes(s) for s in self.states().values()))
+        return original(self)
+
+    monkeypatch.setattr(engine_module.BatchDecoder, "round", counting)
+    from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
+    from specq.specdec.loader import load_engine
+
+    engine = load_engine(model_path=long_model_path, proposer="auto", precision="int16" if int8.AVAILABLE else "f32")
+    needs = sorted(engine.kv_bytes(engine.start(to_request(spec, engine.tokenizer, GenerationDefaults())))
+                   for spec in read_jsonl(str(path)))
+    budget = needs[-1] + needs[-2]  # any two, never three
+    monkeypatch.setenv("SPECQ_KV_MEMORY", str(budget))
+    run_worker(client, ["specq"], burst=True)
+    assert rounds and max(rounds) <= budget and max(rounds) > needs[-1]  # two at a time, at times
+    out = tmp_path / "out.jsonl"
+    cli("results", "kv", "-o", str(out))
+    got = {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"] for line in out.read_text().splitlines()}
+    assert got == expected
+
+
+def test_a_malformed_kv_memory_stops_the_worker_in_one_line(queue_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECQ_KV_MEMORY", "plenty")
+    result = cli("worker", "--burst", ok=False)
+    assert result.exit_code == 1 and "SPECQ_KV_MEMORY: 'plenty' is not a size" in result.output
+    bad = cli("worker", "--burst", "--kv-memory", "12 parsecs", ok=False)
+    assert bad.exit_code == 2 and "is not a size" in bad.output
+    path = write_prompts(tmp_path / "p.jsonl", 1)
+    from_env = cli("run", str(path), ok=False)
+    assert from_env.exit_code == 1 and "SPECQ_KV_MEMORY: 'plenty' is not a size" in from_env.output
+    assert not (tmp_path / "p.results.jsonl").exists()
