@@ -212,6 +212,42 @@ def _weighted_values(kept, g, slots, m, values, out, r, h):  # pragma: no cover 
         out[r, base + i] = total
 
 
+@njit(fastmath=_ORDERED, inline="always")
+def _softmax_weights(raw, kept, slots, start, m, scale, pow2):  # pragma: no cover - compiled
+    """kept[t] = exp(raw[slots[t]] * scale - their largest) for t < m, and their sum
+    (float64). Slot t is position t below `start` (the cache before the segment, read
+    eight at a time), then the segment's visible rows. The largest is the same in any
+    order; the sum is kept in eight float64 lanes, position t in lane t % 8, added up
+    by vec.total_f64, then the positions past the last whole eight one at a time: a
+    fixed order, whatever rows share the call."""
+    sc = vec.splat_f32(scale)
+    largest = vec.splat_f32(np.float32(-np.inf))
+    t = 0
+    while t + 8 <= start:
+        v = vec.mul(vec.load_f32(raw, t), sc)
+        vec.store_f32(kept, t, v)
+        largest = vec.max_f32(largest, v)
+        t += 8
+    best = vec.largest_lane(largest)
+    for t in range(t, m):
+        kept[t] = raw[slots[t]] * scale
+        best = max(best, kept[t])
+    for t in range(m):
+        kept[t] -= best
+    exp_inplace(kept, m, pow2)
+    low, high = vec.zeros_f64(), vec.zeros_f64()
+    t = 0
+    while t + 8 <= m:
+        v = vec.load_f32(kept, t)
+        low = vec.add_low(low, v)
+        high = vec.add_high(high, v)
+        t += 8
+    total = vec.total_f64(low, high)
+    for t in range(t, m):
+        total += kept[t]
+    return total
+
+
 @njit(inline="always")
 def _scratch(group, longest):  # pragma: no cover - compiled
     """Work arrays for _attend_task, made once per chunk of tasks (allocating them per
@@ -251,16 +287,7 @@ def _attend_task(q, r, kv, keys_t, values, start, visible, scale, out, r_seg, sc
             slots[m] = start + j
             m += 1
     for g in range(group):
-        best = -np.inf
-        for t in range(m):
-            kept[g, t] = raw[g, slots[t]] * scale
-            best = max(best, kept[g, t])
-        for t in range(m):
-            kept[g, t] -= best
-        exp_inplace(kept[g], m, pow2)
-        totals[g] = 0.0
-        for t in range(m):
-            totals[g] += kept[g, t]
+        totals[g] = _softmax_weights(raw[g], kept[g], slots, start, m, scale, pow2)
     values_kv = values[kv]
     for g in range(group):
         h = kv * group + g

@@ -50,7 +50,8 @@ class Vec(types.Type):
         super().__init__(name=f"vec_{kind}x{n}")
 
 
-_ELEMENT = {"i8": ir.IntType(8), "i16": ir.IntType(16), "i32": ir.IntType(32), "f32": ir.FloatType()}
+_ELEMENT = {"i8": ir.IntType(8), "i16": ir.IntType(16), "i32": ir.IntType(32), "f32": ir.FloatType(),
+            "f64": ir.DoubleType()}
 
 
 @register_model(Vec)
@@ -270,6 +271,54 @@ def fma1(typingctx, a, b, c):  # pragma: no cover - compiled
     def codegen(context, builder, sig, args):
         return _call(builder, "llvm.fma.f32", ir.FloatType(), list(args))
     return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+F64 = Vec("f64", 4)
+_VD = ir.VectorType(ir.DoubleType(), 4)
+
+
+@intrinsic
+def max_f32(typingctx, a, b):  # pragma: no cover - compiled
+    """The larger of a and b lane by lane (vmaxps). A maximum is the same whatever
+    order its values come in, so it may be taken lane-wise."""
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.x86.avx.max.ps.256", _VF, list(args))
+    return F32(F32, F32), codegen
+
+
+@intrinsic
+def zeros_f64(typingctx):  # pragma: no cover - compiled
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_VD, [0.0] * 4)
+    return F64(), codegen
+
+
+def _add_widened(first: int):
+    @intrinsic
+    def add(typingctx, acc, v):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            half = builder.shuffle_vector(args[1], ir.Constant(_VF, ir.Undefined),
+                                          ir.Constant(ir.VectorType(_I32, 4), list(range(first, first + 4))))
+            return builder.fadd(args[0], builder.fpext(half, _VD))
+        return F64(F64, F32), codegen
+    return add
+
+
+# acc + the low (add_low) or high (add_high) four float32 lanes of v, widened to
+# float64 (exact), lane by lane: the low sums' lane j holds position lanes j, the high
+# sums' lanes j + 4, so eight positions cost two float64 vector adds.
+add_low, add_high = _add_widened(0), _add_widened(4)
+
+
+@intrinsic
+def total_f64(typingctx, low, high):  # pragma: no cover - compiled
+    """((l0 + h0) + (l1 + h1)) + ((l2 + h2) + (l3 + h3)): the sums add_low and add_high keep,
+    in one fixed order (test_fused's reference spells it out)."""
+    def codegen(context, builder, sig, args):
+        pairs = builder.fadd(args[0], args[1])
+        lane = [builder.extract_element(pairs, ir.Constant(_I32, j)) for j in range(4)]
+        return builder.fadd(builder.fadd(lane[0], lane[1]), builder.fadd(lane[2], lane[3]))
+    return types.float64(F64, F64), codegen
 
 
 @intrinsic

@@ -102,8 +102,16 @@ def _plain_loop_attention(q, keys_t, values, start, visible, scale):  # pragma: 
                 for t in range(m):
                     kept[g, t] -= best
                 fused.exp_inplace(kept[g], m, pow2)
-                totals[g] = 0.0
-                for t in range(m):
+                # The sum's order: eight float64 lanes (position t in lane t % 8) over
+                # the whole eights, the lanes added as fused._softmax_weights does, then
+                # the rest one at a time.
+                whole = m - m % 8
+                lanes = np.zeros(8, dtype=np.float64)
+                for t in range(whole):
+                    lanes[t % 8] += np.float64(kept[g, t])
+                pairs = lanes[:4] + lanes[4:]
+                totals[g] = (pairs[0] + pairs[1]) + (pairs[2] + pairs[3])
+                for t in range(whole, m):
                     totals[g] += kept[g, t]
             for t in range(m):
                 for g in range(group):
