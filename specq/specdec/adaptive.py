@@ -8,9 +8,9 @@ about base + k * (row_cost + draft_cost) plain steps. The engine picks the k in
 The engine's base is 1: a request's one row streams all the weights. `base` and
 `row_cost` let other costs be modeled (scripts/replay_drafts.py). In a batched round
 the weights are streamed once for every request, so a request's share of the round
-is about 0.57 of a step at 8 requests while a draft still adds 0.40 (`specq bench
---batch-size 8` measures both): drafts pay there only where they are right about 80%
-of the time. The engine still decides every request as if alone. Weighing the batch
+is about 0.57 of a step at 8 requests while a draft still adds 0.40 at f32 (at int16:
+0.32 and 0.15; `specq bench --batch-size 8` measures both): drafts pay there only
+where they are right most of the time. The engine still decides every request as if alone. Weighing the batch
 was tried: a fresh request's estimate (0.5) is below what pays in a full batch, so it
 never drafts and never learns where drafts would pay; the replay models +3% from it
 for batches of 8, which wall times on this machine could not show
@@ -32,16 +32,25 @@ DECAY = 0.9  # weight of the past per drafting round: about the last 10 of them 
 IDLE_DECAY = 0.95
 PRIOR_ACCEPTED = 1.0  # pseudo-counts: a fresh request assumes c_i = 0.5
 PRIOR_REACHED = 2.0
-# A verification row's cost relative to a one-row forward, measured by `specq bench`
-# on the default model (Q4_1 blocks, fused per-layer loops, the compiled layer stack)
-# on the 2-core AMD EPYC (AVX2): 2 rows 1.40x, 3 rows 1.86x, 5 rows 2.47x of a 1-row
-# step (docs/performance.md), about 0.4 of a step a row. The kernel is bound by
-# arithmetic at a few rows, and every speedup of the 1-row step (which is bound by
-# streaming the weights) makes a row relatively dearer: it was 0.1 with float32
-# products, 0.24 on the AVX-512 Xeon, 0.33 here before the layer stack. Too low a
-# figure drafts where drafts do not pay: at 0.33 with the layer stack, prompt lookup
-# fell to 0.89x plain decoding on code and 0.90x on math and translation.
-ROW_COST = 0.40
+# A verification row's cost relative to a one-row forward, per precision, measured by
+# `specq bench --row-curve` on the default model on the 2-core AMD EPYC
+# (docs/performance.md). f32: 2 rows 1.40x, 3 rows 1.86x, 5 rows 2.47x of a 1-row step,
+# about 0.4 a row: its float32 products are bound by arithmetic at a few rows, and
+# every speedup of the 1-row step (bound by streaming the weights) made a row
+# relatively dearer (0.1 with the first float32 products, 0.33 before the layer stack;
+# at 0.33 with the layer stack, prompt lookup fell to 0.89x plain decoding on code).
+# The integer products make rows cheap: 5 rows cost 1.80x one at int16 (0.20 a row)
+# and 1.62x at int8 (0.16). At int16 drafting on 0.20 rather than 0.40 took the
+# default configuration from 1.17x to 1.27x plain decoding (tau 1.28 to 1.51), in two
+# runs of `specq bench --proposers auto --k 4 --repeat 2`.
+#
+# A constant per precision, not a figure the engine times as it goes: for a sampled
+# request the draft length changes which tokens the seeded draws pick (the
+# distribution is exact either way), so a length that depended on a machine's timings
+# would make a request resumed on another worker, or decoded by `specq generate`,
+# part from the same request decoded in one go.
+ROW_COSTS = {"f32": 0.40, "int16": 0.20, "int8": 0.16}
+ROW_COST = ROW_COSTS["f32"]  # what the shipped heads' trees and gates were chosen for (specq.training)
 
 
 @dataclass(frozen=True)

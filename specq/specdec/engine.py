@@ -20,7 +20,7 @@ import numpy as np
 
 from specq.errors import ParameterError
 from specq.specdec.acceptance import accept, accept_tree_greedy, resolve_rule
-from specq.specdec.adaptive import choose_k
+from specq.specdec.adaptive import ROW_COSTS, choose_k
 from specq.specdec.model import LlamaModel, Segment, SegmentOutput
 from specq.specdec.products import BULK_ROWS
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
@@ -333,7 +333,8 @@ class DecodeSession:
         room = self.model.config.context_length - len(state.all_ids) - 1
         k = req.k
         if req.adaptive:
-            k = choose_k(state.acceptance, req.k, self.engine.proposer.draft_cost)
+            k = choose_k(state.acceptance, req.k, self.engine.proposer.draft_cost,
+                         row_cost=ROW_COSTS[self.model.precision])
         return max(0, min(k, remaining - 1, room))
 
     def _uniforms(self, n_output: int):

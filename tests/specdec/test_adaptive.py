@@ -131,3 +131,27 @@ def test_adaptive_resume_equals_uninterrupted(toy, temperature):
     assert state.output_ids == whole.output_ids
     assert state.metrics.drafted_per_position == whole.metrics.drafted_per_position
     assert state.acceptance == whole.acceptance
+
+
+def test_the_integer_precisions_draft_on_their_cheaper_rows(toy_model_file):
+    """A verification row costs 0.20 of a step at int16 and 0.16 at int8, against 0.40
+    at f32: at the same measured acceptance, an integer-precision request drafts
+    further (the engine reads the cost of its model's precision)."""
+    from specq.specdec import int8
+    from specq.specdec.adaptive import ROW_COSTS
+
+    if not int8.AVAILABLE:
+        pytest.skip("the integer precisions need AVX2")
+    stats = AcceptanceStats()
+    for i in range(30):
+        stats = stats.after_round(3, 1 if i % 2 else 2)  # the first draft right, the second half the time
+    assert [choose_k(stats, 4, 0.0, row_cost=ROW_COSTS[p]) for p in ("f32", "int16", "int8")] == [1, 2, 2]
+    path = toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0")
+    chosen = {}
+    for precision in ("f32", "int16"):
+        model, tokenizer = load_model_and_tokenizer(path, precision)
+        engine = Engine(model, tokenizer, NgramProposer())
+        state = engine.start(GenerationRequest(prompt_ids=(1, 42, 267), max_tokens=20, k=4))
+        session = engine.session(DecodeState(request=state.request, acceptance=stats))
+        chosen[precision] = session._draft_budget()
+    assert chosen == {"f32": 1, "int16": 2}
