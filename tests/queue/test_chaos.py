@@ -5,9 +5,12 @@ the long one."""
 
 from __future__ import annotations
 
+import pytest
+
 from chaos import Chaos, ChaosConfig
 
 
+@pytest.mark.slow
 def test_random_faults_lose_nothing_and_change_no_output(tmp_path):
     config = ChaosConfig(requests=40, min_requests=80, minutes=0.75, workers=3, worker_life_s=8.0,
                          stop_every_s=10.0, redis_kill_every_s=12.0, deadline_minutes=8.0, seed=13)

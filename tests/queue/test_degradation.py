@@ -4,6 +4,8 @@ cannot be loaded degrades to plain decoding, still exact."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import shutil
 
@@ -45,6 +47,7 @@ def test_breaker_opens_after_repeated_failures_and_backs_off_doubling():
     assert b.state == "closed" and b.consecutive_failures == 0
 
 
+@pytest.mark.slow
 def test_a_sick_worker_opens_its_breaker_fails_its_health_check_and_recovers(
         client, queue_env, tmp_path, toy_model_file):
     model = tmp_path / "model.gguf"

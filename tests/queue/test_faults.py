@@ -4,6 +4,8 @@ is byte-identical to an uninterrupted local decode."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import random
 import signal
@@ -38,6 +40,7 @@ def check_results(env, tmp_path, batch_id, expected, store: BatchStore) -> None:
     assert store.stats()["tokens"] == sum(len(e["token_ids"]) for e in expected)
 
 
+@pytest.mark.slow
 def test_twenty_random_sigkills_lose_and_duplicate_nothing(client, queue_env, tmp_path, slow_model_path):
     n, kills_wanted = 24, 20
     _, expected = expected_and_submit(queue_env, tmp_path, slow_model_path, n, 90, "chaos")
@@ -69,6 +72,7 @@ def test_twenty_random_sigkills_lose_and_duplicate_nothing(client, queue_env, tm
     check_results(queue_env, tmp_path, "chaos", expected, store)
 
 
+@pytest.mark.slow
 def test_a_redis_restart_mid_batch_is_survived(own_redis, tmp_path, slow_model_path):
     server, env = own_redis
     n = 8

@@ -89,6 +89,7 @@ def test_a_worker_dead_between_dequeue_and_claim_does_not_stall_the_batch(client
     assert not is_stalled(client, "st")
 
 
+@pytest.mark.slow
 def test_a_worker_killed_while_loading_the_model_does_not_stall_the_batch(client, queue_env, tmp_path, real_model_path):
     """The same stall with a real kill: the default model takes a second or more to
     load, between taking the job and claiming; SIGKILL lands there."""
@@ -117,6 +118,7 @@ def kill_server(server: EmbeddedRedis) -> None:
     wait_until(lambda: not server.alive(), 10, "redis to die")
 
 
+@pytest.mark.slow
 def test_redis_killed_past_the_lease_mid_decode_leaves_no_request_held(own_redis, tmp_path, slow_model_path):
     server, env = own_redis
     n = 6
@@ -143,6 +145,7 @@ def test_redis_killed_past_the_lease_mid_decode_leaves_no_request_held(own_redis
     assert store.counts()["completed"] == n
 
 
+@pytest.mark.slow
 def test_a_short_redis_outage_hands_the_work_back_with_its_progress(own_redis, tmp_path, slow_model_path):
     """Down for less than a lease: the worker waits, then hands every request back
     with the state it had decoded (nothing lost), and the batch completes exactly."""

@@ -97,6 +97,7 @@ def network():
     net.close()
 
 
+@pytest.mark.slow
 def test_a_worker_cut_off_from_redis_for_a_minute(network, queue_env, tmp_path, slow_model_path):
     redis_ns = network.add_host("redis", 0)
     ns_a, ns_b = network.add_host("wa", 1), network.add_host("wb", 2)

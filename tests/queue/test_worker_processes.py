@@ -125,6 +125,7 @@ def test_pause_and_resume_while_a_worker_runs(batch, queue_env):
     assert_exactly_once(store, expected)
 
 
+@pytest.mark.slow
 def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, slow_model_path):
     path = write_prompts(tmp_path / "p.jsonl", N)
     common = ["--model", slow_model_path, "--max-tokens", str(MAX_TOKENS)]

@@ -127,6 +127,7 @@ for precision in ("int8", "int16"):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not int8.vec.has_vnni(), reason="this CPU has no VNNI to compare AVX2 with")
 def test_avx2_and_vnni_compute_the_same_bits(tmp_path, toy_model_file):
     """A request resumed on a machine with the other instruction set continues
