@@ -218,7 +218,7 @@ def test_bench_quality_reports_int16_and_int8_against_f32(toy_model_file, tmp_pa
 
 
 def test_bench_quality_on_a_cpu_without_avx2_is_one_error_line(toy_model_file, tmp_path, monkeypatch):
-    monkeypatch.setattr(int8, "AVAILABLE", False)  # what specq.specdec.int8 finds on such a CPU
+    monkeypatch.setattr(int8.vec, "has_avx2", lambda: False)  # what such a CPU reports
     result = CliRunner().invoke(main, ["bench", "--quality", "--input", _prompts(tmp_path), "--model",
                                        toy_model_file(**QUANTIZED), "--limit", "1", "--max-tokens", "4"])
     assert result.exit_code == 1 and "Traceback" not in result.output

@@ -242,7 +242,7 @@ def test_the_default_precision_is_int16_where_the_cpu_runs_it(toy_model_file, tm
     default = records(result)
     chosen = records(generate(*common, "--precision", "int16" if int8.AVAILABLE else "f32"))
     assert [(r["token_ids"], r["text"]) for r in chosen] == [(r["token_ids"], r["text"]) for r in default]
-    monkeypatch.setattr(int8, "AVAILABLE", False)  # what a CPU without AVX2 finds: f32, no error
+    monkeypatch.setattr(int8.vec, "has_avx2", lambda: False)  # a CPU without AVX2: f32, no error
     assert "precision f32" in generate(*common).stderr
 
 
@@ -264,7 +264,7 @@ def test_int8_precision_decodes_what_the_int8_model_decodes_greedily(toy_model_f
 
 
 def test_int8_on_a_cpu_without_avx2_is_one_error_line(toy_model_file, monkeypatch):
-    monkeypatch.setattr(int8, "AVAILABLE", False)  # what specq.specdec.int8 finds on such a CPU
+    monkeypatch.setattr(int8.vec, "has_avx2", lambda: False)  # what such a CPU reports
     user_error(generate("--model", toy_model_file(**QUANTIZED), "--prompt", "hi", "--precision", "int8"), 1,
                "AVX2", "--precision f32")
 

@@ -15,6 +15,7 @@ from specq.cli.options import defaults_from, generation_options, memory_size, mo
 from specq.cli.queue import _batch_config, _connect, _submit, _with, _write_results, batch_options, user_errors
 from specq.jobs.config import BatchConfig, kv_memory as configured_kv_memory
 from specq.jobs.keys import BatchKeys
+from specq.specdec.precision import require_integer
 
 
 def run_batch_id(input_path: str, config: BatchConfig) -> str:
@@ -65,9 +66,7 @@ def run(input_path, output, errors_path, processes, skip_invalid, kv_memory, red
         if kv_memory is None:
             configured_kv_memory()  # a malformed SPECQ_KV_MEMORY stops here, not in every worker's job
         if gen["precision"] != "f32":
-            from specq.specdec import int8
-
-            int8.require()  # the workers are this machine's: refuse now, not in every worker
+            require_integer()  # the workers are this machine's: refuse now, not in every worker
         url = resolve_url(redis_url)
         client = _connect(url)
         probe = _probe(gen)

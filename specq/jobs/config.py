@@ -50,7 +50,7 @@ def parse_size(text: str) -> int:
     number = lowered.rstrip("abcdefghijklmnopqrstuvwxyz")
     try:
         size = int(float(number) * _UNITS[lowered[len(number):].strip()])
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, OverflowError):  # "nan"; "4 parsecs"; "inf" and "1e400"
         raise ParameterError(f"{text!r} is not a size such as 4GiB, 512MiB or 1000000") from None
     if size < 2**10:
         raise ParameterError(f"{text!r} is below 1 KiB")

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import config, njit
 
-from specq.errors import ParameterError
 from specq.specdec import vec
+from specq.specdec.precision import require_integer
 from specq.specdec.qkernels import BLOCK, QuantizedMatrix
 
 TYPES = ("Q4_1", "Q8_0")
@@ -71,9 +71,7 @@ if AVAILABLE:
 LANES = 16 if AVAILABLE and _512 else 8  # outputs side by side in a weight's layout: the kernels' vector lanes
 
 
-def require() -> None:
-    if not AVAILABLE:
-        raise ParameterError("this CPU has no AVX2 with FMA, which the int8 and int16 precisions need; use --precision f32")
+require = require_integer  # the same check as AVAILABLE, its one-line error kept in precision.py
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,6 +9,8 @@ predictions that agree with f32's (docs/performance.md).
 f32's near ties.
 """
 
+from specq.errors import ParameterError
+
 PRECISIONS = ("f32", "int16", "int8")
 INTEGER = ("int16", "int8")  # the precisions whose products run on int8.py's kernels
 # What a command runs at unless told otherwise: int16 wherever its kernels run, since
@@ -18,11 +20,24 @@ INTEGER = ("int16", "int8")  # the precisions whose products run on int8.py's ke
 AUTO = "auto"
 
 
+def integer_available() -> bool:
+    """Whether this CPU runs the integer precisions' kernels (AVX2, FMA, F16C). Reads
+    the CPU's features only: importing specq.specdec.int8 would compile or load every
+    kernel (about a minute on a fresh install), which a command that only names a
+    precision (`submit`, `run`'s parent) must not pay."""
+    from specq.specdec import vec
+
+    return vec.has_avx2()
+
+
+def require_integer() -> None:
+    if not integer_available():
+        raise ParameterError("this CPU has no AVX2 with FMA, which the int8 and int16 precisions need; use --precision f32")
+
+
 def resolve(precision: str) -> str:
     """A concrete precision for `precision`: "auto" is int16 on a CPU with AVX2 and
     FMA, else f32. A batch records the concrete one, so all its workers agree."""
     if precision != AUTO:
         return precision
-    from specq.specdec import int8  # compiles the kernels where they run: only when asked
-
-    return "int16" if int8.AVAILABLE else "f32"
+    return "int16" if integer_available() else "f32"

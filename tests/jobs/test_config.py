@@ -51,6 +51,16 @@ def test_the_engine_key_differs_by_precision():
 
 def test_a_worker_without_avx2_refuses_an_int8_batch_before_reading_the_model(monkeypatch, tmp_path):
     # The model path does not exist: the CPU check comes first, with the one-line message.
-    monkeypatch.setattr(int8, "AVAILABLE", False)
+    monkeypatch.setattr(int8.vec, "has_avx2", lambda: False)  # what such a CPU reports
     with pytest.raises(ParameterError, match="AVX2"):
         load_for_batch(config(model_path=str(tmp_path / "absent.gguf"), precision="int8"))
+
+
+def test_sizes_parse_or_fail_in_one_line():
+    from specq.jobs.config import parse_size
+
+    assert parse_size("4GiB") == parse_size("4 gib") == parse_size("4G") == 4 * 2**30
+    assert parse_size("512MiB") == 512 * 2**20 and parse_size("1000000") == 1_000_000
+    for bad in ("", "lots", "4 parsecs", "nan", "inf", "1e400", "-5", "0.5KiB"):
+        with pytest.raises(ParameterError):
+            parse_size(bad)

@@ -188,7 +188,20 @@ def test_the_compiled_block_loop_equals_the_python_loop_at_int8(models):
 
 def test_a_model_without_avx2_refuses_int8_with_one_line(models, monkeypatch):
     from specq.errors import ParameterError
+    from specq.specdec import precision, vec
 
-    monkeypatch.setattr(int8, "AVAILABLE", False)
+    monkeypatch.setattr(vec, "has_avx2", lambda: False)  # what precision.integer_available reads
     with pytest.raises(ParameterError, match="AVX2"):
         models[0].at_precision("int8")
+    assert precision.resolve("auto") == "f32" and precision.resolve("int16") == "int16"
+
+
+def test_resolving_a_precision_compiles_no_kernel(tmp_path):
+    """`specq submit --precision auto` names a precision; only workers decode. Resolving
+    it must not import the kernels (about a minute on a fresh numba cache)."""
+    code = ("import sys; from specq.specdec.precision import resolve; print(resolve('auto')); "
+            "print(any(m.startswith('specq.specdec.int8') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["int16", "False"]
