@@ -93,19 +93,20 @@ redis_option = click.option(
 )
 
 
-def memory_size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    if value is None:
-        return None
+def memory_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
     try:
         return parse_size(value)
     except ParameterError as exc:
         raise click.BadParameter(str(exc)) from None
 
 
+# One option for generate, worker and run; a worker's jobs read SPECQ_KV_MEMORY, which
+# worker and run set from it for their processes.
 kv_memory_option = click.option(
-    "--kv-memory", "kv_memory", default=DEFAULT_KV_MEMORY, show_default=True, callback=memory_size,
-    help="The most memory the KV caches of the requests decoded together may take (4GiB, 512MiB, ...); fewer "
-         "than --batch-size run together when their caches would not fit.")
+    "--kv-memory", "kv_memory", envvar="SPECQ_KV_MEMORY", default=DEFAULT_KV_MEMORY, show_default=True,
+    callback=memory_size,
+    help="The most memory the KV caches one process decodes together may take (4GiB, 512MiB, ...; also "
+         "SPECQ_KV_MEMORY): fewer than --batch-size decode together when theirs would not fit.")
 
 
 def format_bytes(n: float) -> str:

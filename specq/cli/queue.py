@@ -12,10 +12,10 @@ import click
 import redis
 
 from specq.cli.options import (
-    DEFAULT_BATCH_SIZE, memory_size, defaults_from, generation_options, model_options, redis_option,
+    DEFAULT_BATCH_SIZE, defaults_from, generation_options, kv_memory_option, model_options, redis_option,
 )
 from specq.errors import ModelFileError, ParameterError, SpecqError
-from specq.jobs.config import DEFAULT_QUEUE, BatchConfig, kv_memory as configured_kv_memory
+from specq.jobs.config import DEFAULT_QUEUE, BatchConfig
 from specq.jobs.ids import check_batch_id
 
 
@@ -317,10 +317,7 @@ def results(batch_id, output, errors_path, redis_url) -> None:
 @click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
 @click.option("--check", is_flag=True,
               help="Health check: exit 0 if this machine's workers have fresh heartbeats and no open breaker.")
-@click.option("--kv-memory", "kv_memory", callback=memory_size,
-              help="The most memory the KV caches one process decodes together may take (4GiB, 512MiB, ...; default "
-                   "SPECQ_KV_MEMORY, else 4GiB): fewer than a batch's --batch-size decode together when theirs would "
-                   "not fit.")
+@kv_memory_option
 @redis_option
 def worker(queues, processes, burst, check, kv_memory, redis_url) -> None:
     """Run worker processes: any number, on any number of machines, against one Redis.
@@ -333,9 +330,7 @@ def worker(queues, processes, burst, check, kv_memory, redis_url) -> None:
     from specq.worker import Supervisor, check_health, run_worker, worker_argv
 
     with user_errors():
-        if kv_memory is not None:
-            os.environ["SPECQ_KV_MEMORY"] = str(kv_memory)  # read by each job, here and in the child processes
-        configured_kv_memory()  # a malformed SPECQ_KV_MEMORY stops the worker here, in one line
+        os.environ["SPECQ_KV_MEMORY"] = str(kv_memory)  # read by each job, here and in the child processes
         url = resolve_url(redis_url)
         if check:
             healthy, message = check_health(_connect(url))

@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import click
 
-from specq.cli.options import defaults_from, generation_options, memory_size, model_options, redis_option
+from specq.cli.options import defaults_from, generation_options, kv_memory_option, model_options, redis_option
 from specq.cli.queue import _batch_config, _connect, _submit, _with, _write_results, batch_options, user_errors
-from specq.jobs.config import BatchConfig, kv_memory as configured_kv_memory
+from specq.jobs.config import BatchConfig
 from specq.jobs.keys import BatchKeys
 from specq.specdec.precision import require_integer
 
@@ -41,9 +41,7 @@ def run_batch_id(input_path: str, config: BatchConfig) -> str:
 @generation_options
 @_with(batch_options)
 @click.option("--skip-invalid", is_flag=True)
-@click.option("--kv-memory", "kv_memory", callback=memory_size,
-              help="Per worker process: the most memory the KV caches decoded together may take (default "
-                   "SPECQ_KV_MEMORY, else 4GiB).")
+@kv_memory_option
 @redis_option
 def run(input_path, output, errors_path, processes, skip_invalid, kv_memory, redis_url, **gen) -> None:
     """Submit, run local workers until the batch is done, write the results. Run it
@@ -63,8 +61,6 @@ def run(input_path, output, errors_path, processes, skip_invalid, kv_memory, red
     output = output or f"{stem}.results.jsonl"
     errors_path = errors_path or f"{stem}.errors.jsonl"
     with user_errors():
-        if kv_memory is None:
-            configured_kv_memory()  # a malformed SPECQ_KV_MEMORY stops here, not in every worker's job
         if gen["precision"] != "f32":
             require_integer()  # the workers are this machine's: refuse now, not in every worker
         url = resolve_url(redis_url)
@@ -91,7 +87,7 @@ def run(input_path, output, errors_path, processes, skip_invalid, kv_memory, red
                        f"{checkpointed_unfinished(target.store)} resume from checkpoints", err=True)
         supervisor = Supervisor(worker_argv([queue], burst=False), processes, restart=True,
                                 env={**os.environ, "SPECQ_REDIS_URL": url,
-                                     **({"SPECQ_KV_MEMORY": str(kv_memory)} if kv_memory else {})})
+                                     "SPECQ_KV_MEMORY": str(kv_memory)})
         if not batch_status(client, batch_id)["done"]:
             supervisor.start()
         try:

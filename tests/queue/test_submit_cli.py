@@ -348,13 +348,19 @@ def test_a_worker_decodes_together_only_what_its_kv_memory_holds(client, queue_e
     assert got == expected
 
 
-def test_a_malformed_kv_memory_stops_the_worker_in_one_line(queue_env, tmp_path, monkeypatch):
+def test_a_malformed_kv_memory_stops_the_worker_in_one_line(queue_env, tmp_path, monkeypatch, long_model_path):
+    """--kv-memory and SPECQ_KV_MEMORY are one option on generate, worker and run: a
+    malformed value is a usage error before anything runs."""
+    path = write_prompts(tmp_path / "p.jsonl", 1)
     monkeypatch.setenv("SPECQ_KV_MEMORY", "plenty")
-    result = cli("worker", "--burst", ok=False)
-    assert result.exit_code == 1 and "SPECQ_KV_MEMORY: 'plenty' is not a size" in result.output
+    for args in (["worker", "--burst"], ["run", str(path)],
+                 ["generate", "--input", str(path), "--model", long_model_path]):
+        result = cli(*args, ok=False)
+        assert result.exit_code == 2 and "'plenty' is not a size" in result.output, args
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "p.results.jsonl").exists()
     bad = cli("worker", "--burst", "--kv-memory", "12 parsecs", ok=False)
     assert bad.exit_code == 2 and "is not a size" in bad.output
-    path = write_prompts(tmp_path / "p.jsonl", 1)
-    from_env = cli("run", str(path), ok=False)
-    assert from_env.exit_code == 1 and "SPECQ_KV_MEMORY: 'plenty' is not a size" in from_env.output
-    assert not (tmp_path / "p.results.jsonl").exists()
+    monkeypatch.setenv("SPECQ_KV_MEMORY", "1KiB")  # read by generate too: too small for any request
+    small = cli("generate", "--input", str(path), "--model", long_model_path, ok=False)
+    assert small.exit_code == 1 and "more than --kv-memory 1.0 KiB" in small.output
