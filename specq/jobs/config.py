@@ -36,9 +36,10 @@ MAX_ATTEMPTS = 3  # a request abandoned or failing more often than this without 
 JOB_SECONDS = 1800  # a job hands its requests back and re-enqueues itself after this
 JOB_TIMEOUT_S = JOB_SECONDS + 900  # RQ's hard limit: only reached by a job that hangs
 WORKER_ALIVE_S = 3 * HEARTBEAT_S
-# A request's key/value cache is allocated for prompt + max_tokens up front (about
-# 46 KB a token for the default model), so an unbounded max_tokens lets one line
-# claim gigabytes of a worker's memory; submit refuses lines above this.
+# A request's key/value cache is allocated for prompt + max_tokens up front (22.5 KiB
+# a position for the default model at int16, 45 KiB at f32), so an unbounded
+# max_tokens lets one line claim gigabytes of a worker's memory; submit refuses lines
+# above this.
 MAX_OUTPUT_TOKENS = int(_env_number("SPECQ_MAX_OUTPUT_TOKENS", 4096))
 DEFAULT_KV_MEMORY = "4GiB"
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
