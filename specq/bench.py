@@ -291,7 +291,11 @@ def _sum_lists(lists: list[tuple[int, ...]]) -> list[int]:
     return [sum(x[i] for x in lists if i < len(x)) for i in range(width)]
 
 
-def measure_verify_cost(model: LlamaModel, rows: Sequence[int], *, context: int = 200, trials: int = 15) -> dict[int, float]:
+CURVE_CONTEXT = 200  # the context the row costs are measured at
+
+
+def measure_verify_cost(model: LlamaModel, rows: Sequence[int], *, context: int = CURVE_CONTEXT,
+                        trials: int = 15) -> dict[int, float]:
     """Time of one forward over n new rows relative to one row, at a typical context
     length; the trials interleave the sizes and the median ratio is kept."""
     cache = model.new_cache(context + max(rows, default=1) + 1)
@@ -304,7 +308,7 @@ def measure_verify_cost(model: LlamaModel, rows: Sequence[int], *, context: int 
     return {n: round(statistics.median(r), 3) for n, r in ratios.items()}
 
 
-def measure_batch_cost(model: LlamaModel, sizes: Sequence[int], *, context: int = 200,
+def measure_batch_cost(model: LlamaModel, sizes: Sequence[int], *, context: int = CURVE_CONTEXT,
                        trials: int = 15) -> tuple[dict[int, float], dict[int, float]]:
     """Time of one decode round of n requests (n segments of one new row each, every
     one at `context` positions) relative to a lone request's; n over that ratio is

@@ -250,3 +250,19 @@ def test_llama_cpp_batched_decodes_every_prompt_as_its_single_stream_does(real_m
         assert sum(got == single.ids for got, single in zip(together, alone)) >= len(prompts) - 2
     finally:
         tool.close()
+
+
+def test_quality_refuses_speed_options_and_a_row_curve_past_the_context_fails_before_the_passes(toy_model_path,
+                                                                                                 tmp_path):
+    runner = CliRunner()
+    for extra in (["--compare", "llama.cpp"], ["--plot", str(tmp_path / "p")], ["--row-curve", "1,2"],
+                  ["--batch-size", "2"]):
+        result = runner.invoke(main, ["bench", "--quality", "--model", toy_model_path, *extra])
+        assert result.exit_code == 2 and f"it takes no {extra[0]}" in result.stderr, extra
+    assert not (tmp_path / "p").exists()
+    # The toy's context is 512: 400 rows after the curve's 200 positions do not fit.
+    result = runner.invoke(main, ["bench", "--input", _prompts(tmp_path), "--model", toy_model_path, "--proposers",
+                                  "none", "--repeat", "1", "--row-curve", "1,400"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "--row-curve 400 rows after 200 positions exceed the model's context of 512" in result.stderr
+    assert "rep 1/1" not in result.stderr  # refused before the speed passes, not after them

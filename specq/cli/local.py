@@ -278,11 +278,15 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
     specq bench --proposers none --batch-size 4,8,16,32,64 --row-curve 1,2,4,8,16,32,64 --plot charts/
     specq bench --quality --limit 2
     """
-    from specq.bench import BenchConfig, format_table, run_bench
+    from specq.bench import CURVE_CONTEXT, BenchConfig, format_table, run_bench
     from specq.bench_external import load_baselines
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer, resolve_proposer
 
     if quality:
+        speed_only = [name for name, given in (("--compare", compare), ("--plot", plot_dir), ("--row-curve", row_curve),
+                                               ("--batch-size", batch_sizes)) if given]
+        if speed_only:
+            raise click.UsageError(f"--quality measures predictions, not speed: it takes no {speed_only[0]}")
         chosen = click.get_current_context().get_parameter_source("precision") != click.core.ParameterSource.DEFAULT
         _bench_quality(input_path, model_path, limit, max_tokens or QUALITY_MAX_TOKENS, as_json,
                        INTEGER if not chosen or precision == "f32" else (precision,))
@@ -301,6 +305,9 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
         if max_tokens:
             specs = [replace(s, overrides={**s.overrides, "max_tokens": max_tokens}) for s in specs]
         model, tokenizer = load_model_and_tokenizer(model_path or default_model_path(), precision)
+        if row_curve and CURVE_CONTEXT + max(row_curve) + 1 > model.config.context_length:
+            raise InputError(f"--row-curve {max(row_curve)} rows after {CURVE_CONTEXT} positions exceed the model's "
+                             f"context of {model.config.context_length}")
         proposer_cache: dict = {}
         # Reported by what they are ("auto" is hybrid or ngram, depending on the heads).
         proposers = list(dict.fromkeys(resolve_proposer(p, model.fingerprint, medusa_heads_path) for p in proposers))

@@ -13,6 +13,7 @@ import click
 
 from specq.cli.options import defaults_from, generation_options, kv_memory_option, model_options, redis_option
 from specq.cli.queue import _batch_config, _connect, _submit, _with, _write_results, batch_options, user_errors
+from specq.errors import InputError
 from specq.jobs.config import BatchConfig
 from specq.jobs.keys import BatchKeys
 from specq.specdec.precision import require_integer
@@ -21,9 +22,14 @@ from specq.specdec.precision import require_integer
 def run_batch_id(input_path: str, config: BatchConfig) -> str:
     """The same file with the same options is the same batch: running again continues it."""
     digest = hashlib.sha256()
-    with open(input_path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
+    try:
+        with open(input_path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except FileNotFoundError:
+        raise InputError(f"input file not found: {input_path}") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {input_path}: {exc.strerror}") from None
     options = config.to_dict()
     if options["precision"] == "f32":
         del options["precision"]  # every run before --precision existed was f32: those keep their id

@@ -335,7 +335,7 @@ class BatchRunner:
                 return
             self._kv_wanted = 0
             if need > self.kv_budget:
-                log.warning("request %s needs %d bytes of KV cache, more than the budget of %d (SPECQ_KV_MEMORY): "
+                log.warning("request %s needs %d bytes of KV cache, more than the budget of %d (--kv-memory): "
                             "decoding it alone", rid, need, self.kv_budget)
             if saved is not None:
                 # Resuming re-runs a prefill over everything committed but the last token.

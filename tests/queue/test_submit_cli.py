@@ -364,3 +364,10 @@ def test_a_malformed_kv_memory_stops_the_worker_in_one_line(queue_env, tmp_path,
     monkeypatch.setenv("SPECQ_KV_MEMORY", "1KiB")  # read by generate too: too small for any request
     small = cli("generate", "--input", str(path), "--model", long_model_path, ok=False)
     assert small.exit_code == 1 and "more than --kv-memory 1.0 KiB" in small.output
+
+
+def test_run_on_a_missing_file_is_one_line(queue_env, tmp_path):
+    result = cli("run", str(tmp_path / "absent.jsonl"), ok=False)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == f"Error: input file not found: {tmp_path / 'absent.jsonl'}"
+
