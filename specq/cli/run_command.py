@@ -67,6 +67,8 @@ def run(input_path, output, errors_path, processes, skip_invalid, kv_memory, red
     output = output or f"{stem}.results.jsonl"
     errors_path = errors_path or f"{stem}.errors.jsonl"
     with user_errors():
+        if not os.path.isfile(input_path):  # before the embedded Redis starts: a typo leaves nothing running
+            raise InputError(f"input file not found: {input_path}")
         if gen["precision"] != "f32":
             require_integer()  # the workers are this machine's: refuse now, not in every worker
         url = resolve_url(redis_url)

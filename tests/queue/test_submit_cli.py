@@ -366,8 +366,10 @@ def test_a_malformed_kv_memory_stops_the_worker_in_one_line(queue_env, tmp_path,
     assert small.exit_code == 1 and "more than --kv-memory 1.0 KiB" in small.output
 
 
-def test_run_on_a_missing_file_is_one_line(queue_env, tmp_path):
+def test_run_on_a_missing_file_is_one_line(queue_env, tmp_path, monkeypatch):
+    monkeypatch.delenv("SPECQ_REDIS_URL")  # the embedded Redis: not started for a file that is not there
     result = cli("run", str(tmp_path / "absent.jsonl"), ok=False)
+    assert not (tmp_path / "home").exists() or not list((tmp_path / "home").iterdir())
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.strip().splitlines()[-1] == f"Error: input file not found: {tmp_path / 'absent.jsonl'}"
 
