@@ -18,7 +18,7 @@ import statistics
 import time
 from dataclasses import replace
 
-from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
+from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
 from specq.specdec.engine import Engine
 from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer
 

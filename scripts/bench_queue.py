@@ -27,9 +27,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import redis  # noqa: E402
 
-import toy_gguf  # noqa: E402
-from specq.jobs.connection import EmbeddedRedis  # noqa: E402
-from specq.jobs.store import BatchStore  # noqa: E402
+from specq.testing import toy_gguf  # noqa: E402
+from specq.queue.connection import EmbeddedRedis  # noqa: E402
+from specq.queue.store import BatchStore  # noqa: E402
 
 
 def timed(args: list[str], env: dict[str, str]) -> tuple[float, str, float]:

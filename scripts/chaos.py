@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from chaos import Chaos, ChaosConfig  # noqa: E402
+from specq.testing.chaos import Chaos, ChaosConfig  # noqa: E402
 
 
 def main() -> None:

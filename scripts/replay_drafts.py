@@ -34,7 +34,7 @@ import pickle
 
 import numpy as np
 
-from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
+from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
 from specq.specdec.adaptive import PRIOR_ACCEPTED, PRIOR_REACHED, ROW_COST, AcceptanceStats, choose_k
 from specq.specdec.loader import load_engine, make_proposer
 from specq.specdec.products import embed, linear

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from specq.bench_external import TimedBaseline
-from specq.jobs.inputs import GenerationDefaults, PromptSpec, to_request
+from specq.requests.inputs import GenerationDefaults, PromptSpec, to_request
 from specq.specdec.engine import Engine
 from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.proposers import Proposer

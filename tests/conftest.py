@@ -14,9 +14,12 @@ import pytest
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if TESTS_DIR not in sys.path:
-    sys.path.insert(0, TESTS_DIR)  # makes `import toy_gguf` work from any test module
+    sys.path.insert(0, TESTS_DIR)  # makes `import queue_helpers` work from any test module
 
-import toy_gguf  # noqa: E402
+from specq.testing import toy_gguf  # noqa: E402
+
+# The Redis fixtures, for tests/queue and tests/worker alike.
+pytest_plugins = ["redis_fixtures"]
 
 
 @pytest.fixture(scope="session")

@@ -11,13 +11,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from specq.jobs import keys
-from specq.jobs.batch_runner import BatchRunner
-from specq.jobs.config import BatchConfig
-from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
-from specq.jobs.runtime import load_for_batch
-from specq.jobs.store import BatchStore
-from specq.jobs.submit import submit
+from specq.queue import keys
+from specq.worker.batch_runner import BatchRunner
+from specq.requests.config import BatchConfig
+from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
+from specq.worker.runtime import load_for_batch
+from specq.queue.store import BatchStore
+from specq.queue.submit import submit
 from specq.specdec.gguf_file import GGUFFile
 
 

@@ -131,7 +131,7 @@ class EngineAsTool:
 
 def test_external_tools_run_on_the_same_prompts_and_are_compared_to_plain(toy_model_path):
     from specq.bench import BenchConfig, format_table, run_bench
-    from specq.jobs.inputs import GenerationDefaults, PromptSpec
+    from specq.requests.inputs import GenerationDefaults, PromptSpec
     from specq.specdec.engine import Engine
     from specq.specdec.loader import load_model_and_tokenizer, make_proposer
 

@@ -12,7 +12,7 @@ import os
 import pytest
 from click.testing import CliRunner, Result
 
-import toy_gguf
+from specq.testing import toy_gguf
 from specq.cli import main
 from specq.quality import greedy
 from specq.specdec import int8

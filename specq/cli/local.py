@@ -16,7 +16,7 @@ from specq.cli.options import (
 )
 from specq.errors import InputError, SpecqError
 from specq.jsonl import dumps_line
-from specq.jobs.inputs import GenerationDefaults, PromptSpec, read_jsonl, to_request
+from specq.requests.inputs import GenerationDefaults, PromptSpec, read_jsonl, to_request
 from specq.specdec.engine import Engine
 from specq.specdec.precision import INTEGER
 from specq.specdec.proposers import PROPOSERS

@@ -25,7 +25,7 @@ def metrics(port, address, once, redis_url) -> None:
     """
     from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 
-    from specq.jobs.metrics import SpecqCollector
+    from specq.queue.metrics import SpecqCollector
 
     with user_errors():
         client = _connect(redis_url)

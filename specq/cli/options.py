@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from specq.errors import ParameterError
-from specq.jobs.config import DEFAULT_KV_MEMORY, parse_size
-from specq.jobs.inputs import GenerationDefaults, OptionError, check_option
+from specq.requests.config import DEFAULT_KV_MEMORY, parse_size
+from specq.requests.inputs import GenerationDefaults, OptionError, check_option
 from specq.specdec.acceptance import ACCEPT_RULES
 from specq.specdec.precision import AUTO, PRECISIONS, resolve
 from specq.specdec.proposers import PROPOSERS

@@ -15,14 +15,15 @@ from specq.cli.options import (
     DEFAULT_BATCH_SIZE, defaults_from, generation_options, kv_memory_option, model_options, redis_option,
 )
 from specq.errors import ModelFileError, ParameterError, SpecqError
-from specq.jobs.config import DEFAULT_QUEUE, BatchConfig
-from specq.jobs.ids import check_batch_id
+from specq.requests.config import BatchConfig
+from specq.queue.timing import DEFAULT_QUEUE
+from specq.requests.ids import check_batch_id
 
 
 @contextlib.contextmanager
 def user_errors():
     """specq's own faults and Redis outages end in one line, never a traceback."""
-    from specq.jobs.connection import redact
+    from specq.queue.connection import redact
 
     try:
         yield
@@ -33,7 +34,7 @@ def user_errors():
 
 
 def _connect(redis_url: str | None) -> redis.Redis:
-    from specq.jobs.connection import connect
+    from specq.queue.connection import connect
 
     return connect(redis_url)
 
@@ -91,8 +92,8 @@ def _with(options):
 def _submit(client, input_path, batch_id, queue, skip_invalid, gen):
     """Submit with the command's options; reports on stderr; returns the SubmitOutcome.
     Refuses a Redis that may evict keys before anything is written."""
-    from specq.jobs.server_checks import require_noeviction
-    from specq.jobs.submit import submit as do_submit
+    from specq.queue.server_checks import require_noeviction
+    from specq.queue.submit import submit as do_submit
 
     require_noeviction(client)
     config, model_file = _batch_config(
@@ -189,7 +190,7 @@ def status(batch_id, as_json, watch, interval, redis_url) -> None:
     specq status
     specq status nightly --watch
     """
-    from specq.jobs.status import batch_report, overview, workers_alive
+    from specq.queue.status import batch_report, overview, workers_alive
 
     with user_errors():
         client = _connect(redis_url)
@@ -216,7 +217,7 @@ def status(batch_id, as_json, watch, interval, redis_url) -> None:
 
 
 def _control(action, target: str, as_json: bool, redis_url: str | None) -> None:
-    from specq.jobs.control import resolve
+    from specq.queue.control import resolve
 
     with user_errors():
         client = _connect(redis_url)
@@ -237,7 +238,7 @@ target_argument = click.argument("target", metavar="BATCH|BATCH:CUSTOM_ID")
 def pause(target, as_json, redis_url) -> None:
     """Pause a batch or one request; running ones stop after their current round,
     checkpointed."""
-    from specq.jobs.control import pause as do
+    from specq.queue.control import pause as do
 
     _control(do, target, as_json, redis_url)
 
@@ -249,7 +250,7 @@ def pause(target, as_json, redis_url) -> None:
 def resume(target, as_json, redis_url) -> None:
     """Resume paused requests, and re-enqueue transiently failed or abandoned ones,
     from their checkpoints."""
-    from specq.jobs.control import resume as do
+    from specq.queue.control import resume as do
 
     _control(do, target, as_json, redis_url)
 
@@ -260,7 +261,7 @@ def resume(target, as_json, redis_url) -> None:
 @redis_option
 def cancel(target, as_json, redis_url) -> None:
     """Cancel a batch or one request; running ones stop after their current round."""
-    from specq.jobs.control import cancel as do
+    from specq.queue.control import cancel as do
 
     _control(do, target, as_json, redis_url)
 
@@ -275,8 +276,8 @@ class _Echo:
 def _write_results(client, batch_id: str, output: str | None, errors_path: str | None) -> tuple[int, int]:
     from contextlib import ExitStack
 
-    from specq.jobs.results import atomic_writer, export
-    from specq.jobs.store import BatchStore
+    from specq.queue.results import atomic_writer, export
+    from specq.queue.store import BatchStore
 
     store = BatchStore(client, batch_id)
     if not store.exists():
@@ -326,8 +327,8 @@ def worker(queues, processes, burst, check, kv_memory, redis_url) -> None:
     specq worker --processes 2
     SPECQ_REDIS_URL=rediss://:secret@queue.example:6380/0 specq worker --queue nightly
     """
-    from specq.jobs.connection import client_for, resolve_url
-    from specq.worker import Supervisor, check_health, run_worker, worker_argv
+    from specq.queue.connection import client_for, resolve_url
+    from specq.worker.process import Supervisor, check_health, run_worker, worker_argv
 
     with user_errors():
         os.environ["SPECQ_KV_MEMORY"] = str(kv_memory)  # read by each job, here and in the child processes

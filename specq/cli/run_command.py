@@ -14,8 +14,8 @@ import click
 from specq.cli.options import defaults_from, generation_options, kv_memory_option, model_options, redis_option
 from specq.cli.queue import _batch_config, _connect, _submit, _with, _write_results, batch_options, user_errors
 from specq.errors import InputError
-from specq.jobs.config import BatchConfig
-from specq.jobs.keys import BatchKeys
+from specq.requests.config import BatchConfig
+from specq.queue.keys import BatchKeys
 from specq.specdec.precision import require_integer
 
 
@@ -56,12 +56,12 @@ def run(input_path, output, errors_path, processes, skip_invalid, kv_memory, red
     \b
     specq run examples/prompts.jsonl -o results.jsonl
     """
-    from specq.jobs.connection import resolve_url
-    from specq.jobs.control import checkpointed_unfinished, reap_all
-    from specq.jobs.control import resolve as resolve_target
-    from specq.jobs.control import resume as do_resume
-    from specq.jobs.status import batch_status
-    from specq.worker import Supervisor, worker_argv
+    from specq.queue.connection import resolve_url
+    from specq.queue.control import checkpointed_unfinished, reap_all
+    from specq.queue.control import resolve as resolve_target
+    from specq.queue.control import resume as do_resume
+    from specq.queue.status import batch_status
+    from specq.worker.process import Supervisor, worker_argv
 
     stem = input_path[:-6] if input_path.endswith(".jsonl") else input_path
     output = output or f"{stem}.results.jsonl"

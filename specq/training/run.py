@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from specq.errors import InputError
-from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
+from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import file_sha256
 from specq.specdec.products import dequantized

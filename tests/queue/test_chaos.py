@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos import Chaos, ChaosConfig
+from specq.testing.chaos import Chaos, ChaosConfig
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import time
 import pytest
 import redis
 
-from specq.jobs.connection import EmbeddedRedis, RedisUnavailable, client_for, connect, redact, resolve_url
+from specq.queue.connection import EmbeddedRedis, RedisUnavailable, client_for, connect, redact, resolve_url
 
 # --- redact -------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import time
 import redis
 
 from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
-from specq.jobs.store import BatchStore
+from specq.queue.store import BatchStore
 
 CHUNK = ["--checkpoint-tokens", "5", "--checkpoint-seconds", "0.3", "--batch-size", "3"]
 

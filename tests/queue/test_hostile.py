@@ -17,12 +17,12 @@ import redis
 from rq.job import Job
 
 from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
-from specq.jobs.connection import EmbeddedRedis
-from specq.jobs.liveness import is_stalled
-from specq.jobs.rq_glue import make_queue
-from specq.jobs.store import BatchStore
-from specq.worker import SpecqWorker
-from specq.jobs.runtime import Runtime
+from specq.queue.connection import EmbeddedRedis
+from specq.queue.liveness import is_stalled
+from specq.queue.rq_glue import make_queue
+from specq.queue.store import BatchStore
+from specq.worker.process import SpecqWorker
+from specq.worker.runtime import Runtime
 
 CHUNK = ["--checkpoint-tokens", "6", "--checkpoint-seconds", "0.5", "--batch-size", "8"]
 # Two requests at a time, long ones, on the slow toy model: seconds of decoding.
@@ -208,7 +208,7 @@ def test_a_forged_job_is_refused_and_never_runs(client, queue_env, tmp_path):
     marker = tmp_path / "pwned.txt"
     forge_job(client, "evil1", json.dumps(["os.system", None, [f"touch {marker}"], {}]))
     # specq's own function with something other than one batch id: refused too.
-    forge_job(client, "evil2", json.dumps(["specq.jobs.task.work_on_batch", None, [["x"], 2], {"k": 1}]))
+    forge_job(client, "evil2", json.dumps(["specq.worker.job.work_on_batch", None, [["x"], 2], {"k": 1}]))
     forge_job(client, "evil3", json.dumps(["posix.system", "instance", [f"touch {marker}"], {}]))
     proc = start_worker(queue_env, "--burst")
     log = proc.communicate(timeout=120)[0]
@@ -266,7 +266,7 @@ def test_hand_written_records_fail_their_request_or_batch_not_the_worker(client,
 def test_the_heartbeat_outlives_a_reaper_that_raises(client, monkeypatch):
     """The heartbeat thread renews every lease the worker holds: a reaper pass that
     raises (a damaged record it did not expect) is logged, and the beats go on."""
-    import specq.worker as worker_mod
+    import specq.worker.process as worker_mod
 
     calls = []
 

@@ -15,8 +15,8 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from queue_helpers import N_REQUESTS, setup_batch, stop_after_rounds, stop_process, wait_until
-from specq.jobs.batch_runner import BatchRunner
-from specq.jobs.runtime import Runtime
+from specq.worker.batch_runner import BatchRunner
+from specq.worker.runtime import Runtime
 
 
 def free_port() -> int:
@@ -104,7 +104,7 @@ def test_every_metric_the_dashboard_queries_exists(client):
     import re
     from pathlib import Path
 
-    from specq.jobs.metrics import SpecqCollector
+    from specq.queue.metrics import SpecqCollector
 
     names = set()
     for family in SpecqCollector(client).collect():

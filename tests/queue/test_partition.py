@@ -23,8 +23,8 @@ import pytest
 import redis
 
 from queue_helpers import specq, wait_until, write_prompts
-from specq.jobs.connection import server_binary
-from specq.jobs.store import BatchStore
+from specq.queue.connection import server_binary
+from specq.queue.store import BatchStore
 
 LEASE_S = 3.0
 CUT_S = 60.0

@@ -8,8 +8,8 @@ import json
 import tracemalloc
 
 from queue_helpers import make_batch
-from specq.jobs.results import atomic_writer, export
-from specq.jobs.store import BatchStore
+from specq.queue.results import atomic_writer, export
+from specq.queue.store import BatchStore
 
 
 N = 10_000

@@ -14,12 +14,12 @@ from click.testing import CliRunner
 
 from queue_helpers import specq, write_prompts
 from specq.cli import main
-from specq.jobs import keys
-from specq.jobs.config import BatchConfig
-from specq.jobs.connection import EmbeddedRedis, RedisUnavailable
-from specq.jobs.metrics import SpecqCollector
-from specq.jobs.server_checks import require_noeviction
-from specq.jobs.submit import submit
+from specq.queue import keys
+from specq.requests.config import BatchConfig
+from specq.queue.connection import EmbeddedRedis, RedisUnavailable
+from specq.queue.metrics import SpecqCollector
+from specq.queue.server_checks import require_noeviction
+from specq.queue.submit import submit
 from specq.specdec.gguf_file import GGUFFile
 
 

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from queue_helpers import make_batch
-from specq.jobs import keys
-from specq.jobs.store import STATES, BatchStore
+from specq.queue import keys
+from specq.queue.store import STATES, BatchStore
 
 
 def assert_counts_consistent(store: BatchStore) -> None:

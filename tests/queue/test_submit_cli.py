@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from queue_helpers import write_prompts
 from specq.cli import main
-from specq.jobs.keys import BatchKeys
-from specq.jobs.rq_glue import make_queue
+from specq.queue.keys import BatchKeys
+from specq.queue.rq_glue import make_queue
 from specq.specdec import int8
-from specq.worker import run_worker
+from specq.worker.process import run_worker
 
 
 def cli(*args: str, ok: bool = True):
@@ -332,7 +332,7 @@ def test_a_worker_decodes_together_only_what_its_kv_memory_holds(client, queue_e
         return original(self)
 
     monkeypatch.setattr(engine_module.BatchDecoder, "round", counting)
-    from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
+    from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
     from specq.specdec.loader import load_engine
 
     engine = load_engine(model_path=long_model_path, proposer="auto", precision="int16" if int8.AVAILABLE else "f32")

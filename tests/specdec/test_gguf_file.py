@@ -12,7 +12,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize
 
-import toy_gguf
+from specq.testing import toy_gguf
 from specq.errors import ModelFileError
 from specq.specdec.gguf_file import SUPPORTED_TYPES, GGUFFile
 from specq.specdec.model import LlamaModel

@@ -9,7 +9,7 @@ import pytest
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-import toy_gguf
+from specq.testing import toy_gguf
 from specq.errors import ParameterError
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model import LlamaModel, Segment

@@ -55,7 +55,7 @@ def _prompts(path, n=40, max_tokens=30):
 def test_features_line_up_hidden_states_with_later_tokens(toy_model_path, tmp_path):
     engine = load_engine(model_path=toy_model_path, proposer="none")
     from specq.training.distill import distill
-    from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
+    from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
     specs = read_jsonl(_prompts(tmp_path / "p.jsonl", n=3, max_tokens=12))
     reqs = [(s.custom_id, "", to_request(s, engine.tokenizer, GenerationDefaults())) for s in specs]
     answers = distill(engine, reqs, str(tmp_path / "a.jsonl"))
@@ -77,7 +77,7 @@ def test_features_line_up_hidden_states_with_later_tokens(toy_model_path, tmp_pa
 def _toy_features(toy_model_path, tmp_path, n_heads):
     """The toy model's answers to 40 prompts, and their features."""
     engine = load_engine(model_path=toy_model_path, proposer="none")
-    from specq.jobs.inputs import GenerationDefaults, read_jsonl, to_request
+    from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
     from specq.training.distill import distill
 
     specs = read_jsonl(_prompts(tmp_path / "p.jsonl"))

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from queue_helpers import N_REQUESTS, outputs, setup_batch, stop_after_rounds
-from specq.jobs.batch_runner import BatchRunner
-from specq.jobs.config import BatchConfig
-from specq.jobs.runtime import Runtime, load_for_batch
+from specq.worker.batch_runner import BatchRunner
+from specq.requests.config import BatchConfig
+from specq.worker.runtime import Runtime, load_for_batch
 from specq.specdec.gguf_file import GGUFFile
 
 def test_a_runner_completes_every_request_as_a_lone_decode_would(client, tmp_path, long_model_path):

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 import redis
 
-from specq.jobs import keys, scripts
+from specq.queue import keys, lua
 
 STATES = ("queued", "running", "paused", "completed", "failed", "cancelled")
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -37,12 +37,12 @@ class BatchStore:
         self.client = client
         self.batch_id = batch_id
         self.keys = keys.BatchKeys(batch_id)
-        self._claim = client.register_script(scripts.CLAIM)
-        self._renew = client.register_script(scripts.RENEW)
-        self._checkpoint = client.register_script(scripts.CHECKPOINT)
-        self._settle = client.register_script(scripts.SETTLE)
-        self._reap = client.register_script(scripts.REAP)
-        self._transition = client.register_script(scripts.TRANSITION)
+        self._claim = client.register_script(lua.CLAIM)
+        self._renew = client.register_script(lua.RENEW)
+        self._checkpoint = client.register_script(lua.CHECKPOINT)
+        self._settle = client.register_script(lua.SETTLE)
+        self._reap = client.register_script(lua.REAP)
+        self._transition = client.register_script(lua.TRANSITION)
 
     # --- reads (never change anything) ---------------------------------------
     def exists(self) -> bool:

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 import redis
 
 from specq.errors import InputError, SpecqError
-from specq.jobs import keys, scripts
-from specq.jobs.config import LEASE_TTL_MS, MAX_ATTEMPTS, BatchConfig
-from specq.jobs.liveness import batch_jobs, fresh_workers, has_claimable_work, process_is_dead_here
-from specq.jobs.rq_glue import enqueue_batch_jobs
-from specq.jobs.store import BatchStore, _text
-from specq.jobs.submit import MAX_PARALLEL_JOBS
+from specq.queue import keys, lua
+from specq.requests.config import BatchConfig
+from specq.queue.timing import LEASE_TTL_MS, MAX_ATTEMPTS
+from specq.queue.liveness import batch_jobs, fresh_workers, has_claimable_work, process_is_dead_here
+from specq.queue.rq_glue import enqueue_batch_jobs
+from specq.queue.store import BatchStore, _text
+from specq.queue.submit import MAX_PARALLEL_JOBS
 
 TRANSIENT_FAILURES = ("abandoned", "worker_error")
 
@@ -140,7 +141,7 @@ def reap_batch(store: BatchStore, *, force: bool = False) -> int:
     """Hand back the batch's running requests whose lease is gone, or whose owner is a
     dead process on this machine (found at once, without waiting for the lease to
     expire). Returns how many went back to pending; enqueues jobs for them."""
-    delete_if = store.client.register_script(scripts.DELETE_IF)
+    delete_if = store.client.register_script(lua.DELETE_IF)
     requeued = 0
     for rid in store.running():
         lease_key = store.keys.lease(rid)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import redis
 
-from specq.jobs.connection import RedisUnavailable
-from specq.jobs.store import _text
+from specq.queue.connection import RedisUnavailable
+from specq.queue.store import _text
 
 REQUIRED_POLICY = "noeviction"
 FIX = ("run `CONFIG SET maxmemory-policy noeviction` and put `maxmemory-policy noeviction` in redis.conf "

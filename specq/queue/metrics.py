@@ -8,7 +8,7 @@ mirror vLLM's speculative-decoding metrics so existing dashboards carry over. La
 are model, proposer, queue, state, position, reason and kind: never a job or request
 id. Counters are summed over the batches Redis still holds, so deleting a batch
 makes them drop; Prometheus's rate() treats a drop as a counter reset. A damaged
-batch (keys lost or unreadable, see specq.jobs.status) is left out of them and
+batch (keys lost or unreadable, see specq.queue.status) is left out of them and
 counted in specq_batches_damaged, so it cannot fail a scrape.
 """
 
@@ -24,9 +24,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from specq.errors import InputError
-from specq.jobs.histograms import BUCKETS, cumulative
-from specq.jobs.liveness import fresh_workers, is_stalled
-from specq.jobs.status import BatchDamaged, batch_ids, read_batch, workers_alive
+from specq.queue.histograms import BUCKETS, cumulative
+from specq.queue.liveness import fresh_workers, is_stalled
+from specq.queue.status import BatchDamaged, batch_ids, read_batch, workers_alive
 
 FAILURE_KINDS = ("invalid_request", "checkpoint", "engine_error", "abandoned")
 RESUME_REASONS = {"crash": "resumes_crash", "preempt": "resumes_preempt", "manual": "resumes_manual"}

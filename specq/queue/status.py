@@ -16,10 +16,10 @@ from typing import Any
 import redis
 
 from specq.errors import InputError, SpecqError
-from specq.jobs import keys
-from specq.jobs.config import WORKER_ALIVE_S
-from specq.jobs.liveness import config_is_readable, fresh_workers, is_stalled
-from specq.jobs.store import STATES, _text
+from specq.queue import keys
+from specq.queue.timing import WORKER_ALIVE_S
+from specq.queue.liveness import config_is_readable, fresh_workers, is_stalled
+from specq.queue.store import STATES, _text
 
 RATE_WINDOW_S = 60.0
 META_FIELDS = ("config", "queue")  # what status and metrics cannot do without

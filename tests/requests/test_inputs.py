@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-import toy_gguf
+from specq.testing import toy_gguf
 from specq.errors import InputError, ParameterError
-from specq.jobs.ids import check_batch_id, check_request_id
-from specq.jobs.inputs import (
+from specq.requests.ids import check_batch_id, check_request_id
+from specq.requests.inputs import (
     MAX_STOP_STRINGS, GenerationDefaults, OptionError, PromptSpec, check_option, parse_jsonl, parse_jsonl_lenient,
     read_jsonl, to_request,
 )

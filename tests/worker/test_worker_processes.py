@@ -14,9 +14,9 @@ import time
 import pytest
 
 from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
-from specq.jobs.status import batch_status
+from specq.queue.status import batch_status
 from specq.specdec import int8
-from specq.jobs.store import BatchStore
+from specq.queue.store import BatchStore
 
 N = 6
 MAX_TOKENS = 120
@@ -150,7 +150,7 @@ def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, slow_model_path
     assert run.wait(30) == 130, run.stderr.read()
     assert not out.exists()
     done_before = {r: json.loads(raw)["completed_at"] for r, raw in zip(store.request_ids(), store.results(store.request_ids())) if raw}
-    from specq.jobs.control import checkpointed_unfinished
+    from specq.queue.control import checkpointed_unfinished
 
     with_checkpoints = checkpointed_unfinished(store)
     assert with_checkpoints >= 1, "the Ctrl-C must leave requests handed back with their checkpoints"

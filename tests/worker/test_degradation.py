@@ -11,10 +11,10 @@ import shutil
 
 import numpy as np
 
-import toy_gguf
+from specq.testing import toy_gguf
 from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
-from specq.jobs.breaker import FAILURES_TO_OPEN, FIRST_BACKOFF_S, Breaker
-from specq.jobs.store import BatchStore
+from specq.worker.breaker import FAILURES_TO_OPEN, FIRST_BACKOFF_S, Breaker
+from specq.queue.store import BatchStore
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.proposers import MedusaHeads
 
@@ -117,8 +117,8 @@ def test_a_proposer_that_fails_while_drafting_leaves_the_output_exact(client, tm
     import time
 
     from queue_helpers import N_REQUESTS, outputs, setup_batch
-    from specq.jobs.batch_runner import BatchRunner
-    from specq.jobs.runtime import Runtime
+    from specq.worker.batch_runner import BatchRunner
+    from specq.worker.runtime import Runtime
 
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
     ngram = loaded.guard.inner

@@ -1,5 +1,4 @@
-"""The one home of RQ options: the job function, the job class that refuses every
-other function, the JSON serializer (never pickle: pickle lets anyone who can write
+"""The one home of RQ options: the job function's name, the JSON serializer (never pickle: pickle lets anyone who can write
 to Redis run code in the workers), job ids, timeouts and TTLs."""
 
 from __future__ import annotations
@@ -12,52 +11,20 @@ from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from specq.errors import SpecqError
-from specq.jobs import keys
-from specq.jobs.config import JOB_TIMEOUT_S
+from specq.queue import keys
+from specq.queue.timing import JOB_TIMEOUT_S
 
-JOB_FUNCTION = "specq.jobs.task.work_on_batch"
+JOB_FUNCTION = "specq.worker.job.work_on_batch"
+# Jobs enqueued by specq before its packages moved name the function by its old path;
+# workers still run them (the same function, the same one argument).
+FORMER_JOB_FUNCTIONS = frozenset({"specq.jobs.task.work_on_batch"})
 RESULT_TTL_S = 3600  # a job's return value is a small summary; results live in specq's keys
 FAILURE_TTL_S = 7 * 24 * 3600
 
 
-class ForeignJobError(SpecqError):
-    """A job in specq's queues that specq did not make (a hand-written or forged one)."""
-
-
-class SpecqJob(Job):
-    """A job as a specq worker reads it from Redis. Job hashes are data that anyone
-    with write access to Redis can write, and RQ imports whatever dotted name a job
-    holds (JSON serialization stops pickle's code execution, not `os.system`): so
-    only specq's own function runs, with one string argument, and the callback
-    names a job carries are never imported (specq sets none)."""
-
-    @property
-    def func(self):
-        name, args, kwargs = self.func_name, self.args, self.kwargs
-        if name != JOB_FUNCTION or self.instance is not None:
-            raise ForeignJobError(f"refusing job {self.id}: it names {name!r}; a specq worker runs only {JOB_FUNCTION}")
-        if kwargs or len(args) != 1 or not isinstance(args[0], str):
-            raise ForeignJobError(f"refusing job {self.id}: {JOB_FUNCTION} takes one batch id, got {args!r} {kwargs!r}")
-        from specq.jobs.task import work_on_batch  # here: task imports this module
-
-        return work_on_batch
-
-    @property
-    def success_callback(self):
-        return None
-
-    @property
-    def failure_callback(self):
-        return None
-
-    @property
-    def stopped_callback(self):
-        return None
-
-
-def make_queue(client: redis.Redis, name: str) -> Queue:
-    return Queue(name, connection=client, serializer=JSONSerializer, job_class=SpecqJob)
+def make_queue(client: redis.Redis, name: str, job_class: type[Job] = Job) -> Queue:
+    """A queue that speaks JSON; workers read it through their guarded job class."""
+    return Queue(name, connection=client, serializer=JSONSerializer, job_class=job_class)
 
 
 def job_id_prefix(batch_id: str) -> str:

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import redis
 
-import toy_gguf
-from specq.jobs.connection import EmbeddedRedis
-from specq.jobs.store import BatchStore
+from specq.testing import toy_gguf
+from specq.queue.connection import EmbeddedRedis
+from specq.queue.store import BatchStore
 
 
 @dataclass

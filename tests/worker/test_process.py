@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from specq.worker import THREAD_VARIABLES, threads_per_process
+from specq.worker.process import THREAD_VARIABLES, threads_per_process
 
 
 def test_cores_are_shared_among_worker_processes(monkeypatch):

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 import redis
 
 from specq.errors import InputError, ParameterError, SpecqError
-from specq.jobs import keys
-from specq.jobs.config import MAX_OUTPUT_TOKENS, BatchConfig
-from specq.jobs.ids import check_batch_id
-from specq.jobs.inputs import InvalidLine, PromptSpec, read_jsonl_lenient, to_request
-from specq.jobs.rq_glue import enqueue_batch_jobs
+from specq.queue import keys
+from specq.requests.config import MAX_OUTPUT_TOKENS, BatchConfig
+from specq.requests.ids import check_batch_id
+from specq.requests.inputs import InvalidLine, PromptSpec, read_jsonl_lenient, to_request
+from specq.queue.rq_glue import enqueue_batch_jobs
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model import LlamaConfig
 from specq.specdec.tokenizer import Tokenizer

@@ -21,18 +21,19 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rq import SimpleWorker
 
-from specq.jobs import keys
-from specq.jobs import runtime as runtime_mod
-from specq.jobs.config import HEARTBEAT_S, LEASE_TTL_MS, WORKER_ALIVE_S
-from specq.jobs.connection import RedisUnavailable
-from specq.jobs.control import reap_all, sweep
-from specq.jobs.liveness import fresh_workers, worker_is_alive
-from specq.jobs.rq_glue import SpecqJob, make_queue
-from specq.jobs.runtime import Runtime
+from specq.queue import keys
+from specq.worker import runtime as runtime_mod
+from specq.queue.timing import HEARTBEAT_S, LEASE_TTL_MS, WORKER_ALIVE_S
+from specq.queue.connection import RedisUnavailable
+from specq.queue.control import reap_all, sweep
+from specq.queue.liveness import fresh_workers, worker_is_alive
+from specq.queue.rq_glue import make_queue
+from specq.worker.job import SpecqJob
+from specq.worker.runtime import Runtime
 from specq.errors import SpecqError
-from specq.jobs.server_checks import require_noeviction
-from specq.jobs.status import read_batch
-from specq.jobs.store import BatchStore, _text
+from specq.queue.server_checks import require_noeviction
+from specq.queue.status import read_batch
+from specq.queue.store import BatchStore, _text
 
 # specq's own calls (checkpoints, leases, the reaper) are short: a Redis cut off by
 # the network must not hold one for minutes (RQ gives its connections 415 s, for its
@@ -132,10 +133,10 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
             if runtime.stop_requested.is_set():  # a signal while Redis was away
                 return worked
             worker = SpecqWorker(
-                [make_queue(client, q) for q in queues],
+                [make_queue(client, q, SpecqJob) for q in queues],
                 connection=client,
                 name=f"{runtime.worker_id}.{attempt}",  # RQ refuses a name whose last life did not end cleanly
-                serializer=make_queue(client, queues[0]).serializer,
+                serializer=make_queue(client, queues[0], SpecqJob).serializer,
                 runtime=runtime,
             )
             try:

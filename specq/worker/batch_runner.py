@@ -20,11 +20,12 @@ import redis
 from rq.timeouts import JobTimeoutException
 
 from specq.errors import SpecqError
-from specq.jobs import checkpoint
-from specq.jobs.histograms import PendingCounts
-from specq.jobs.config import HEARTBEAT_S, LEASE_TTL_MS, MAX_ATTEMPTS, BatchConfig, kv_memory
-from specq.jobs.runtime import LoadedEngine, Runtime
-from specq.jobs.store import BatchStore, Lease
+from specq.worker import checkpoint
+from specq.queue.histograms import PendingCounts
+from specq.requests.config import BatchConfig, kv_memory
+from specq.queue.timing import HEARTBEAT_S, LEASE_TTL_MS, MAX_ATTEMPTS
+from specq.worker.runtime import LoadedEngine, Runtime
+from specq.queue.store import BatchStore, Lease
 from specq.specdec.engine import BatchDecoder, Engine
 from specq.specdec.state import DecodeState, GenerationRequest
 

@@ -1,5 +1,5 @@
 """A batch's configuration, fixed at submit and read by every worker, and the
-timing constants of leases, heartbeats and checkpoints (one home for each)."""
+limits on what a request may ask for (one home for each)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specq.errors import ParameterError
-from specq.jobs.inputs import GenerationDefaults
+from specq.requests.inputs import GenerationDefaults
 from specq.specdec.precision import PRECISIONS
 
-DEFAULT_QUEUE = "specq"
-
-def _env_number(name: str, default: float) -> float:
+def env_number(name: str, default: float) -> float:
     """Timing overrides for tests and unusual deployments (SPECQ_LEASE_TTL_MS,
     SPECQ_HEARTBEAT_S); a malformed value is a mistake worth stopping on."""
     raw = os.environ.get(name)
@@ -30,17 +28,11 @@ def _env_number(name: str, default: float) -> float:
     return value
 
 
-LEASE_TTL_MS = int(_env_number("SPECQ_LEASE_TTL_MS", 30_000))  # a silent worker's requests are taken over after this
-HEARTBEAT_S = _env_number("SPECQ_HEARTBEAT_S", 5.0)  # leases are renewed, and the reaper runs, this often
-MAX_ATTEMPTS = 3  # a request abandoned or failing more often than this without a new checkpoint fails
-JOB_SECONDS = 1800  # a job hands its requests back and re-enqueues itself after this
-JOB_TIMEOUT_S = JOB_SECONDS + 900  # RQ's hard limit: only reached by a job that hangs
-WORKER_ALIVE_S = 3 * HEARTBEAT_S
 # A request's key/value cache is allocated for prompt + max_tokens up front (22.5 KiB
 # a position for the default model at int16, 45 KiB at f32), so an unbounded
 # max_tokens lets one line claim gigabytes of a worker's memory; submit refuses lines
 # above this.
-MAX_OUTPUT_TOKENS = int(_env_number("SPECQ_MAX_OUTPUT_TOKENS", 4096))
+MAX_OUTPUT_TOKENS = int(env_number("SPECQ_MAX_OUTPUT_TOKENS", 4096))
 DEFAULT_KV_MEMORY = "4GiB"
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
 

@@ -11,7 +11,7 @@ import tempfile
 from contextlib import contextmanager
 from typing import Any, Iterator, TextIO
 
-from specq.jobs.store import BatchStore, _text
+from specq.queue.store import BatchStore, _text
 from specq.jsonl import dumps_line
 
 

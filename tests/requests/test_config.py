@@ -9,9 +9,9 @@ import json
 import pytest
 
 from specq.errors import ParameterError
-from specq.jobs.config import BatchConfig
-from specq.jobs.inputs import GenerationDefaults
-from specq.jobs.runtime import load_for_batch
+from specq.requests.config import BatchConfig
+from specq.requests.inputs import GenerationDefaults
+from specq.worker.runtime import load_for_batch
 from specq.specdec import int8
 
 
@@ -57,7 +57,7 @@ def test_a_worker_without_avx2_refuses_an_int8_batch_before_reading_the_model(mo
 
 
 def test_sizes_parse_or_fail_in_one_line():
-    from specq.jobs.config import parse_size
+    from specq.requests.config import parse_size
 
     assert parse_size("4GiB") == parse_size("4 gib") == parse_size("4G") == 4 * 2**30
     assert parse_size("512MiB") == 512 * 2**20 and parse_size("1000000") == 1_000_000

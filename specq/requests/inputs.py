@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from specq.errors import InputError, SpecqError
-from specq.jobs.ids import is_valid_unicode, request_id_fault, shown
+from specq.requests.ids import is_valid_unicode, request_id_fault, shown
 from specq.specdec.sampling import SamplingParams
 from specq.specdec.state import GenerationRequest
 
@@ -139,7 +139,7 @@ def parse_openai_line(obj: dict, line: int, fail) -> PromptSpec:
 
 
 def check_custom_id(custom_id: Any, fail, note: str = "") -> str:
-    """The request id, if it follows the rule of specq.jobs.ids."""
+    """The request id, if it follows the rule of specq.requests.ids."""
     fault = request_id_fault(custom_id)
     if fault:
         raise fail(f"field 'custom_id' {fault}{note}, got {shown(custom_id)}")

@@ -17,11 +17,11 @@ import uuid
 from dataclasses import dataclass
 
 from specq.errors import ModelFileError, SpecqError
-from specq.jobs.breaker import Breaker
-from specq.jobs.checkpoint import fingerprint
-from specq.jobs.config import BatchConfig
-from specq.jobs.guarded_proposer import GuardedProposer
-from specq.jobs.store import BatchStore, Lease
+from specq.worker.breaker import Breaker
+from specq.worker.checkpoint import fingerprint
+from specq.requests.config import BatchConfig
+from specq.worker.guarded_proposer import GuardedProposer
+from specq.queue.store import BatchStore, Lease
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import file_sha256
 
