@@ -20,7 +20,8 @@ from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model import LlamaModel
 from specq.specdec.tokenizer import Tokenizer
 
-RECORD_KEYS = {"custom_id", "text", "token_ids", "prompt_token_ids", "finish_reason", "usage", "metrics"}
+LINE_KEYS = {"custom_id", "text", "finish_reason", "usage", "specq"}
+SPECQ_KEYS = {"token_ids", "prompt_token_ids", "metrics", "worker"}
 METRIC_KEYS = {"target_forwards", "drafted", "accepted", "tau", "decode_seconds"}
 
 # Prompts on which the default toy model's greedy output is long and repetitive enough
@@ -38,12 +39,18 @@ def succeeded(result: Result) -> Result:
     return result
 
 
-def records(result: Result) -> list[dict]:
+def lines(result: Result) -> list[dict]:
     """The JSON objects on stdout, one per line (split on \\n only: a text may hold
     other characters that str.splitlines treats as line breaks)."""
     out = succeeded(result).stdout
     assert out.endswith("\n")
     return [json.loads(line) for line in out[:-1].split("\n")]
+
+
+def records(result: Result) -> list[dict]:
+    """The lines with their "specq" object's fields beside the others, for brevity
+    (the first test checks the lines' real shape)."""
+    return [{**{k: v for k, v in line.items() if k != "specq"}, **line["specq"]} for line in lines(result)]
 
 
 def one_record(result: Result) -> dict:
@@ -87,8 +94,10 @@ def toy_tokenizer(toy_model_path) -> Tokenizer:
 def test_prompt_json_prints_one_record_on_stdout(toy_model_path, toy_tokenizer):
     prompt = "repeat after me"
     result = generate("--model", toy_model_path, "--prompt", prompt, "--max-tokens", 20, "--json")
+    (line,) = lines(result)
+    assert set(line) == LINE_KEYS and set(line["specq"]) == SPECQ_KEYS
+    assert line["specq"]["worker"] == ""  # generated here, by no worker
     rec = one_record(result)
-    assert set(rec) == RECORD_KEYS
     assert rec["custom_id"] == "prompt"
     assert rec["finish_reason"] == "length"
     assert all(isinstance(t, int) for t in rec["token_ids"] + rec["prompt_token_ids"])
@@ -436,8 +445,10 @@ def test_a_missing_input_file_is_refused(toy_model_path, tmp_path):
 
 def test_the_default_model_answers_a_question():
     result = generate("--prompt", "What is the capital of France?", "--max-tokens", 12, "--json")
+    (line,) = lines(result)
+    assert set(line) == LINE_KEYS and set(line["specq"]) == SPECQ_KEYS
+    assert line["specq"]["worker"] == ""  # generated here, by no worker
     rec = one_record(result)
-    assert set(rec) == RECORD_KEYS
     assert rec["custom_id"] == "prompt"
     assert "Paris" in rec["text"]
     assert rec["finish_reason"] in ("stop", "length")
@@ -552,3 +563,17 @@ def test_submit_refuses_a_bad_batch_id_before_connecting(toy_model_path, tmp_pat
 def test_a_bad_or_unreachable_redis_url_is_one_line_without_the_password(url):
     line = user_error(cli("status", "--redis-url", url), 1, "Redis")
     assert "secret" not in line
+
+
+def test_an_openai_batch_line_prints_the_batch_output_line(toy_model_path, tmp_path):
+    path = write_jsonl(tmp_path / "batch.jsonl", {
+        "custom_id": "t1", "method": "POST", "url": "/v1/chat/completions",
+        "body": {"model": "smol", "messages": [{"role": "user", "content": "a"}], "max_tokens": 7}})
+    (line,) = lines(generate("--model", toy_model_path, "--input", path, "--json"))
+    assert set(line) == {"id", "custom_id", "response", "error", "specq"} and line["error"] is None
+    body = line["response"]["body"]
+    assert line["response"]["status_code"] == 200 and body["object"] == "chat.completion" and body["model"] == "smol"
+    assert body["choices"][0]["message"]["content"] == (plain := one_record(
+        generate("--model", toy_model_path, "--prompt", "a", "--max-tokens", 7, "--json")))["text"]
+    assert line["specq"]["token_ids"] == plain["token_ids"]
+    assert body["usage"]["completion_tokens"] == len(plain["token_ids"]) == 7

@@ -11,12 +11,13 @@ from dataclasses import replace
 import click
 
 from specq.cli.options import (
-    DEFAULT_BATCH_SIZE, defaults_from, format_bytes, generation_options, kv_memory_option, model_options,
-    option_check, precision_option,
+    config_from, format_bytes, generation_options, kv_memory_option, model_options, option_check, precision_option,
 )
 from specq.errors import InputError, SpecqError
 from specq.jsonl import dumps_line
+from specq.requests.config import DEFAULT_BATCH_SIZE, BatchConfig
 from specq.requests.inputs import GenerationDefaults, PromptSpec, read_jsonl, to_request
+from specq.requests.result import Result
 from specq.specdec.engine import Engine
 from specq.specdec.precision import INTEGER
 from specq.specdec.proposers import PROPOSERS
@@ -33,9 +34,7 @@ from specq.specdec.state import DecodeState
 @click.option("--batch-size", type=click.IntRange(min=1, max=64),
               help="Requests decoded together, sharing each target forward [default: 8; 1 with --stream].")
 @kv_memory_option
-def generate(prompt_text, input_path, model_path, proposer, draft_model_path, medusa_heads_path, precision, k,
-             adaptive, accept, max_tokens, temperature, top_p, top_k, seed, stop, raw_prompt, as_json, stream,
-             batch_size, kv_memory) -> None:
+def generate(prompt_text, input_path, as_json, stream, batch_size, kv_memory, **options) -> None:
     """Generate completions locally, with no queue.
 
     \b
@@ -49,10 +48,6 @@ def generate(prompt_text, input_path, model_path, proposer, draft_model_path, me
     if stream and batch_size not in (None, 1):
         raise click.UsageError("--stream decodes one request at a time; it cannot be combined with --batch-size")
     batch_size = batch_size or (1 if stream else DEFAULT_BATCH_SIZE)
-    defaults = defaults_from(
-        max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-        stop=stop, accept=accept, k=k, adaptive=adaptive, raw_prompt=raw_prompt,
-    )
     try:
         if input_path is not None:
             specs = read_jsonl(input_path)
@@ -60,9 +55,10 @@ def generate(prompt_text, input_path, model_path, proposer, draft_model_path, me
             if not prompt_text:
                 raise click.UsageError("--prompt is empty")
             specs = [PromptSpec(custom_id="prompt", line=1, prompt=prompt_text)]
-        engine = _load(model_path, proposer, draft_model_path, medusa_heads_path, precision)
+        config, _ = config_from({**options, "batch_size": batch_size})
+        engine = _load(config)
         # Every request is checked against the model before any is decoded.
-        states = [_start(engine, spec, defaults) for spec in specs]
+        states = [_start(engine, spec, config.defaults) for spec in specs]
         _check_kv_memory(engine, specs, states, batch_size, kv_memory)
         if stream:
             for spec, state in zip(specs, states):
@@ -86,16 +82,16 @@ def _start(engine: Engine, spec: PromptSpec, defaults: GenerationDefaults) -> De
         raise type(exc)(f"request {spec.custom_id!r} (line {spec.line}): {exc}") from None
 
 
-def _load(model_path, proposer, draft_model_path, medusa_heads_path, precision) -> Engine:
+def _load(config: BatchConfig) -> Engine:
     from specq.specdec.loader import load_engine
 
     started = time.perf_counter()
     engine = load_engine(
-        model_path=model_path, proposer=proposer, draft_model_path=draft_model_path,
-        medusa_heads_path=medusa_heads_path, precision=precision,
+        model_path=config.model_path or None, proposer=config.proposer, draft_model_path=config.draft_model_path or None,
+        medusa_heads_path=config.medusa_heads_path or None, precision=config.precision,
     )
     click.echo(
-        f"loaded {engine.model.path} ({engine.model.config.n_layers} layers, proposer {proposer}, "
+        f"loaded {engine.model.path} ({engine.model.config.n_layers} layers, proposer {config.proposer}, "
         f"precision {engine.model.precision}) "
         f"in {time.perf_counter() - started:.1f}s",
         err=True,
@@ -147,7 +143,8 @@ def _decode_batch(engine: Engine, specs: list[PromptSpec], states: list[DecodeSt
         while next_out in done:
             spec, final = specs[next_out], done.pop(next_out)
             if as_json:
-                click.echo(dumps_line(result_record(engine, spec, final)))
+                result = Result.of(spec.custom_id, engine.text(final), final)
+                click.echo(dumps_line(result.line(openai=spec.openai, model=spec.model)))
             else:
                 click.echo(engine.text(final), color=True)
             _summary(spec, final)
@@ -162,23 +159,6 @@ def _summary(spec: PromptSpec, state: DecodeState) -> None:
         f"tau {m.tau:.2f}, accepted {m.accepted}/{m.drafted} drafts",
         err=True,
     )
-
-
-def result_record(engine: Engine, spec: PromptSpec, state: DecodeState) -> dict:
-    prompt_tokens, completion_tokens = len(state.request.prompt_ids), len(state.output_ids)
-    return {
-        "custom_id": spec.custom_id,
-        "text": engine.text(state),
-        "token_ids": list(state.output_ids),
-        "prompt_token_ids": list(state.request.prompt_ids),
-        "finish_reason": state.finish_reason,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-        "metrics": state.metrics.to_dict(),
-    }
 
 
 def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
@@ -310,7 +290,8 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
                              f"context of {model.config.context_length}")
         proposer_cache: dict = {}
         # Reported by what they are ("auto" is hybrid or ngram, depending on the heads).
-        proposers = list(dict.fromkeys(resolve_proposer(p, model.fingerprint, medusa_heads_path) for p in proposers))
+        proposers = list(dict.fromkeys(resolve_proposer(p, model.fingerprint, draft_model_path=draft_model_path,
+                                                        medusa_heads_path=medusa_heads_path) for p in proposers))
 
         def proposer_for(name: str):
             if name not in proposer_cache:

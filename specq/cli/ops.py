@@ -6,7 +6,7 @@ import time
 
 import click
 
-from specq.cli.queue import _connect, user_errors
+from specq.cli.queue import connect, user_errors
 from specq.cli.options import redis_option
 
 
@@ -28,7 +28,7 @@ def metrics(port, address, once, redis_url) -> None:
     from specq.queue.metrics import SpecqCollector
 
     with user_errors():
-        client = _connect(redis_url)
+        client = connect(redis_url)
         registry = CollectorRegistry()
         registry.register(SpecqCollector(client))
         if once:

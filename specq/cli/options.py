@@ -5,15 +5,14 @@ from __future__ import annotations
 import click
 
 from specq.errors import ParameterError
-from specq.requests.config import DEFAULT_KV_MEMORY, parse_size
+from specq.requests.config import (
+    DEFAULT_BATCH_SIZE, DEFAULT_CHECKPOINT_SECONDS, DEFAULT_CHECKPOINT_TOKENS, DEFAULT_KV_MEMORY, BatchConfig, parse_size,
+    resolve_config,
+)
 from specq.requests.inputs import GenerationDefaults, OptionError, check_option
 from specq.specdec.acceptance import ACCEPT_RULES
 from specq.specdec.precision import AUTO, PRECISIONS, resolve
 from specq.specdec.proposers import PROPOSERS
-
-# Measured on the default model, plain decoding: 8 requests together give about 2.5x
-# the aggregate tokens/s of one at a time (docs/performance.md).
-DEFAULT_BATCH_SIZE = 8
 
 
 def option_check(name: str):
@@ -30,7 +29,7 @@ def option_check(name: str):
     return callback
 
 
-def _stack(*decorators):
+def stack(*decorators):
     def apply(f):
         for d in reversed(decorators):
             f = d(f)
@@ -51,7 +50,7 @@ precision_option = click.option(
          "8-bit activations, faster still; outputs differ from f32 near ties (docs/performance.md).",
 )
 
-model_options = _stack(
+model_options = stack(
     click.option("--model", "model_path", type=click.Path(dir_okay=False),
                  help="Target GGUF (default: SmolLM2-135M-Instruct)."),
     click.option("--proposer", type=click.Choice(PROPOSERS), default="auto", show_default=True,
@@ -63,7 +62,7 @@ model_options = _stack(
     precision_option,
 )
 
-generation_options = _stack(
+generation_options = stack(
     click.option("--k", "k", type=click.IntRange(min=1, max=16), default=4, show_default=True,
                  help="Most draft tokens per round (4 measured best with the adaptive length; docs/performance.md)."),
     click.option("--adaptive/--fixed-k", default=True, show_default=True,
@@ -80,10 +79,30 @@ generation_options = _stack(
 )
 
 
-def defaults_from(*, max_tokens, temperature, top_p, top_k, seed, stop, accept, k, adaptive, raw_prompt) -> GenerationDefaults:
-    return GenerationDefaults(
-        max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-        stop=tuple(stop), accept=accept, k=k, adaptive=adaptive, raw_prompt=raw_prompt,
+batch_options = stack(
+    click.option("--batch-size", type=click.IntRange(min=1, max=64), default=DEFAULT_BATCH_SIZE, show_default=True,
+                 help="Requests a worker process decodes together."),
+    click.option("--checkpoint-tokens", type=click.IntRange(min=1), default=DEFAULT_CHECKPOINT_TOKENS,
+                 show_default=True, help="Checkpoint a request after this many new tokens..."),
+    click.option("--checkpoint-seconds", type=click.FloatRange(min=0.1), default=DEFAULT_CHECKPOINT_SECONDS,
+                 show_default=True, help="...or this many seconds since its last checkpoint."),
+)
+
+
+def config_from(options: dict) -> tuple[BatchConfig, str]:
+    """The configuration the command's model, generation and batch options make,
+    resolved once (requests.config.resolve_config), and the model file's path."""
+    defaults = GenerationDefaults(
+        max_tokens=options["max_tokens"], temperature=options["temperature"], top_p=options["top_p"],
+        top_k=options["top_k"], seed=options["seed"], stop=tuple(options["stop"]), accept=options["accept"],
+        k=options["k"], adaptive=options["adaptive"], raw_prompt=options["raw_prompt"],
+    )
+    return resolve_config(
+        model_path=options["model_path"], proposer=options["proposer"], draft_model_path=options["draft_model_path"],
+        medusa_heads_path=options["medusa_heads_path"], defaults=defaults, precision=options["precision"],
+        batch_size=options.get("batch_size") or DEFAULT_BATCH_SIZE,
+        checkpoint_tokens=options.get("checkpoint_tokens", DEFAULT_CHECKPOINT_TOKENS),
+        checkpoint_seconds=options.get("checkpoint_seconds", DEFAULT_CHECKPOINT_SECONDS),
     )
 
 

@@ -12,9 +12,9 @@ import click
 import redis
 
 from specq.cli.options import (
-    DEFAULT_BATCH_SIZE, defaults_from, generation_options, kv_memory_option, model_options, redis_option,
+    batch_options, config_from, generation_options, kv_memory_option, model_options, redis_option,
 )
-from specq.errors import ModelFileError, ParameterError, SpecqError
+from specq.errors import ParameterError, SpecqError
 from specq.requests.config import BatchConfig
 from specq.queue.timing import DEFAULT_QUEUE
 from specq.requests.ids import check_batch_id
@@ -33,75 +33,19 @@ def user_errors():
         raise click.ClickException(f"Redis error: {redact(str(exc))}") from None
 
 
-def _connect(redis_url: str | None) -> redis.Redis:
+def connect(redis_url: str | None) -> redis.Redis:
     from specq.queue.connection import connect
 
     return connect(redis_url)
 
 
-def _batch_config(model_path, proposer, draft_model_path, medusa_heads_path, defaults, batch_size,
-                  checkpoint_tokens, checkpoint_seconds, precision="f32") -> tuple[BatchConfig, str]:
-    """The batch's configuration and the model file it was checked against."""
-    from specq.specdec.gguf_file import file_sha256
-    from specq.specdec.loader import default_model_path, resolve_proposer, shipped_heads_for
-
-    model_file = os.path.abspath(model_path) if model_path else default_model_path()
-    if not os.path.isfile(model_file):
-        raise ModelFileError(f"model file not found: {model_path}")
-    if proposer == "draft" and not draft_model_path:
-        raise ParameterError("proposer 'draft' needs --draft-model PATH")
-    for label, path in (("draft model", draft_model_path), ("heads file", medusa_heads_path)):
-        if path and not os.path.isfile(path):
-            raise ParameterError(f"{label} file not found: {path}")
-    # The bytes' hash, without parsing the file: submit parses it once, in prepare().
-    model_sha256 = file_sha256(model_file)
-    proposer = resolve_proposer(proposer, model_sha256, medusa_heads_path)
-    if proposer in ("medusa", "hybrid") and not (medusa_heads_path or shipped_heads_for(model_sha256)):
-        raise ParameterError(f"proposer {proposer!r} needs --medusa-heads PATH (no shipped heads fit this model)")
-    config = BatchConfig(
-        model_path=os.path.abspath(model_path) if model_path else "",
-        model_sha256=model_sha256,
-        proposer=proposer,
-        draft_model_path=os.path.abspath(draft_model_path) if draft_model_path else "",
-        medusa_heads_path=os.path.abspath(medusa_heads_path) if medusa_heads_path else "",
-        defaults=defaults, batch_size=batch_size, checkpoint_tokens=checkpoint_tokens,
-        checkpoint_seconds=checkpoint_seconds, precision=precision,
-    )
-    return config, model_file
-
-
-batch_options = [
-    click.option("--batch-size", type=click.IntRange(min=1, max=64), default=DEFAULT_BATCH_SIZE, show_default=True,
-                 help="Requests a worker process decodes together."),
-    click.option("--checkpoint-tokens", type=click.IntRange(min=1), default=64, show_default=True,
-                 help="Checkpoint a request after this many new tokens..."),
-    click.option("--checkpoint-seconds", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-                 help="...or this many seconds since its last checkpoint."),
-]
-
-
-def _with(options):
-    def apply(f):
-        for d in reversed(options):
-            f = d(f)
-        return f
-
-    return apply
-
-
-def _submit(client, input_path, batch_id, queue, skip_invalid, gen):
-    """Submit with the command's options; reports on stderr; returns the SubmitOutcome.
-    Refuses a Redis that may evict keys before anything is written."""
+def submit_file(client, input_path, config, model_file, batch_id, queue, skip_invalid):
+    """Submit with a resolved configuration; reports on stderr; returns the
+    SubmitOutcome. Refuses a Redis that may evict keys before anything is written."""
     from specq.queue.server_checks import require_noeviction
     from specq.queue.submit import submit as do_submit
 
     require_noeviction(client)
-    config, model_file = _batch_config(
-        gen["model_path"], gen["proposer"], gen["draft_model_path"], gen["medusa_heads_path"],
-        defaults_from(**{k: gen[k] for k in ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "accept",
-                                             "k", "adaptive", "raw_prompt")}),
-        gen["batch_size"], gen["checkpoint_tokens"], gen["checkpoint_seconds"], gen["precision"],
-    )
     outcome = do_submit(client, input_path, config, model_file=model_file, batch_id=batch_id, queue=queue,
                         skip_invalid=skip_invalid)
     for bad in outcome.invalid:
@@ -118,7 +62,7 @@ def _submit(client, input_path, batch_id, queue, skip_invalid, gen):
 @click.argument("input_path", metavar="FILE.jsonl", type=click.Path(dir_okay=False))
 @model_options
 @generation_options
-@_with(batch_options)
+@batch_options
 @click.option("--batch-id", help="Name the batch (default: generated). Resubmitting to it adds only new lines.")
 @click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="RQ queue for the batch's jobs.")
 @click.option("--skip-invalid", is_flag=True, help="Submit the valid lines; invalid ones go to the error output.")
@@ -134,8 +78,9 @@ def submit(input_path, batch_id, queue, skip_invalid, as_json, redis_url, **gen)
     with user_errors():
         if batch_id:
             check_batch_id(batch_id)
-        client = _connect(redis_url)
-        outcome = _submit(client, input_path, batch_id, queue, skip_invalid, gen)
+        config, model_file = config_from(gen)
+        client = connect(redis_url)
+        outcome = submit_file(client, input_path, config, model_file, batch_id, queue, skip_invalid)
     if as_json:
         click.echo(json.dumps({"batch_id": outcome.batch_id, "added": outcome.added,
                                "already_present": outcome.already_present, "invalid": len(outcome.invalid),
@@ -193,7 +138,7 @@ def status(batch_id, as_json, watch, interval, redis_url) -> None:
     from specq.queue.status import batch_report, overview, workers_alive
 
     with user_errors():
-        client = _connect(redis_url)
+        client = connect(redis_url)
         while True:
             if batch_id:
                 report = {"workers_alive": workers_alive(client), "batches": [batch_report(client, batch_id)]}
@@ -220,7 +165,7 @@ def _control(action, target: str, as_json: bool, redis_url: str | None) -> None:
     from specq.queue.control import resolve
 
     with user_errors():
-        client = _connect(redis_url)
+        client = connect(redis_url)
         outcome = action(resolve(client, target))
     if as_json:
         click.echo(json.dumps({"target": target, **outcome}))
@@ -273,7 +218,7 @@ class _Echo:
         click.echo(text, nl=False)
 
 
-def _write_results(client, batch_id: str, output: str | None, errors_path: str | None) -> tuple[int, int]:
+def write_results(client, batch_id: str, output: str | None, errors_path: str | None) -> tuple[int, int]:
     from contextlib import ExitStack
 
     from specq.queue.results import atomic_writer, export
@@ -305,8 +250,8 @@ def results(batch_id, output, errors_path, redis_url) -> None:
     specq results nightly -o results.jsonl --errors errors.jsonl
     """
     with user_errors():
-        client = _connect(redis_url)
-        n_out, n_err = _write_results(client, batch_id, output, errors_path)
+        client = connect(redis_url)
+        n_out, n_err = write_results(client, batch_id, output, errors_path)
     click.echo(f"{n_out} results, {n_err} errors", err=True)
 
 
@@ -334,7 +279,7 @@ def worker(queues, processes, burst, check, kv_memory, redis_url) -> None:
         os.environ["SPECQ_KV_MEMORY"] = str(kv_memory)  # read by each job, here and in the child processes
         url = resolve_url(redis_url)
         if check:
-            healthy, message = check_health(_connect(url))
+            healthy, message = check_health(connect(url))
             click.echo(message, err=not healthy)
             sys.exit(0 if healthy else 1)
         # No PING first: a worker started while Redis restarts (or before it, in a

@@ -11,8 +11,10 @@ from dataclasses import replace
 
 import click
 
-from specq.cli.options import defaults_from, generation_options, kv_memory_option, model_options, redis_option
-from specq.cli.queue import _batch_config, _connect, _submit, _with, _write_results, batch_options, user_errors
+from specq.cli.options import (
+    batch_options, config_from, generation_options, kv_memory_option, model_options, redis_option,
+)
+from specq.cli.queue import connect, submit_file, user_errors, write_results
 from specq.errors import InputError
 from specq.requests.config import BatchConfig
 from specq.queue.keys import BatchKeys
@@ -45,7 +47,7 @@ def run_batch_id(input_path: str, config: BatchConfig) -> str:
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
 @model_options
 @generation_options
-@_with(batch_options)
+@batch_options
 @click.option("--skip-invalid", is_flag=True)
 @kv_memory_option
 @redis_option
@@ -71,20 +73,20 @@ def run(input_path, output, errors_path, processes, skip_invalid, kv_memory, red
             raise InputError(f"input file not found: {input_path}")
         if gen["precision"] != "f32":
             require_integer()  # the workers are this machine's: refuse now, not in every worker
+        config, model_file = config_from(gen)  # a missing model file, too, before Redis starts
         url = resolve_url(redis_url)
-        client = _connect(url)
-        probe = _probe(gen)
-        batch_id = run_batch_id(input_path, probe)
+        client = connect(url)
+        batch_id = run_batch_id(input_path, config)
         chosen = click.get_current_context().get_parameter_source("precision") != click.core.ParameterSource.DEFAULT
-        if not chosen and gen["precision"] != "f32":
+        if not chosen and config.precision != "f32":
             # A run interrupted before int16 became the default decoded at f32: running
             # the same command again continues it at f32 rather than starting over.
-            earlier = run_batch_id(input_path, replace(probe, precision="f32"))
+            earlier = run_batch_id(input_path, replace(config, precision="f32"))
             if client.exists(BatchKeys(earlier).meta):
-                batch_id, gen = earlier, {**gen, "precision": "f32"}
+                batch_id, config = earlier, replace(config, precision="f32")
                 click.echo(f"continuing batch {batch_id} at the precision it was started with, f32", err=True)
         queue = f"specq-run-{batch_id}"
-        outcome = _submit(client, input_path, batch_id, queue, skip_invalid, gen)
+        outcome = submit_file(client, input_path, config, model_file, batch_id, queue, skip_invalid)
         if outcome.already_present:
             # A previous run was interrupted: its requests resume from their checkpoints
             # (those its workers handed back on Ctrl-C are queued with one already).
@@ -106,20 +108,9 @@ def run(input_path, output, errors_path, processes, skip_invalid, kv_memory, red
             sys.exit(130)
         finally:
             supervisor.stop()  # whatever ended the wait (an error too): no worker outlives the run
-        n_out, n_err = _write_results(client, batch_id, output, errors_path if _has_errors(st) else None)
+        n_out, n_err = write_results(client, batch_id, output, errors_path if _has_errors(st) else None)
     click.echo(f"batch {batch_id}: {n_out} results in {output}" + (f", {n_err} errors in {errors_path}" if n_err else ""),
                err=True)
-
-
-def _probe(gen: dict) -> BatchConfig:
-    """The configuration `specq run` would submit (its id names the run)."""
-    config, _ = _batch_config(gen["model_path"], gen["proposer"], gen["draft_model_path"], gen["medusa_heads_path"],
-                              defaults_from(**{k: gen[k] for k in ("max_tokens", "temperature", "top_p", "top_k",
-                                                                   "seed", "stop", "accept", "k", "adaptive",
-                                                                   "raw_prompt")}),
-                              gen["batch_size"], gen["checkpoint_tokens"], gen["checkpoint_seconds"],
-                              gen["precision"])
-    return config
 
 
 def _has_errors(st: dict) -> bool:

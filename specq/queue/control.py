@@ -21,8 +21,10 @@ from specq.queue.liveness import batch_jobs, fresh_workers, has_claimable_work, 
 from specq.queue.rq_glue import enqueue_batch_jobs
 from specq.queue.store import BatchStore, _text
 from specq.queue.submit import MAX_PARALLEL_JOBS
+from specq.queue.vocabulary import UNFINISHED, Counter, FailureKind, Flag, RequestState
 
-TRANSIENT_FAILURES = ("abandoned", "worker_error")
+# "worker_error" is no longer written; batches from the first specq may still hold it.
+TRANSIENT_FAILURES = (FailureKind.ABANDONED, "worker_error")
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ def resolve(client: redis.Redis, target: str) -> Target:
     return Target(store, request_id or None)
 
 
-def _raise_flag(target: Target, flag: str) -> None:
+def _raise_flag(target: Target, flag: Flag) -> None:
     """On the request, or on the whole batch; the claim script and the decode loop read it."""
     store = target.store
     if target.request_id:
@@ -58,23 +60,23 @@ def _raise_flag(target: Target, flag: str) -> None:
 
 def pause(target: Target) -> dict[str, int]:
     store = target.store
-    _raise_flag(target, "paused")
-    moved = store.transition(target.request_ids(), ("queued",), "paused")
+    _raise_flag(target, Flag.PAUSED)
+    moved = store.transition(target.request_ids(), (RequestState.QUEUED,), RequestState.PAUSED)
     return {"paused_now": len(moved), "running_until_next_round": _running(target)}
 
 
 def cancel(target: Target) -> dict[str, int]:
     store = target.store
-    _raise_flag(target, "cancelled")
-    moved = store.transition(target.request_ids(), ("queued", "paused"), "cancelled")
+    _raise_flag(target, Flag.CANCELLED)
+    moved = store.transition(target.request_ids(), (RequestState.QUEUED, RequestState.PAUSED), RequestState.CANCELLED)
     return {"cancelled_now": len(moved), "running_until_next_round": _running(target)}
 
 
 def _running(target: Target) -> int:
     """Requests a worker decodes now: they take the flag after their current round."""
     if target.request_id:
-        return int(target.store.state(target.request_id) == "running")
-    return target.store.counts()["running"]
+        return int(target.store.state(target.request_id) == RequestState.RUNNING)
+    return target.store.counts()[RequestState.RUNNING]
 
 
 def resume(target: Target) -> dict[str, int]:
@@ -84,14 +86,14 @@ def resume(target: Target) -> dict[str, int]:
     store = target.store
     client = store.client
     if target.request_id:
-        if _text(client.hget(store.keys.req_flags, target.request_id)) == "paused":
+        if _text(client.hget(store.keys.req_flags, target.request_id)) == Flag.PAUSED:
             client.hdel(store.keys.req_flags, target.request_id)
     else:
-        client.hdel(store.keys.flags, "paused")
-        paused_flags = [_text(k) for k, v in client.hgetall(store.keys.req_flags).items() if _text(v) == "paused"]
+        client.hdel(store.keys.flags, Flag.PAUSED)
+        paused_flags = [_text(k) for k, v in client.hgetall(store.keys.req_flags).items() if _text(v) == Flag.PAUSED]
         if paused_flags:
             client.hdel(store.keys.req_flags, *paused_flags)
-    if "cancelled" in store.batch_flags():
+    if Flag.CANCELLED in store.batch_flags():
         return {"resumed": 0, "abandoned": 0, "jobs": 0}
     abandoned = reap_batch(store, force=True)
     errors = store.errors()
@@ -100,13 +102,13 @@ def resume(target: Target) -> dict[str, int]:
     transient = [r for r in candidates if r in errors]
     if transient:
         client.hdel(store.keys.attempts, *transient)
-    moved = store.transition(candidates, ("paused", "failed"), "queued", push=True)
+    moved = store.transition(candidates, (RequestState.PAUSED, RequestState.FAILED), RequestState.QUEUED, push=True)
     if moved:
-        store.count("resumes_manual", len(moved))
+        store.count(Counter.RESUMES_MANUAL, len(moved))
     ids = target.request_ids()
     # Queued requests whose job was lost (an interrupted submit) get pushed again: a
     # duplicate in the pending list is skipped by the claim.
-    requeued = store.transition(ids, ("queued",), "queued", push=True)
+    requeued = store.transition(ids, (RequestState.QUEUED,), RequestState.QUEUED, push=True)
     jobs = _enqueue_for(store, len(moved) + len(requeued) + abandoned)
     return {"resumed": len(moved), "abandoned": abandoned, "jobs": jobs}
 
@@ -115,7 +117,7 @@ def checkpointed_unfinished(store: BatchStore) -> int:
     """Requests not yet finished that will resume from a checkpoint, not from scratch."""
     with_checkpoint = [_text(r) for r in store.client.hkeys(store.keys.ckpt)]
     states = store.client.hmget(store.keys.state, with_checkpoint) if with_checkpoint else []
-    return sum(_text(s) in ("queued", "running", "paused") for s in states)
+    return sum(_text(s) in UNFINISHED for s in states)
 
 
 def _reason(error_json: str) -> str:
@@ -170,9 +172,9 @@ def ensure_job(store: BatchStore, fresh: set[str] | None = None) -> bool:
     if not client.llen(store.keys.pending):
         # Queued requests that are in no pending list (damaged or hand-edited data):
         # push them again; a duplicate would be skipped by the claim.
-        store.transition(store.request_ids(), ("queued",), "queued", push=True)
+        store.transition(store.request_ids(), (RequestState.QUEUED,), RequestState.QUEUED, push=True)
     enqueue_batch_jobs(client, store.meta().get("queue", "specq"), store.batch_id, 1)
-    store.count("jobs_restored")
+    store.count(Counter.JOBS_RESTORED)
     return True
 
 

@@ -69,8 +69,3 @@ class BatchKeys:
 
     def lease(self, request_id: str) -> str:
         return self._lease_prefix + request_id
-
-    def all_fixed(self) -> list[str]:
-        """Every key of the batch except the per-request leases."""
-        return [self.meta, self.ids, self.spec, self.state, self.counts, self.pending, self.running, self.fence, self.ckpt,
-                self.result, self.error, self.attempts, self.stats, self.rate, self.flags, self.req_flags, self.jobs]

@@ -27,6 +27,7 @@ from specq.errors import SpecqError
 from specq.queue import keys
 from specq.requests.config import BatchConfig
 from specq.queue.timing import WORKER_ALIVE_S
+from specq.queue.vocabulary import Flag, RequestState
 
 LIVE_STATUSES_IF_QUEUED = ("queued", "deferred", "scheduled")
 ENDED_STATUSES = ("finished", "failed", "stopped", "canceled")
@@ -113,10 +114,10 @@ def has_claimable_work(client: redis.Redis, batch_id: str) -> bool:
     batch's requests wait on purpose) and whose configuration a worker can read.
     The pending list is not the test: it may hold stale ids (the claim skips them)."""
     k = keys.BatchKeys(batch_id)
-    queued = client.hget(k.counts, "queued")
+    queued = client.hget(k.counts, RequestState.QUEUED)
     if not queued or int(queued) <= 0:
         return False
-    if client.hexists(k.flags, "paused") or client.hexists(k.flags, "cancelled"):
+    if any(client.hexists(k.flags, flag) for flag in Flag):
         return False
     return config_is_readable(client.hget(k.meta, "config"))
 

@@ -27,9 +27,8 @@ from specq.errors import InputError
 from specq.queue.histograms import BUCKETS, cumulative
 from specq.queue.liveness import fresh_workers, is_stalled
 from specq.queue.status import BatchDamaged, batch_ids, read_batch, workers_alive
+from specq.queue.vocabulary import RESUME_COUNTERS, Counter, FailureKind
 
-FAILURE_KINDS = ("invalid_request", "checkpoint", "engine_error", "abandoned")
-RESUME_REASONS = {"crash": "resumes_crash", "preempt": "resumes_preempt", "manual": "resumes_manual"}
 HISTOGRAM_HELP = {
     "time_to_first_token_seconds": "Seconds of a request's first (prefill) round.",
     "inter_token_latency_seconds": "Seconds per emitted token: a round's time divided among the tokens it emitted.",
@@ -92,13 +91,14 @@ class SpecqCollector(Collector):
                                       "Draft tokens accepted at each draft position (0 = first).",
                                       labels=["model", "proposer", "position"])
         for (model, proposer), s in sorted(sums.items()):
-            drafts.add_metric([model, proposer], s.get("drafted_pos_0", 0.0))
-            draft_tokens.add_metric([model, proposer], s.get("drafted", 0.0))
-            accepted.add_metric([model, proposer], s.get("accepted", 0.0))
+            drafts.add_metric([model, proposer], s.get(Counter.drafted_at(0), 0.0))
+            draft_tokens.add_metric([model, proposer], s.get(Counter.DRAFTED, 0.0))
+            accepted.add_metric([model, proposer], s.get(Counter.ACCEPTED, 0.0))
             # Every drafted position gets a series, zero acceptances included.
-            positions = sorted({int(k.rsplit("_", 1)[1]) for k in s if k.startswith(("accepted_pos_", "drafted_pos_"))})
+            positions = sorted({int(k.rsplit("_", 1)[1]) for k in s
+                                if k.startswith((Counter.accepted_at(""), Counter.drafted_at("")))})
             for pos in positions:
-                per_pos.add_metric([model, proposer, str(pos)], s.get(f"accepted_pos_{pos}", 0.0))
+                per_pos.add_metric([model, proposer, str(pos)], s.get(Counter.accepted_at(pos), 0.0))
         yield from (drafts, draft_tokens, accepted, per_pos)
 
     def _generation(self, sums) -> Iterator:
@@ -110,9 +110,9 @@ class SpecqCollector(Collector):
         forwards = CounterMetricFamily("specq_target_forwards", "Target model forwards (rounds).",
                                        labels=["model", "proposer"])
         for (model, proposer), s in sorted(sums.items()):
-            generated.add_metric([model, proposer], s.get("tokens", 0.0))
-            recomputed.add_metric([model, proposer], s.get("recomputed_tokens", 0.0))
-            forwards.add_metric([model, proposer], s.get("target_forwards", 0.0))
+            generated.add_metric([model, proposer], s.get(Counter.TOKENS, 0.0))
+            recomputed.add_metric([model, proposer], s.get(Counter.RECOMPUTED_TOKENS, 0.0))
+            forwards.add_metric([model, proposer], s.get(Counter.TARGET_FORWARDS, 0.0))
         yield from (generated, recomputed, forwards)
         for name in BUCKETS:
             family = HistogramMetricFamily(f"specq_{name}", HISTOGRAM_HELP[name], labels=["model", "proposer"])
@@ -142,13 +142,13 @@ class SpecqCollector(Collector):
                                         "worker (reason load) or failed while drafting (reason error).",
                                         labels=["model", "proposer", "reason"])
         for (model, proposer), s in sorted(sums.items()):
-            for reason, field in RESUME_REASONS.items():
+            for reason, field in RESUME_COUNTERS.items():
                 resumes.add_metric([model, proposer, reason], s.get(field, 0.0))
-            checkpoints.add_metric([model, proposer], s.get("checkpoint_writes", 0.0))
-            refused.add_metric([model, proposer], s.get("fenced_writes_refused", 0.0))
-            retries.add_metric([model, proposer], s.get("retries", 0.0))
-            for kind in FAILURE_KINDS:
-                failures.add_metric([model, proposer, kind], s.get(f"failed_{kind}", 0.0))
-            fallbacks.add_metric([model, proposer, "load"], s.get("proposer_fallbacks", 0.0))
-            fallbacks.add_metric([model, proposer, "error"], s.get("proposer_errors", 0.0))
+            checkpoints.add_metric([model, proposer], s.get(Counter.CHECKPOINT_WRITES, 0.0))
+            refused.add_metric([model, proposer], s.get(Counter.FENCED_WRITES_REFUSED, 0.0))
+            retries.add_metric([model, proposer], s.get(Counter.RETRIES, 0.0))
+            for kind in FailureKind:
+                failures.add_metric([model, proposer, kind], s.get(Counter.failed(kind), 0.0))
+            fallbacks.add_metric([model, proposer, "load"], s.get(Counter.PROPOSER_FALLBACKS, 0.0))
+            fallbacks.add_metric([model, proposer, "error"], s.get(Counter.PROPOSER_ERRORS, 0.0))
         yield from (requests, workers, resumes, checkpoints, refused, retries, failures, fallbacks)

@@ -4,7 +4,6 @@ cancelled ones in a separate errors file. Files are written atomically."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -13,46 +12,8 @@ from typing import Any, Iterator, TextIO
 
 from specq.queue.store import BatchStore, _text
 from specq.jsonl import dumps_line
-
-
-def _request_id(batch_id: str, custom_id: str) -> str:
-    return hashlib.sha256(f"{batch_id}\0{custom_id}".encode()).hexdigest()[:24]
-
-
-def output_line(batch_id: str, spec: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-    metrics = {"metrics": result["metrics"], "token_ids": result["token_ids"], "worker": result.get("worker")}
-    if not spec.get("openai"):
-        return {"custom_id": result["custom_id"], "text": result["text"], "finish_reason": result["finish_reason"],
-                "usage": result["usage"], "specq": metrics}
-    rid = _request_id(batch_id, result["custom_id"])
-    return {
-        "id": f"batch_req_{rid}",
-        "custom_id": result["custom_id"],
-        "response": {
-            "status_code": 200,
-            "request_id": rid,
-            "body": {
-                "id": f"chatcmpl-{rid}",
-                "object": "chat.completion",
-                "created": int(result.get("completed_at", 0)),
-                "model": spec.get("model") or "specq",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": result["text"]},
-                             "finish_reason": result["finish_reason"], "logprobs": None}],
-                "usage": result["usage"],
-            },
-        },
-        "error": None,
-        "specq": metrics,
-    }
-
-
-def error_line(batch_id: str, spec: dict[str, Any], custom_id: str, error: dict[str, Any]) -> dict[str, Any]:
-    if not spec.get("openai"):
-        return {"custom_id": custom_id, "error": {"code": error.get("reason"), "message": error.get("message")},
-                "line": error.get("line", spec.get("line"))}
-    rid = _request_id(batch_id, custom_id)
-    return {"id": f"batch_req_{rid}", "custom_id": custom_id, "response": None,
-            "error": {"code": error.get("reason"), "message": error.get("message")}}
+from specq.queue.vocabulary import RequestState
+from specq.requests.result import Result, error_line
 
 
 CHUNK = 500  # requests read from Redis at a time: export memory is bounded by this, not the batch
@@ -71,13 +32,16 @@ def iter_results(store: BatchStore) -> Iterator[tuple[str, dict | None, dict | N
         results, specs, states, errors = pipe.execute()
         for rid, raw, raw_spec, state, raw_error in zip(chunk, results, specs, states, errors):
             spec = json.loads(raw_spec) if raw_spec else {}
+            openai = bool(spec.get("openai"))
             if raw is not None:
-                yield rid, output_line(store.batch_id, spec, json.loads(raw)), None
-            elif _text(state) == "failed":
-                yield rid, None, error_line(store.batch_id, spec, rid, json.loads(raw_error or "{}"))
-            elif _text(state) == "cancelled":
-                error = {"reason": "cancelled", "message": "cancelled before it completed"}
-                yield rid, None, error_line(store.batch_id, spec, rid, error)
+                prompt_ids = spec.get("request", {}).get("prompt_ids", [])
+                result = Result.from_stored(json.loads(raw), prompt_ids)
+                yield rid, result.line(openai=openai, model=spec.get("model", ""), batch_id=store.batch_id), None
+            elif _text(state) in (RequestState.FAILED, RequestState.CANCELLED):
+                error = json.loads(raw_error or "{}") if _text(state) == RequestState.FAILED else \
+                    {"reason": "cancelled", "message": "cancelled before it completed"}
+                yield rid, None, error_line(rid, error.get("reason"), error.get("message"), openai=openai,
+                                            line=error.get("line", spec.get("line")), batch_id=store.batch_id)
 
 
 @contextmanager

@@ -19,7 +19,8 @@ from specq.errors import InputError, SpecqError
 from specq.queue import keys
 from specq.queue.timing import WORKER_ALIVE_S
 from specq.queue.liveness import config_is_readable, fresh_workers, is_stalled
-from specq.queue.store import STATES, _text
+from specq.queue.store import _text
+from specq.queue.vocabulary import FINISHED, RESUME_COUNTERS, UNFINISHED, Counter, Flag, RequestState
 
 RATE_WINDOW_S = 60.0
 META_FIELDS = ("config", "queue")  # what status and metrics cannot do without
@@ -95,15 +96,15 @@ def read_batch(client: redis.Redis, batch_id: str) -> BatchRecord:
             problems.append(f"{name} missing")
     counts = _parse(raw_counts, int, "counts hash", problems)
     if counts is not None:
-        unknown = sorted(set(counts) - set(STATES))
-        counts = {s: counts.get(s, 0) for s in STATES}
+        unknown = sorted(set(counts) - set(RequestState))
+        counts = {s: counts.get(s, 0) for s in RequestState}
         if unknown:
             problems.append(f"counts hash has unknown states {', '.join(unknown)}")
         if any(n < 0 for n in counts.values()):
             problems.append("counts hash has negative counts")
         elif n_ids and sum(counts.values()) != n_ids:
             problems.append(f"counts sum to {sum(counts.values())} but the ids list has {n_ids} requests")
-        if counts["completed"] > n_results:
+        if counts[RequestState.COMPLETED] > n_results:
             problems.append(f"no result for {counts['completed'] - n_results} of {counts['completed']} completed requests")
     stats = _parse(raw_stats, float, "stats hash", problems, optional=True)
     rate = _rate_samples(raw_rate, problems)
@@ -176,10 +177,10 @@ def batch_status(client: redis.Redis, batch_id: str, now: float | None = None,
     record = read_batch(client, batch_id)
     meta, counts, stats, config, flags = record.meta, record.counts, record.stats, record.config, record.flags
     total = sum(counts.values())
-    tokens = stats.get("tokens", 0.0)
+    tokens = stats.get(Counter.TOKENS, 0.0)
     rate = tokens_per_second(record.rate_samples, now)
-    forwards, drafted = stats.get("target_forwards", 0.0), stats.get("drafted", 0.0)
-    remaining = counts["queued"] + counts["running"] + counts["paused"]
+    forwards, drafted = stats.get(Counter.TARGET_FORWARDS, 0.0), stats.get(Counter.DRAFTED, 0.0)
+    remaining = sum(counts[s] for s in UNFINISHED)
     status = {
         "batch_id": batch_id,
         "created": float(meta.get("created", 0)),
@@ -190,15 +191,15 @@ def batch_status(client: redis.Redis, batch_id: str, now: float | None = None,
         "flags": flags,
         "total": total,
         "counts": counts,
-        "done": counts["completed"] + counts["failed"] + counts["cancelled"] == total,
+        "done": sum(counts[s] for s in FINISHED) == total,
         "tokens": int(tokens),
         "tokens_per_second": round(rate, 2),
-        "tau": round(stats.get("emitted", 0.0) / forwards, 3) if forwards else None,
-        "acceptance_rate": round(stats.get("accepted", 0.0) / drafted, 3) if drafted else None,
-        "resumes": {"crash": int(stats.get("resumes_crash", 0)), "preempt": int(stats.get("resumes_preempt", 0)),
-                    "manual": int(stats.get("resumes_manual", 0)), "prefills": int(stats.get("resume_prefills", 0))},
-        "proposer_fallbacks": int(stats.get("proposer_fallbacks", 0) + stats.get("proposer_errors", 0)),
-        "eta_seconds": _eta(counts, stats, rate, remaining, paused="paused" in flags),
+        "tau": round(stats.get(Counter.EMITTED, 0.0) / forwards, 3) if forwards else None,
+        "acceptance_rate": round(stats.get(Counter.ACCEPTED, 0.0) / drafted, 3) if drafted else None,
+        "resumes": {**{why: int(stats.get(counter, 0)) for why, counter in RESUME_COUNTERS.items()},
+                    "prefills": int(stats.get(Counter.RESUME_PREFILLS, 0))},
+        "proposer_fallbacks": int(stats.get(Counter.PROPOSER_FALLBACKS, 0) + stats.get(Counter.PROPOSER_ERRORS, 0)),
+        "eta_seconds": _eta(counts, stats, rate, remaining, paused=Flag.PAUSED in flags),
         # Requests wait and no live job will run them: the reaper in every worker
         # restores one within a heartbeat, so this lasting means no worker is there.
         "stalled": is_stalled(client, batch_id, fresh),
@@ -221,10 +222,11 @@ def _eta(counts: dict[str, int], stats: dict[str, float], rate: float, remaining
     already made by the running ones, at the recent rate."""
     if remaining == 0:
         return 0.0
-    if paused or counts["queued"] + counts["running"] == 0 or rate <= 0 or counts["completed"] == 0:
+    if paused or counts[RequestState.QUEUED] + counts[RequestState.RUNNING] == 0 or rate <= 0 \
+            or counts[RequestState.COMPLETED] == 0:
         return None
-    mean_tokens = stats.get("completed_tokens", 0.0) / counts["completed"]
-    in_progress = stats.get("tokens", 0.0) - stats.get("completed_tokens", 0.0)
+    mean_tokens = stats.get(Counter.COMPLETED_TOKENS, 0.0) / counts[RequestState.COMPLETED]
+    in_progress = stats.get(Counter.TOKENS, 0.0) - stats.get(Counter.COMPLETED_TOKENS, 0.0)
     return round(max(remaining * mean_tokens - in_progress, 0.0) / rate, 1)
 
 

@@ -1,5 +1,5 @@
 """A batch's records in Redis: its meta, requests, states, leases, checkpoints and
-results. All writes about a request go through the Lua scripts in `scripts`."""
+results. All writes about a request go through the Lua scripts in `lua`."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from typing import Any, Iterable
 import redis
 
 from specq.queue import keys, lua
-
-STATES = ("queued", "running", "paused", "completed", "failed", "cancelled")
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
+from specq.queue.vocabulary import Counter, Flag, RequestState
+from specq.queue.vocabulary import FailureKind
 
 
 @dataclass(frozen=True)
@@ -74,12 +73,13 @@ class BatchStore:
         return {_text(k): _text(v) for k, v in self.client.hgetall(self.keys.state).items()}
 
     def state(self, request_id: str) -> str | None:
+        """As stored: a RequestState's value, unless someone wrote another."""
         return _text(self.client.hget(self.keys.state, request_id))
 
     def counts(self) -> dict[str, int]:
         raw = self.client.hgetall(self.keys.counts)
         got = {_text(k): int(v) for k, v in raw.items()}
-        return {s: got.get(s, 0) for s in STATES}
+        return {s: got.get(s, 0) for s in RequestState}
 
     def stats(self) -> dict[str, float]:
         return {_text(k): float(v) for k, v in self.client.hgetall(self.keys.stats).items()}
@@ -106,14 +106,14 @@ class BatchStore:
         return [_text(x) for x in self.client.smembers(self.keys.running)]
 
     def flags(self, request_ids: list[str]) -> dict[str, str | None]:
-        """'paused' or 'cancelled' per request (the batch's own flag wins), else None."""
+        """The flag per request (the batch's own flag wins, cancel over pause), else None."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hgetall(self.keys.flags)
         if request_ids:
             pipe.hmget(self.keys.req_flags, request_ids)
         replies = pipe.execute()
         batch = {_text(k) for k in replies[0]}
-        batch_flag = "cancelled" if "cancelled" in batch else ("paused" if "paused" in batch else None)
+        batch_flag = Flag.CANCELLED if Flag.CANCELLED in batch else (Flag.PAUSED if Flag.PAUSED in batch else None)
         per = replies[1] if request_ids else []
         return {rid: batch_flag or _text(flag) for rid, flag in zip(request_ids, per)}
 
@@ -145,10 +145,10 @@ class BatchStore:
             args=[lease.value, lease.request_id, payload, ttl_ms, f"{time.time():.3f}", json.dumps(deltas)],
         ))
 
-    def settle(self, lease: Lease, new_state: str, payload: str, deltas: dict[str, float]) -> bool:
+    def settle(self, lease: Lease, new_state: RequestState, payload: str, deltas: dict[str, float]) -> bool:
         """Let go of a request: completed (payload = result), failed (payload = error),
         or paused / cancelled / queued (payload = its last checkpoint, or '')."""
-        assert new_state in STATES and new_state != "running"
+        assert RequestState(new_state) != RequestState.RUNNING
         k = self.keys
         return bool(self._settle(
             keys=[k.lease(lease.request_id), k.state, k.counts, k.running, k.ckpt, k.result, k.error, k.stats,
@@ -156,7 +156,7 @@ class BatchStore:
             args=[lease.value, lease.request_id, new_state, payload, f"{time.time():.3f}", json.dumps(deltas)],
         ))
 
-    def count(self, name: str, n: float = 1) -> None:
+    def count(self, name: Counter, n: float = 1) -> None:
         """Add to a batch counter outside a fenced write (events no lease covers)."""
         self.client.hincrbyfloat(self.keys.stats, name, n)
 
@@ -167,7 +167,7 @@ class BatchStore:
     def reap(self, request_id: str, max_attempts: int) -> int:
         """0: not abandoned; 1: back to pending; 2: failed after too many attempts."""
         k = self.keys
-        error = json.dumps({"custom_id": request_id, "reason": "abandoned",
+        error = json.dumps({"custom_id": request_id, "reason": FailureKind.ABANDONED,
                             "message": f"abandoned by a worker more than {max_attempts} times"})
         return int(self._reap(
             keys=[k.state, k.counts, k.running, k.lease(request_id), k.attempts, k.error, k.pending, k.stats],

@@ -15,13 +15,14 @@ import redis
 
 from specq.errors import InputError, ParameterError, SpecqError
 from specq.queue import keys
-from specq.requests.config import MAX_OUTPUT_TOKENS, BatchConfig
+from specq.requests.config import BatchConfig, check_max_tokens
 from specq.requests.ids import check_batch_id
 from specq.requests.inputs import InvalidLine, PromptSpec, read_jsonl_lenient, to_request
 from specq.queue.rq_glue import enqueue_batch_jobs
 from specq.specdec.gguf_file import GGUFFile
-from specq.specdec.model import LlamaConfig
+from specq.specdec.model_config import LlamaConfig
 from specq.specdec.tokenizer import Tokenizer
+from specq.queue.vocabulary import Counter, FailureKind, RequestState
 
 MAX_PARALLEL_JOBS = 64  # at most this many workers decode one batch at once
 
@@ -43,26 +44,17 @@ def prepare(path: str, config: BatchConfig, model_file: str) -> tuple[list[tuple
     """Parse and tokenize every line: (line, custom_id, spec record) for the valid
     ones, InvalidLine for the rest. Reads only the tokenizer and the model's
     configuration, not its weights."""
-    if config.defaults.max_tokens > MAX_OUTPUT_TOKENS:
-        raise ParameterError(
-            f"--max-tokens {config.defaults.max_tokens} is above this deployment's limit of {MAX_OUTPUT_TOKENS}"
-            " (SPECQ_MAX_OUTPUT_TOKENS)"
-        )
+    check_max_tokens(config.defaults.max_tokens, "--max-tokens")
     specs, invalid = read_jsonl_lenient(path)
     f = GGUFFile(model_file)
     tokenizer = Tokenizer.from_gguf(f)
-    context = LlamaConfig.from_gguf(f).context_length
+    model = LlamaConfig.from_gguf(f)
     records = []
     for spec in specs:
         try:
             request = to_request(spec, tokenizer, config.defaults)
-            if len(request.prompt_ids) >= context:
-                raise InputError(f"prompt has {len(request.prompt_ids)} tokens; the model's context is {context}")
-            if request.max_tokens > MAX_OUTPUT_TOKENS:
-                raise InputError(
-                    f"max_tokens {request.max_tokens} is above this deployment's limit of {MAX_OUTPUT_TOKENS}"
-                    " (SPECQ_MAX_OUTPUT_TOKENS)"
-                )
+            model.check_prompt(request.prompt_ids)
+            check_max_tokens(request.max_tokens, "max_tokens")
         except SpecqError as exc:
             message = str(exc) if str(exc).startswith(path) else f"{path}: line {spec.line}: {exc}"
             invalid.append(InvalidLine(spec.line, spec.custom_id, message))
@@ -116,13 +108,13 @@ def submit(
             if fresh:
                 pipe.rpush(k.ids, *[e[1] for e in fresh])
                 pipe.hset(k.spec, mapping={e[1]: e[2] for e in fresh})
-                pipe.hset(k.state, mapping={e[1]: ("queued" if e[3] is None else "failed") for e in fresh})
+                pipe.hset(k.state, mapping={e[1]: (RequestState.QUEUED if e[3] is None else RequestState.FAILED) for e in fresh})
             if valid:
-                pipe.hincrby(k.counts, "queued", len(valid))
+                pipe.hincrby(k.counts, RequestState.QUEUED, len(valid))
                 pipe.rpush(k.pending, *[e[1] for e in valid])
             if failed:
-                pipe.hincrby(k.counts, "failed", len(failed))
-                pipe.hincrbyfloat(k.stats, "failed_invalid_request", len(failed))
+                pipe.hincrby(k.counts, RequestState.FAILED, len(failed))
+                pipe.hincrbyfloat(k.stats, Counter.FAILED_INVALID_REQUEST, len(failed))
                 pipe.hset(k.error, mapping={e[1]: e[3] for e in failed})
             n_jobs = min(math.ceil(len(valid) / config.batch_size), MAX_PARALLEL_JOBS)
             if n_jobs:
@@ -146,7 +138,7 @@ def _entries(records, invalid: list[InvalidLine]) -> list[tuple[int, str, str, s
     for bad in invalid:
         custom_id = bad.custom_id if bad.custom_id and bad.custom_id not in used else f"line-{bad.line}"
         used.add(custom_id)
-        error = {"custom_id": custom_id, "line": bad.line, "reason": "invalid_request", "message": bad.message}
+        error = {"custom_id": custom_id, "line": bad.line, "reason": FailureKind.INVALID_REQUEST, "message": bad.message}
         entries.append((bad.line, custom_id, canonical({"custom_id": custom_id, "line": bad.line, "invalid": True}),
                         json.dumps(error)))
     return sorted(entries, key=lambda e: e[0])

@@ -8,7 +8,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specq.errors import ParameterError
+from specq.errors import ModelFileError, ParameterError
 from specq.requests.inputs import GenerationDefaults
 from specq.specdec.precision import PRECISIONS
 
@@ -34,6 +34,17 @@ def env_number(name: str, default: float) -> float:
 # above this.
 MAX_OUTPUT_TOKENS = int(env_number("SPECQ_MAX_OUTPUT_TOKENS", 4096))
 DEFAULT_KV_MEMORY = "4GiB"
+# Measured on the default model, plain decoding: 8 requests together give about 2.5x
+# the aggregate tokens/s of one at a time (docs/performance.md).
+DEFAULT_BATCH_SIZE = 8
+DEFAULT_CHECKPOINT_TOKENS = 64
+DEFAULT_CHECKPOINT_SECONDS = 10.0
+
+
+def check_max_tokens(max_tokens: int, label: str) -> None:
+    if max_tokens > MAX_OUTPUT_TOKENS:
+        raise ParameterError(f"{label} {max_tokens} is above this deployment's limit of {MAX_OUTPUT_TOKENS} "
+                             "(SPECQ_MAX_OUTPUT_TOKENS)")
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
 
 
@@ -72,9 +83,9 @@ class BatchConfig:
     draft_model_path: str = ""
     medusa_heads_path: str = ""
     defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
-    batch_size: int = 8  # requests decoded together by one worker process
-    checkpoint_tokens: int = 64  # checkpoint a request after this many new tokens...
-    checkpoint_seconds: float = 10.0  # ...or this long since its last checkpoint
+    batch_size: int = DEFAULT_BATCH_SIZE  # requests decoded together by one worker process
+    checkpoint_tokens: int = DEFAULT_CHECKPOINT_TOKENS  # checkpoint a request after this many new tokens...
+    checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS  # ...or this long since its last checkpoint
     # The model's arithmetic (LlamaModel precision); absent from batches submitted
     # before it existed, which were all decoded at f32.
     precision: str = "f32"
@@ -104,3 +115,36 @@ class BatchConfig:
         defaults = dict(d["defaults"])
         defaults["stop"] = tuple(defaults["stop"])
         return cls(**{**d, "defaults": GenerationDefaults(**defaults)})
+
+
+def resolve_config(*, model_path: str | None, proposer: str, draft_model_path: str | None,
+                   medusa_heads_path: str | None, defaults: GenerationDefaults, precision: str,
+                   batch_size: int = DEFAULT_BATCH_SIZE, checkpoint_tokens: int = DEFAULT_CHECKPOINT_TOKENS,
+                   checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS) -> tuple[BatchConfig, str]:
+    """The command line's choices made concrete, once, before anything is loaded or
+    written: the model file found and hashed, `--proposer auto` resolved, the files
+    a proposer needs checked. Returns the configuration and the model file's path.
+    Everything after (generate, submit, every worker) uses the configuration as is."""
+    from specq.specdec.gguf_file import file_sha256
+    from specq.specdec.loader import default_model_path, resolve_proposer
+
+    model_file = os.path.abspath(model_path) if model_path else default_model_path()
+    if not os.path.isfile(model_file):
+        raise ModelFileError(f"model file not found: {model_path}")
+    for label, path in (("draft model file", draft_model_path), ("heads file", medusa_heads_path)):
+        if path and not os.path.isfile(path):
+            raise ModelFileError(f"{label} not found: {path}")
+    # The bytes' hash, without parsing the file: the model is read later, once.
+    model_sha256 = file_sha256(model_file)
+    proposer = resolve_proposer(proposer, model_sha256, draft_model_path=draft_model_path,
+                                medusa_heads_path=medusa_heads_path)
+    config = BatchConfig(
+        model_path=os.path.abspath(model_path) if model_path else "",
+        model_sha256=model_sha256,
+        proposer=proposer,
+        draft_model_path=os.path.abspath(draft_model_path) if draft_model_path else "",
+        medusa_heads_path=os.path.abspath(medusa_heads_path) if medusa_heads_path else "",
+        defaults=defaults, batch_size=batch_size, checkpoint_tokens=checkpoint_tokens,
+        checkpoint_seconds=checkpoint_seconds, precision=precision,
+    )
+    return config, model_file

@@ -22,7 +22,6 @@ from specq.errors import ParameterError
 from specq.specdec.acceptance import accept, accept_tree_greedy, resolve_rule
 from specq.specdec.adaptive import ROW_COSTS, choose_k
 from specq.specdec.model import LlamaModel, Segment, SegmentOutput
-from specq.specdec.products import BULK_ROWS
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
 from specq.specdec.rng import uniform
 from specq.specdec.state import DecodeState, GenerationRequest, Metrics
@@ -41,11 +40,7 @@ class Engine:
 
     def start(self, request: GenerationRequest) -> DecodeState:
         """A fresh state for `request`, validated against this model."""
-        context = self.model.config.context_length
-        if len(request.prompt_ids) >= context:
-            raise ParameterError(
-                f"prompt has {len(request.prompt_ids)} tokens; the model's context is {context}"
-            )
+        self.model.config.check_prompt(request.prompt_ids)
         vocab = self.model.config.vocab_size
         if min(request.prompt_ids) < 0 or max(request.prompt_ids) >= vocab:
             raise ParameterError(f"prompt token ids must lie in [0, {vocab})")
@@ -135,10 +130,9 @@ class BatchDecoder:
     """A changing set of requests decoded together, one shared target forward per
     round; the caller adds and drops requests between rounds (to refill, pause or
     cancel). Each request makes the decisions it would make alone (its own proposer
-    session, draws and acceptance); only the dense products are shared. A prompt
-    of products.BULK_ROWS rows or more is multiplied on its own; the other rows come
-    out bit-identical to a lone decode at any row count (both kernels give a row the
-    same bits whatever rows come with it)."""
+    session, draws and acceptance); only the dense products are shared, and a row
+    comes out bit-identical to a lone decode at any row count (the model gives a row
+    the same bits whatever rows come with it)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -159,28 +153,12 @@ class BatchDecoder:
         return {key: session.state for key, session in self.sessions.items()}
 
     def round(self) -> list[tuple[Hashable, DecodeState]]:
-        """One round for every request; finished ones stay until dropped.
-
-        Prompts of BULK_ROWS rows or more get a forward of their own: their products
-        are BLAS's, the other rows' numba's, and within one forward the two thread
-        pools would take turns 120 times (once a product), each turn costing a spin
-        against the other on two cores. Apart, they take turns twice a round."""
+        """One round for every request; finished ones stay until dropped."""
         active = [(key, s) for key, s in self.sessions.items() if not s.state.finished]
         planned = [session.plan() for _, session in active]
-        outputs: list = [None] * len(planned)
-        forward_s = [0.0] * len(planned)
-        bulk = [i for i, p in enumerate(planned) if p.segment.n >= BULK_ROWS]
-        for group in (bulk, [i for i in range(len(planned)) if i not in bulk]):
-            if not group:
-                continue
-            t0 = perf_counter()
-            for i, out in zip(group, self.engine.model.forward([planned[i].segment for i in group])):
-                outputs[i] = out
-            elapsed = perf_counter() - t0
-            for i in group:
-                forward_s[i] = elapsed
-        return [(key, session.finish(p, out, s))
-                for (key, session), p, out, s in zip(active, planned, outputs, forward_s)]
+        outputs = self.engine.model.forward([p.segment for p in planned])
+        return [(key, session.finish(p, out, out.seconds))
+                for (key, session), p, out in zip(active, planned, outputs)]
 
 
 @dataclass(frozen=True)
@@ -297,22 +275,11 @@ class DecodeSession:
     def _resume_prefill(self) -> None:
         """Rebuild the cache for every committed token but the last (which, as after
         any round, is emitted but not yet fed) and the hidden state that predicted it.
-
         The cache must get the bits the interrupted decode had, or a near tie could
-        break the other way after a resume. Those bits came from a prefill of the
-        prompt and then rounds of short segments, whose rows get the same bits in any
-        segment shorter than BULK_ROWS. So the prompt is prefilled alone, as it was,
-        and the output follows in segments of BULK_ROWS - 1 rows: one segment over
-        everything would send the output's rows through BLAS, which rounds
-        differently (3e-5 apart on the default model's hidden states)."""
+        break the other way after a resume: the model's rebuild_cache sees to that."""
         t0 = perf_counter()
-        ids = self.state.all_ids[:-1]
-        n_prompt = len(self.state.request.prompt_ids)
-        starts = [0, *range(n_prompt, len(ids), BULK_ROWS - 1)]
-        ends = [*starts[1:], len(ids)]
-        for start, end in zip(starts, ends):
-            out = self.model.forward([Segment(self.cache, ids[start:end], start, all_logits=False)])[0]
-        self.last_hidden = out.hidden[-1]
+        self.last_hidden = self.model.rebuild_cache(self.cache, self.state.all_ids[:-1],
+                                                    len(self.state.request.prompt_ids))
         m = self.state.metrics
         self.state = replace(
             self.state,

@@ -8,6 +8,7 @@ here as an (n_out, n_in) array.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -57,6 +58,14 @@ def write_file(writer) -> None:
 
 
 def file_sha256(path: str) -> str:
+    """The file's sha256, remembered per (path, size, modification time): a command
+    hashes its model once although it checks the configuration and loads the model."""
+    st = os.stat(path)
+    return _sha256_of(os.path.abspath(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 22), b""):

@@ -68,11 +68,20 @@ def shipped_heads_for(model_sha256: str) -> str | None:
     return None
 
 
-def resolve_proposer(name: str, model_sha256: str, medusa_heads_path: str | None = None) -> str:
-    """The proposer `name` stands for: "auto" is the hybrid when heads fit the model."""
-    if name != "auto":
-        return name
-    return "hybrid" if medusa_heads_path or shipped_heads_for(model_sha256) else "ngram"
+def resolve_proposer(name: str, model_sha256: str, *, draft_model_path: str | None = None,
+                     medusa_heads_path: str | None = None) -> str:
+    """The proposer `name` stands for ("auto" is the hybrid when heads fit the model,
+    else ngram), refused here if the files it needs are not given: the one place
+    where a proposer's name is resolved and checked, before anything is loaded."""
+    if name not in PROPOSERS:
+        raise ParameterError(f"unknown proposer {name!r} (choose from {', '.join(PROPOSERS)})")
+    if name == "auto":
+        return "hybrid" if medusa_heads_path or shipped_heads_for(model_sha256) else "ngram"
+    if name == "draft" and not draft_model_path:
+        raise ParameterError("proposer 'draft' needs --draft-model PATH")
+    if name in ("medusa", "hybrid") and not (medusa_heads_path or shipped_heads_for(model_sha256)):
+        raise ParameterError(f"proposer {name!r} needs --medusa-heads PATH (no shipped heads fit this model)")
+    return name
 
 
 def make_proposer(
@@ -84,16 +93,13 @@ def make_proposer(
     medusa_heads_path: str | None = None,
 ) -> Proposer:
     """A proposer for `model`, its files checked against it (vocabulary, heads)."""
-    if name not in PROPOSERS:
-        raise ParameterError(f"unknown proposer {name!r} (choose from {', '.join(PROPOSERS)})")
-    name = resolve_proposer(name, model.fingerprint, medusa_heads_path)
+    name = resolve_proposer(name, model.fingerprint, draft_model_path=draft_model_path,
+                            medusa_heads_path=medusa_heads_path)
     if name == "ngram":
         return NgramProposer()
     if name == "none":
         return NoProposer()
     if name == "draft":
-        if not draft_model_path:
-            raise ParameterError("proposer 'draft' needs --draft-model PATH")
         if not os.path.isfile(draft_model_path):
             raise ModelFileError(f"draft model file not found: {draft_model_path}")
         # At the target's precision: one choice of arithmetic for the whole engine (and
@@ -102,8 +108,6 @@ def make_proposer(
         check_same_vocabulary(tokenizer, draft_tokenizer, draft_model_path)
         return DraftModelProposer(draft_model, draft_cost=draft_model.n_parameters / model.n_parameters)
     heads_path = medusa_heads_path or shipped_heads_for(model.fingerprint)
-    if not heads_path:
-        raise ParameterError(f"proposer {name!r} needs --medusa-heads PATH (no shipped heads fit this model)")
     medusa = heads_proposer(model, heads_path)
     return HybridProposer(NgramProposer(), medusa) if name == "hybrid" else medusa
 

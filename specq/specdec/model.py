@@ -16,6 +16,7 @@ float32 at load. specq.specdec.products picks the kernel for each product and ro
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -25,57 +26,15 @@ from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec import fused
 from specq.specdec.layer_stack import StackedLayers
+from specq.specdec.model_config import LlamaConfig
 from specq.specdec.precision import INTEGER, PRECISIONS
 from specq.specdec.products import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
 from specq.specdec.qkernels import TYPES as QUANTIZED_TYPES
 from specq.specdec.qkernels import QuantizedMatrix
 
-ARCHITECTURE = "llama"
 # Query rows per block of a prompt's attention: 32 to 256 measured, 64 the fastest
 # from 100 to 2,000 rows on the 2-core AMD EPYC.
 _ATTENTION_BLOCK = 64
-
-
-@dataclass(frozen=True)
-class LlamaConfig:
-    n_layers: int
-    d_model: int
-    d_ffn: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    rope_base: float
-    rms_eps: float
-    vocab_size: int
-    context_length: int
-
-    @classmethod
-    def from_gguf(cls, f: GGUFFile) -> "LlamaConfig":
-        arch = f.get("general.architecture")
-        if arch != ARCHITECTURE:
-            raise ModelFileError(
-                f"unsupported architecture {arch!r} in {f.path} (specq runs 'llama' models)"
-            )
-        d_model = int(f.require("llama.embedding_length"))
-        n_heads = int(f.require("llama.attention.head_count"))
-        head_dim = d_model // n_heads
-        rope_dim = int(f.get("llama.rope.dimension_count", head_dim))
-        if rope_dim != head_dim:
-            raise ModelFileError(f"partial rotary embeddings (rope dim {rope_dim}) are not supported")
-        tokens = f.get("tokenizer.ggml.tokens")
-        vocab = int(f.get("llama.vocab_size", len(tokens) if tokens else 0))
-        return cls(
-            n_layers=int(f.require("llama.block_count")),
-            d_model=d_model,
-            d_ffn=int(f.require("llama.feed_forward_length")),
-            n_heads=n_heads,
-            n_kv_heads=int(f.get("llama.attention.head_count_kv", n_heads)),
-            head_dim=head_dim,
-            rope_base=float(f.get("llama.rope.freq_base", 10000.0)),
-            rms_eps=float(f.get("llama.attention.layer_norm_rms_epsilon", 1e-5)),
-            vocab_size=vocab,
-            context_length=int(f.get("llama.context_length", 2048)),
-        )
 
 
 @dataclass(frozen=True)
@@ -294,6 +253,7 @@ def tree_depths(parents: Sequence[int]) -> np.ndarray:
 class SegmentOutput:
     logits: np.ndarray  # [n, vocab], or [1, vocab] when only the last row was asked for
     hidden: np.ndarray  # [n, d]: final-normed hidden states, the input of the output head
+    seconds: float = 0.0  # the wall time of the forward that computed it (shared with its group)
 
 
 @dataclass
@@ -388,8 +348,43 @@ class LlamaModel:
         and values into each segment's cache at their positions.
 
         Returns one output per segment; logits row i is the distribution of the
-        token after token i of that segment.
+        token after token i of that segment. A row's bits never depend on the other
+        segments, so callers may group segments as they like.
+
+        Segments of BULK_ROWS rows or more (prompts) get a forward of their own,
+        before the others: their products are BLAS's, the other rows' numba's, and
+        within one forward the two thread pools would take turns 120 times (once a
+        product), each turn costing a spin against the other on two cores. Apart,
+        they take turns twice.
         """
+        bulk = [i for i, seg in enumerate(segments) if seg.n >= BULK_ROWS]
+        if not bulk or len(bulk) == len(segments):
+            return self._forward(segments)
+        outputs: list = [None] * len(segments)
+        for group in (bulk, [i for i in range(len(segments)) if i not in bulk]):
+            for i, out in zip(group, self._forward([segments[i] for i in group])):
+                outputs[i] = out
+        return outputs
+
+    def rebuild_cache(self, cache: KVCache, ids: Sequence[int], n_prompt: int) -> np.ndarray:
+        """Write the keys and values of `ids` (a prompt of n_prompt tokens, then
+        committed output) into `cache`, with the bits the decode that committed them
+        wrote; returns the last row's final hidden state.
+
+        Those bits came from a prefill of the prompt and then rounds of short
+        segments, whose rows get the same bits in any segment shorter than BULK_ROWS.
+        So the prompt is prefilled alone, as it was, and the output follows in
+        segments of BULK_ROWS - 1 rows: one segment over everything would send the
+        output's rows through BLAS, which rounds differently (3e-5 apart on the
+        default model's hidden states)."""
+        starts = [0, *range(n_prompt, len(ids), BULK_ROWS - 1)]
+        ends = [*starts[1:], len(ids)]
+        for start, end in zip(starts, ends):
+            out = self._forward([Segment(cache, ids[start:end], start, all_logits=False)])[0]
+        return out.hidden[-1]
+
+    def _forward(self, segments: Sequence[Segment]) -> list[SegmentOutput]:
+        started = time.perf_counter()
         cfg, w = self.config, self.weights
         for seg in segments:
             assert seg.n > 0, "a segment needs at least one token"
@@ -421,8 +416,9 @@ class LlamaModel:
         head_plan = RowPlan([len(r) for r in head_rows])
         logits = head_plan.linear(hidden[np.concatenate(head_rows)], w.w_output)  # [head rows, vocab]
         head_bounds = np.cumsum([0] + [len(r) for r in head_rows])
+        seconds = time.perf_counter() - started
         return [SegmentOutput(logits=logits[head_bounds[i] : head_bounds[i + 1]],
-                              hidden=hidden[bounds[i] : bounds[i + 1]])
+                              hidden=hidden[bounds[i] : bounds[i + 1]], seconds=seconds)
                 for i in range(len(segments))]
 
     def _blocks(self, segments: Sequence[Segment], x: np.ndarray, positions: np.ndarray,

@@ -16,7 +16,6 @@ from specq.specdec.adaptive import AcceptanceStats
 from specq.specdec.sampling import SamplingParams
 
 STATE_VERSION = 1
-FINISH_REASONS = ("stop", "length")
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ class Chaos:
                     line.update(temperature=0.8, seed=i)
                 fh.write(json.dumps(line) + "\n")
         out = self._specq(["generate", "--input", str(self.prompts), "--json", "--model", self.model])
-        self.expected = {(r := json.loads(line))["custom_id"]: r["token_ids"] for line in out.splitlines()}
+        self.expected = {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"] for line in out.splitlines()}
 
     def _specq(self, args: list[str]) -> str:
         proc = subprocess.run([sys.executable, "-m", "specq", *args], env=self.env, capture_output=True, text=True)

@@ -28,6 +28,8 @@ from specq.worker.runtime import LoadedEngine, Runtime
 from specq.queue.store import BatchStore, Lease
 from specq.specdec.engine import BatchDecoder, Engine
 from specq.specdec.state import DecodeState, GenerationRequest
+from specq.requests.result import Result
+from specq.queue.vocabulary import Counter, FailureKind, Flag, RequestState
 
 
 FLAG_CHECK_S = 0.25  # pause and cancel take effect within this, plus one round
@@ -52,18 +54,18 @@ def progress_deltas(old: DecodeState, new: DecodeState) -> dict[str, float]:
     """The batch counters a write adds: what `new` did since `old` was written."""
     a, b = old.metrics, new.metrics
     deltas: dict[str, float] = {
-        "tokens": len(new.output_ids) - len(old.output_ids),
-        "target_forwards": b.target_forwards - a.target_forwards,
-        "drafted": b.drafted - a.drafted,
-        "accepted": b.accepted - a.accepted,
-        "emitted": b.emitted - a.emitted,
-        "resume_prefills": b.resume_prefills - a.resume_prefills,
-        "decode_seconds": round(b.decode_seconds - a.decode_seconds, 6),
+        Counter.TOKENS: len(new.output_ids) - len(old.output_ids),
+        Counter.TARGET_FORWARDS: b.target_forwards - a.target_forwards,
+        Counter.DRAFTED: b.drafted - a.drafted,
+        Counter.ACCEPTED: b.accepted - a.accepted,
+        Counter.EMITTED: b.emitted - a.emitted,
+        Counter.RESUME_PREFILLS: b.resume_prefills - a.resume_prefills,
+        Counter.DECODE_SECONDS: round(b.decode_seconds - a.decode_seconds, 6),
     }
     for i, n in enumerate(b.drafted_per_position):
-        deltas[f"drafted_pos_{i}"] = n - (a.drafted_per_position[i] if i < len(a.drafted_per_position) else 0)
+        deltas[Counter.drafted_at(i)] = n - (a.drafted_per_position[i] if i < len(a.drafted_per_position) else 0)
     for i, n in enumerate(b.accepted_per_position):
-        deltas[f"accepted_pos_{i}"] = n - (a.accepted_per_position[i] if i < len(a.accepted_per_position) else 0)
+        deltas[Counter.accepted_at(i)] = n - (a.accepted_per_position[i] if i < len(a.accepted_per_position) else 0)
     return deltas
 
 
@@ -74,19 +76,8 @@ def _answers(client: redis.Redis) -> bool:
         return False
 
 
-def result_record(engine: Engine, custom_id: str, state: DecodeState, worker_id: str) -> dict[str, Any]:
-    prompt_tokens, completion_tokens = len(state.request.prompt_ids), len(state.output_ids)
-    return {
-        "custom_id": custom_id,
-        "text": engine.text(state),
-        "finish_reason": state.finish_reason,
-        "token_ids": list(state.output_ids),
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
-        "metrics": state.metrics.to_dict(),
-        "completed_at": round(time.time(), 3),
-        "worker": worker_id,
-    }
+def result_payload(engine: Engine, custom_id: str, state: DecodeState, worker_id: str) -> str:
+    return json.dumps(Result.of(custom_id, engine.text(state), state, worker_id).stored(), ensure_ascii=False)
 
 
 class BatchRunner:
@@ -131,7 +122,7 @@ class BatchRunner:
         deltas["store_seconds"], self._store_s = round(self._store_s, 6), 0.0
         deltas["worker_seconds"], self._wall_mark = round(now - self._wall_mark, 6), now
         if self.guard is not None:
-            self.pending_counts.add("proposer_errors", self.guard.take_failures())
+            self.pending_counts.add(Counter.PROPOSER_ERRORS, self.guard.take_failures())
         for name, n in self.pending_counts.drain().items():
             deltas[name] = deltas.get(name, 0) + n
         return deltas
@@ -145,8 +136,8 @@ class BatchRunner:
             while True:
                 if self.runtime.stop_requested.is_set() or time.monotonic() > self.deadline:
                     for rid in list(self.owned):
-                        self.pending_counts.add("resumes_preempt")
-                        self.summary["handed_back" if self._let_go(rid, "queued") else "lost"] += 1
+                        self.pending_counts.add(Counter.RESUMES_PREEMPT)
+                        self.summary["handed_back" if self._let_go(rid, RequestState.QUEUED) else "lost"] += 1
                     break
                 self._drop_lost()
                 self._apply_flags()
@@ -161,7 +152,7 @@ class BatchRunner:
             # unchanged since its last checkpoint, so that healthy workers continue it.
             for rid in list(self.owned):
                 with contextlib.suppress(Exception):  # Redis may be failing too; leases then expire
-                    self._let_go(rid, "queued", write_progress=False)
+                    self._let_go(rid, RequestState.QUEUED, write_progress=False)
             raise
         finally:
             for rid in list(self.owned) + list(self._claimed):
@@ -187,7 +178,7 @@ class BatchRunner:
             delay = min(delay * 2, 1.0)
         try:
             for rid, lease in list(self._claimed.items()):  # claimed, not yet decoding
-                self.store.settle(lease, "queued", "", {})
+                self.store.settle(lease, RequestState.QUEUED, "", {})
                 del self._claimed[rid]
                 self.summary["handed_back"] += 1
             for rid in list(self.owned):
@@ -201,12 +192,12 @@ class BatchRunner:
         if owned.settling is not None:
             new_state, payload, state = owned.settling
             return self._settle(rid, new_state, payload, state)
-        self.pending_counts.add("resumes_preempt")
+        self.pending_counts.add(Counter.RESUMES_PREEMPT)
         state = self.decoder.sessions[rid].state if rid in self.decoder.sessions else owned.written
         if state.finished:
-            record = result_record(self.engine, rid, state, self.runtime.worker_id)
-            return self._settle(rid, "completed", json.dumps(record, ensure_ascii=False), state)
-        return self._let_go(rid, "queued")
+            payload = result_payload(self.engine, rid, state, self.runtime.worker_id)
+            return self._settle(rid, RequestState.COMPLETED, payload, state)
+        return self._let_go(rid, RequestState.QUEUED)
 
     def _round(self) -> None:
         before = {rid: len(session.state.output_ids) for rid, session in self.decoder.sessions.items()}
@@ -225,8 +216,8 @@ class BatchRunner:
             self._observe_latency(before[rid], len(state.output_ids), round_s)
             if state.finished:
                 self.pending_counts.observe("request_duration_seconds", state.metrics.decode_seconds)
-                record = result_record(self.engine, rid, state, self.runtime.worker_id)
-                written = self._settle(rid, "completed", json.dumps(record, ensure_ascii=False), state)
+                payload = result_payload(self.engine, rid, state, self.runtime.worker_id)
+                written = self._settle(rid, RequestState.COMPLETED, payload, state)
                 self.summary["completed" if written else "lost"] += 1
             elif (len(state.output_ids) - len(owned.written.output_ids) >= self.config.checkpoint_tokens
                   or now - owned.written_at >= self.config.checkpoint_seconds):
@@ -235,12 +226,12 @@ class BatchRunner:
                 with self._redis_time():
                     written = self.store.checkpoint(owned.lease, payload, self._deltas(owned.written, state), LEASE_TTL_MS)
                 # Counted with the next write (this one's latency is known only now).
-                self.pending_counts.add("checkpoint_writes")
+                self.pending_counts.add(Counter.CHECKPOINT_WRITES)
                 self.pending_counts.observe("checkpoint_write_seconds", time.perf_counter() - t_write)
                 if written:
                     owned.written, owned.written_at = state, now
                 else:
-                    self.store.count("fenced_writes_refused")  # a zombie is worth an operator's attention
+                    self.store.count(Counter.FENCED_WRITES_REFUSED)  # a zombie is worth an operator's attention
                     self._forget(rid)
         if now - self._last_renew >= HEARTBEAT_S:
             # Also renewed by the worker's heartbeat thread; this covers a job run by
@@ -285,14 +276,14 @@ class BatchRunner:
         owned = self.owned[rid]
         message = f"{exc.__class__.__name__}: {exc}"
         if self.store.bump_attempts(rid) >= MAX_ATTEMPTS:
-            error = {"custom_id": rid, "line": owned.spec.get("line"), "reason": "engine_error", "message": message}
-            self.pending_counts.add("failed_engine_error")
-            self._settle(rid, "failed", json.dumps(error, ensure_ascii=False), owned.written)
+            error = {"custom_id": rid, "line": owned.spec.get("line"), "reason": FailureKind.ENGINE_ERROR, "message": message}
+            self.pending_counts.add(Counter.FAILED_ENGINE_ERROR)
+            self._settle(rid, RequestState.FAILED, json.dumps(error, ensure_ascii=False), owned.written)
             self.summary["failed"] += 1
         else:
             # Back to the front of the pending list, from its last checkpoint.
-            self.pending_counts.add("retries")
-            self._settle(rid, "queued", "", owned.written)
+            self.pending_counts.add(Counter.RETRIES)
+            self._settle(rid, RequestState.QUEUED, "", owned.written)
             self.summary["retried"] += 1
 
     def _kv_held(self) -> int:
@@ -320,7 +311,7 @@ class BatchRunner:
             except (SpecqError, KeyError, TypeError, ValueError, AttributeError) as exc:
                 # A record the worker cannot read (corrupt, or written by hand into
                 # Redis) fails that request alone; it must not fail the worker.
-                reason = "checkpoint" if isinstance(exc, checkpoint.CheckpointError) else "invalid_request"
+                reason = FailureKind.CHECKPOINT if isinstance(exc, checkpoint.CheckpointError) else FailureKind.INVALID_REQUEST
                 message = str(exc) if isinstance(exc, SpecqError) else f"unreadable request record ({exc!r})"
                 self._fail(lease, reason, message)
                 del self._claimed[rid]
@@ -329,7 +320,7 @@ class BatchRunner:
                 # No room beside the others: back to the front of the pending list,
                 # untouched, until enough of the caches decoding now are freed.
                 with self._redis_time():
-                    self.store.settle(lease, "queued", "", {})
+                    self.store.settle(lease, RequestState.QUEUED, "", {})
                 del self._claimed[rid]
                 self.runtime.release(self.store.batch_id, rid)
                 self._kv_wanted = need
@@ -340,9 +331,9 @@ class BatchRunner:
                             "decoding it alone", rid, need, self.kv_budget)
             if saved is not None:
                 # Resuming re-runs a prefill over everything committed but the last token.
-                self.pending_counts.add("recomputed_tokens", len(state.all_ids) - 1)
+                self.pending_counts.add(Counter.RECOMPUTED_TOKENS, len(state.all_ids) - 1)
             if self.degraded:
-                self.pending_counts.add("proposer_fallbacks")
+                self.pending_counts.add(Counter.PROPOSER_FALLBACKS)
             self.owned[rid] = Owned(lease, spec, state, time.monotonic())
             del self._claimed[rid]
             try:
@@ -362,7 +353,7 @@ class BatchRunner:
         with self._redis_time():
             flags = self.store.flags(list(self.owned))
         for rid, flag in flags.items():
-            if flag in ("paused", "cancelled"):
+            if flag in (Flag.PAUSED, Flag.CANCELLED):
                 self.summary["released" if self._let_go(rid, flag) else "lost"] += 1
 
     def _drop_lost(self) -> None:
@@ -386,13 +377,13 @@ class BatchRunner:
         if rid in self.decoder.sessions:
             self.decoder.drop(rid)
         deltas = self._deltas(owned.written, state)
-        if new_state == "completed":
-            deltas["completed_tokens"] = len(state.output_ids)  # status estimates time left from it
+        if new_state == RequestState.COMPLETED:
+            deltas[Counter.COMPLETED_TOKENS] = len(state.output_ids)  # status estimates time left from it
         with self._redis_time():
             written = self.store.settle(owned.lease, new_state, payload, deltas)
         del self.owned[rid]
         if not written:
-            self.store.count("fenced_writes_refused")
+            self.store.count(Counter.FENCED_WRITES_REFUSED)
         self.runtime.release(self.store.batch_id, rid)
         return written
 
@@ -401,7 +392,7 @@ class BatchRunner:
         spec_line = self.store.spec_line(lease.request_id)
         if spec_line is not None:
             error["line"] = spec_line
-        self.store.settle(lease, "failed", json.dumps(error, ensure_ascii=False), {f"failed_{reason}": 1})
+        self.store.settle(lease, RequestState.FAILED, json.dumps(error, ensure_ascii=False), {Counter.failed(reason): 1})
         self.runtime.release(self.store.batch_id, lease.request_id)
         self.summary["failed"] += 1
 

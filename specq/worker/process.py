@@ -34,6 +34,7 @@ from specq.errors import SpecqError
 from specq.queue.server_checks import require_noeviction
 from specq.queue.status import read_batch
 from specq.queue.store import BatchStore, _text
+from specq.queue.vocabulary import Flag, RequestState
 
 # specq's own calls (checkpoints, leases, the reaper) are short: a Redis cut off by
 # the network must not hold one for minutes (RQ gives its connections 415 s, for its
@@ -190,7 +191,7 @@ def burst_work_left(client: redis.Redis, queues: Sequence[str]) -> bool:
             record = read_batch(client, batch_id)
         except SpecqError:
             continue  # damaged or gone: no worker can do its work (status says what is wrong)
-        if record.counts["queued"] and not set(record.flags) & {"paused", "cancelled"}:
+        if record.counts[RequestState.QUEUED] and not set(record.flags) & set(Flag):
             return True
         store = BatchStore(client, batch_id)
         for rid in store.running():

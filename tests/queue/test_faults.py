@@ -35,16 +35,20 @@ def check_results(env, tmp_path, batch_id, expected, store: BatchStore) -> None:
     assert len(got) == len(expected), "one result record per request"
     assert [json.loads(g)["custom_id"] for g in got] == [e["custom_id"] for e in expected]
     for g, e in zip(got, expected):
-        g = json.loads(g)
-        assert g["specq"]["token_ids"] == e["token_ids"] and g["text"].encode() == e["text"].encode()
-    assert store.stats()["tokens"] == sum(len(e["token_ids"]) for e in expected)
+        # The same record as the local decode's, but for where and how fast it ran.
+        assert without_timings(json.loads(g)) == without_timings(e)
+    assert store.stats()["tokens"] == sum(len(e["specq"]["token_ids"]) for e in expected)
+
+
+def without_timings(line: dict) -> dict:
+    return {**line, "specq": {k: v for k, v in line["specq"].items() if k not in ("metrics", "worker")}}
 
 
 @pytest.mark.slow
 def test_twenty_random_sigkills_lose_and_duplicate_nothing(client, queue_env, tmp_path, slow_model_path):
     n, kills_wanted = 24, 20
     _, expected = expected_and_submit(queue_env, tmp_path, slow_model_path, n, 90, "chaos")
-    total = sum(len(e["token_ids"]) for e in expected)
+    total = sum(len(e["specq"]["token_ids"]) for e in expected)
     store = BatchStore(client, "chaos")
     rng = random.Random(20261201)
     workers = [start_worker(queue_env) for _ in range(3)]

@@ -33,7 +33,7 @@ def submit_with_expected(env, tmp_path, model, n, batch_id, max_tokens=60, chunk
     path = write_prompts(tmp_path / "p.jsonl", n)
     common = ["--model", model, "--max-tokens", str(max_tokens), "--temperature", "0.8", "--seed", "5"]
     local = specq(["generate", "--input", str(path), "--json", *common], env)
-    expected = {(r := json.loads(line))["custom_id"]: r["token_ids"] for line in local.stdout.splitlines()}
+    expected = {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"] for line in local.stdout.splitlines()}
     specq(["submit", str(path), "--batch-id", batch_id, *common, *chunk], env)
     return expected
 

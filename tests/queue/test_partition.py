@@ -116,7 +116,7 @@ def test_a_worker_cut_off_from_redis_for_a_minute(network, queue_env, tmp_path, 
         path = write_prompts(tmp_path / "p.jsonl", n)
         common = ["--model", slow_model_path, "--max-tokens", "700", "--temperature", "0.8", "--seed", "9"]
         local = specq(["generate", "--input", str(path), "--json", *common], env)
-        expected = {(r := json.loads(line))["custom_id"]: r["token_ids"] for line in local.stdout.splitlines()}
+        expected = {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"] for line in local.stdout.splitlines()}
         specq(["submit", str(path), "--batch-id", "part", *common, "--batch-size", "2", "--checkpoint-tokens", "6",
                "--checkpoint-seconds", "0.5"], env)
         store = BatchStore(client, "part")

@@ -9,12 +9,13 @@ import pytest
 
 from queue_helpers import make_batch
 from specq.queue import keys
-from specq.queue.store import STATES, BatchStore
+from specq.queue.store import BatchStore
+from specq.queue.vocabulary import RequestState
 
 
 def assert_counts_consistent(store: BatchStore) -> None:
     states = list(store.states().values())
-    assert store.counts() == {s: states.count(s) for s in STATES}
+    assert store.counts() == {s: states.count(s) for s in RequestState}
 
 
 def test_claims_come_in_order_and_mark_running(client):

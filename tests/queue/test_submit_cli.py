@@ -279,7 +279,7 @@ def test_an_int8_batch_gives_what_generate_gives_at_int8(client, queue_env, tmp_
 
     def generated(precision: str) -> dict[str, list[int]]:
         local = cli("generate", "--input", str(path), "--json", "--model", model, "--precision", precision)
-        return {(r := json.loads(line))["custom_id"]: r["token_ids"] for line in local.stdout.splitlines()}
+        return {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"] for line in local.stdout.splitlines()}
 
     expected = generated("int8")
     # On these prompts f32 parts from int8 somewhere (checked, so a change of toy shows
@@ -320,7 +320,7 @@ def test_a_worker_decodes_together_only_what_its_kv_memory_holds(client, queue_e
     from specq.specdec import engine as engine_module
 
     path = write_prompts(tmp_path / "p.jsonl", 6, max_tokens=12)
-    expected = {(r := json.loads(line))["custom_id"]: r["token_ids"]
+    expected = {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"]
                 for line in cli("generate", "--input", str(path), "--json", "--model", long_model_path,
                                 "--batch-size", "1").stdout.splitlines()}
     cli("submit", str(path), "--model", long_model_path, "--batch-id", "kv", "--batch-size", "4")

@@ -106,8 +106,8 @@ def test_a_batched_round_through_the_stack_equals_each_segment_alone_through_the
 
 def test_stack_serves_rounds_without_a_prompt_of_bulk_length(q4_model, monkeypatch):
     """Single sequences and batched rounds go through the stack (so the equality
-    tests above compare two paths); a forward holding a prompt of BULK_ROWS rows
-    or more (BLAS) does not."""
+    tests above compare two paths); a prompt of BULK_ROWS rows or more (BLAS) does
+    not, and the forward that holds one runs the other segments apart, through it."""
     calls = []
     real = type(q4_model._stack).run
 
@@ -120,8 +120,10 @@ def test_stack_serves_rounds_without_a_prompt_of_bulk_length(q4_model, monkeypat
     q4_model.forward([Segment(q4_model.new_cache(), TOKENS[:3], 0), Segment(q4_model.new_cache(), TOKENS[:2], 0)])
     assert len(calls) == 2
     long_prompt = (TOKENS * 3)[:BULK_ROWS]
-    q4_model.forward([Segment(q4_model.new_cache(), long_prompt, 0), Segment(q4_model.new_cache(), TOKENS[:2], 0)])
+    q4_model.forward([Segment(q4_model.new_cache(), long_prompt, 0)])
     assert len(calls) == 2
+    q4_model.forward([Segment(q4_model.new_cache(), long_prompt, 0), Segment(q4_model.new_cache(), TOKENS[:2], 0)])
+    assert len(calls) == 3
 
 
 def test_models_with_other_block_types_keep_the_loop(toy_model_file):

@@ -98,16 +98,17 @@ def test_a_checkpoint_from_another_model_is_refused(client, tmp_path, long_model
 
 
 def poison_forward(model, bad_token: int):
-    """The model raises on any round whose rows include `bad_token` (a prompt that
-    crashes the model every time)."""
-    inner = model.forward
+    """The model raises on any forward whose rows include `bad_token` (a prompt that
+    crashes the model every time): rounds and resume prefills alike go through
+    `_forward`, so the fault is planted there."""
+    inner = model._forward
 
     def forward(segments):
         if any(bad_token in seg.token_ids for seg in segments):
             raise FloatingPointError("injected fault")
         return inner(segments)
 
-    model.forward = forward
+    model._forward = forward
 
 
 @pytest.mark.parametrize("when", ["first prefill", "resume prefill"])

@@ -86,7 +86,7 @@ def test_a_proposer_that_cannot_load_degrades_to_plain_decoding(client, queue_en
     path = write_prompts(tmp_path / "p.jsonl", 4, max_tokens=20)
     local = specq(["generate", "--input", str(path), "--json", "--model", long_model_path, "--proposer", "none"],
                   queue_env)
-    expected = {(r := json.loads(line))["custom_id"]: r["token_ids"] for line in local.stdout.splitlines()}
+    expected = {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"] for line in local.stdout.splitlines()}
     specq(["submit", str(path), "--model", long_model_path, "--proposer", "medusa", "--medusa-heads",
            str(heads_path), "--batch-id", "deg"], queue_env)
     heads_path.write_bytes(b"GGUF but truncated")  # corrupted on the worker's machine

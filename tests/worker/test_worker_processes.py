@@ -31,7 +31,7 @@ def batch(client, queue_env, tmp_path, slow_model_path):
     path = write_prompts(tmp_path / "p.jsonl", N)
     common = ["--model", slow_model_path, "--max-tokens", str(MAX_TOKENS), "--temperature", "0.7", "--seed", "3"]
     local = specq(["generate", "--input", str(path), "--json", *common], queue_env)
-    expected = {(r := json.loads(line))["custom_id"]: r["token_ids"] for line in local.stdout.splitlines()}
+    expected = {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"] for line in local.stdout.splitlines()}
     specq(["submit", str(path), "--batch-id", "kb", *common, *CHUNK], queue_env)
     return BatchStore(client, "kb"), expected, path, common
 
@@ -160,12 +160,12 @@ def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, slow_model_path
     assert f"{with_checkpoints} resume from checkpoints" in again.stderr, again.stderr
     got = [json.loads(line) for line in out.read_text().splitlines()]
     assert [g["custom_id"] for g in got] == [e["custom_id"] for e in expected]
-    assert [g["specq"]["token_ids"] for g in got] == [e["token_ids"] for e in expected]
+    assert [g["specq"]["token_ids"] for g in got] == [e["specq"]["token_ids"] for e in expected]
     assert [g["text"] for g in got] == [e["text"] for e in expected]
     # Requests finished before the interrupt were not decoded again.
     after = {r: json.loads(raw)["completed_at"] for r, raw in zip(store.request_ids(), store.results(store.request_ids()))}
     assert all(after[r] == t for r, t in done_before.items())
-    assert store.stats()["tokens"] == sum(len(e["token_ids"]) for e in expected)
+    assert store.stats()["tokens"] == sum(len(e["specq"]["token_ids"]) for e in expected)
 
 
 @pytest.mark.skipif(not int8.AVAILABLE, reason="without AVX2 the default precision is f32 anyway")
