@@ -206,7 +206,7 @@ def _single_pass(engine: Engine, requests: list) -> Callable[[], list[Run]]:
 def _batched_pass(engine: Engine, requests: list, batch_size: int) -> Callable[[], list[Run]]:
     def run() -> list[Run]:
         t0 = time.perf_counter()
-        states = engine.run_many([r for _, r in requests], batch_size=batch_size)
+        states = engine.run_many([r for _, r in requests], group_size=batch_size)
         wall = time.perf_counter() - t0
         return [Run(spec, list(s.output_ids), wall if i == 0 else 0.0, s.metrics, r.sampling.greedy)
                 for i, ((spec, r), s) in enumerate(zip(requests, states))]

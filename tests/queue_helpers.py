@@ -15,7 +15,7 @@ from specq.queue import keys
 from specq.worker.batch_runner import BatchRunner
 from specq.requests.config import BatchConfig
 from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
-from specq.worker.runtime import load_for_batch
+from specq.worker.context import load_for_batch
 from specq.queue.store import BatchStore
 from specq.queue.submit import submit
 from specq.specdec.gguf_file import GGUFFile
@@ -94,7 +94,7 @@ def setup_batch(client, tmp_path, model_path, *, temperature=0.0, max_tokens=40,
 
 def stop_after_rounds(runner: BatchRunner, n: int) -> None:
     """Ask the runner to stop (as SIGTERM does) once it has done n rounds."""
-    inner = runner.decoder.round
+    inner = runner.group.round
     done = [0]
 
     def counted():
@@ -104,7 +104,7 @@ def stop_after_rounds(runner: BatchRunner, n: int) -> None:
             runner.runtime.stop_requested.set()
         return out
 
-    runner.decoder.round = counted
+    runner.group.round = counted
 
 
 def outputs(store: BatchStore) -> dict[str, list[int]]:

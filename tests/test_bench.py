@@ -127,7 +127,7 @@ class EngineAsTool:
         self.batch_sizes.append(batch_size)
         t0 = time.perf_counter()
         states = self.engine.run_many([GenerationRequest(prompt_ids=tuple(p), max_tokens=m)
-                                       for p, m in zip(prompts, max_tokens)], batch_size=batch_size)
+                                       for p, m in zip(prompts, max_tokens)], group_size=batch_size)
         return [list(s.output_ids) for s in states], time.perf_counter() - t0
 
 

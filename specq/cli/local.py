@@ -32,7 +32,7 @@ from specq.specdec.state import DecodeState
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per request on stdout.")
 @click.option("--stream", is_flag=True, help="Print text as it is committed (one request at a time).")
 @click.option("--batch-size", type=click.IntRange(min=1, max=64),
-              help="Requests decoded together, sharing each target forward [default: 8; 1 with --stream].")
+              help="Requests decoded together, sharing each target forward (a decode group) [default: 8; 1 with --stream].")
 @kv_memory_option
 def generate(prompt_text, input_path, as_json, stream, batch_size, kv_memory, **options) -> None:
     """Generate completions locally, with no queue.
@@ -136,7 +136,7 @@ def _decode_batch(engine: Engine, specs: list[PromptSpec], states: list[DecodeSt
     result before it are done."""
     done: dict[int, DecodeState] = {}
     next_out = 0
-    for index, state in engine.generate_many(states, batch_size=batch_size, kv_budget=kv_budget):
+    for index, state in engine.generate_many(states, group_size=batch_size, kv_budget=kv_budget):
         if not state.finished:
             continue
         done[index] = state

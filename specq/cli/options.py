@@ -81,7 +81,7 @@ generation_options = stack(
 
 batch_options = stack(
     click.option("--batch-size", type=click.IntRange(min=1, max=64), default=DEFAULT_BATCH_SIZE, show_default=True,
-                 help="Requests a worker process decodes together."),
+                 help="Requests a worker process decodes together, sharing each target forward (its decode group)."),
     click.option("--checkpoint-tokens", type=click.IntRange(min=1), default=DEFAULT_CHECKPOINT_TOKENS,
                  show_default=True, help="Checkpoint a request after this many new tokens..."),
     click.option("--checkpoint-seconds", type=click.FloatRange(min=0.1), default=DEFAULT_CHECKPOINT_SECONDS,

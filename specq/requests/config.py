@@ -83,7 +83,9 @@ class BatchConfig:
     draft_model_path: str = ""
     medusa_heads_path: str = ""
     defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
-    batch_size: int = DEFAULT_BATCH_SIZE  # requests decoded together by one worker process
+    # The decode group's size: requests one worker process decodes together, sharing
+    # each target forward (the name is what every specq version stores).
+    batch_size: int = DEFAULT_BATCH_SIZE
     checkpoint_tokens: int = DEFAULT_CHECKPOINT_TOKENS  # checkpoint a request after this many new tokens...
     checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS  # ...or this long since its last checkpoint
     # The model's arithmetic (LlamaModel precision); absent from batches submitted

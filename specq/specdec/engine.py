@@ -67,21 +67,21 @@ class Engine:
         draft model's cache comes on top)."""
         return cache_positions(self.model, state.request) * self.model.kv_bytes_per_position
 
-    def generate_many(self, states: Sequence[DecodeState], *, batch_size: int = 8,
+    def generate_many(self, states: Sequence[DecodeState], *, group_size: int,
                       kv_budget: int | None = None) -> Iterator[tuple[int, DecodeState]]:
-        """Decode several requests together: every round, the rows of up to
-        `batch_size` requests (ragged: prefills, drafts of different lengths) share
+        """Decode several requests together, a decode group: every round, the rows of up to
+        `group_size` requests (ragged: prefills, drafts of different lengths) share
         one target forward, and a finished request's place goes to the next one.
         With `kv_budget` (bytes), a request joins only while the KV caches of all
         together fit in it (one that alone needs more runs alone). Yields (index
-        into `states`, new state) after every commit. See BatchDecoder for what
+        into `states`, new state) after every commit. See DecodeGroup for what
         stays identical to a lone decode."""
-        assert batch_size >= 1
+        assert group_size >= 1
         waiting = deque(enumerate(states))
-        decoder = BatchDecoder(self)
-        held: dict[int, int] = {}  # index -> its cache's bytes, for the requests in the decoder
-        while waiting or decoder:
-            while waiting and len(decoder) < batch_size:
+        group = DecodeGroup(self)
+        held: dict[int, int] = {}  # index -> its cache's bytes, for the requests in the group
+        while waiting or group:
+            while waiting and len(group) < group_size:
                 index, state = waiting[0]
                 if state.finished:
                     waiting.popleft()
@@ -91,18 +91,18 @@ class Engine:
                 if held and kv_budget is not None and sum(held.values()) + need > kv_budget:
                     break
                 waiting.popleft()
-                decoder.add(index, state)
+                group.add(index, state)
                 held[index] = need
-            for index, state in decoder.round():
+            for index, state in group.round():
                 yield index, state
                 if state.finished:
-                    decoder.drop(index)
+                    group.drop(index)
                     del held[index]
 
-    def run_many(self, requests: Sequence[GenerationRequest], *, batch_size: int = 8,
+    def run_many(self, requests: Sequence[GenerationRequest], *, group_size: int,
                  kv_budget: int | None = None) -> list[DecodeState]:
         states = [self.start(r) for r in requests]
-        for index, state in self.generate_many(states, batch_size=batch_size, kv_budget=kv_budget):
+        for index, state in self.generate_many(states, group_size=group_size, kv_budget=kv_budget):
             states[index] = state
         return states
 
@@ -126,7 +126,7 @@ def cache_positions(model: LlamaModel, request: GenerationRequest) -> int:
     return min(len(request.prompt_ids) + request.max_tokens + request.k + 1, model.config.context_length)
 
 
-class BatchDecoder:
+class DecodeGroup:
     """A changing set of requests decoded together, one shared target forward per
     round; the caller adds and drops requests between rounds (to refill, pause or
     cancel). Each request makes the decisions it would make alone (its own proposer

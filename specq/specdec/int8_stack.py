@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit, types
 from numba.typed import List
 
-from specq.specdec import fused, int8
+from specq.specdec import block_ops, int8
 from specq.specdec.int8 import Int8Matrix
 from specq.specdec.layer_stack import HALF_CACHE, KINDS, ROWS, SIZES, VISIBLE, StackedLayers, attention
 
@@ -58,13 +58,13 @@ def _run(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_
          n_threads, split):  # pragma: no cover - compiled
     d = x.shape[1]
     for layer in range(qkv_q.shape[0]):
-        h = fused.rms_norm(x, attn_norm[layer], eps)
+        h = block_ops.rms_norm(x, attn_norm[layer], eps)
         qkv = int8.product_q4_1(h, qkv_q[layer], qkv_d[layer], qkv_m[layer], n_qkv, n_threads, split)
         attn = attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values, layer, n_heads, scale)
         x = x + int8.product_q4_1(attn, out_q[layer], out_d[layer], out_m[layer], d, n_threads, split)
-        h = fused.rms_norm(x, ffn_norm[layer], eps)
+        h = block_ops.rms_norm(x, ffn_norm[layer], eps)
         gate_up = int8.product_q4_1(h, gu_q[layer], gu_d[layer], gu_m[layer], 2 * d_ffn, n_threads, split)
-        x = x + int8.product_q4_1(fused.silu_gate(gate_up, d_ffn), down_q[layer], down_d[layer], down_m[layer], d,
+        x = x + int8.product_q4_1(block_ops.silu_gate(gate_up, d_ffn), down_q[layer], down_d[layer], down_m[layer], d,
                                   n_threads, split)
     return x
 

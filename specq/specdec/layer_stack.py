@@ -4,7 +4,7 @@
 block (norms, products, RoPE, cache writes, attention, residual adds), 600 a step
 for the default model's 30 blocks, plus a few per segment and block in a batched
 round, each paying numpy's or numba's dispatch. Here the same loop runs inside
-numba and calls the very same compiled functions (fused.*, qkernels' Q4_1 product),
+numba and calls the very same compiled functions (block_ops.*, qkernels' Q4_1 product),
 so a row gets exactly the bits the Python loop gives it, and plain decoding,
 verification and batched rounds still agree bit for bit. Measured in one process on
 the 2-core AMD EPYC at context 200: a 1-row step 1.2x to 1.25x faster, a decode
@@ -12,7 +12,7 @@ round of 8 requests 1.18x.
 
 It serves models whose four block matrices are all Q4_1 (the default model's; the
 output head and embedding may be anything), stacked here into one array per kind,
-and forwards whose segments are all shorter than products.BULK_ROWS (a prompt that
+and forwards whose segments are all shorter than matmul.BULK_ROWS (a prompt that
 long takes BLAS, in the Python loop).
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 from numba import config, njit, types
 from numba.typed import List
 
-from specq.specdec import fused, vec
+from specq.specdec import block_ops, vec
 from specq.specdec.qkernels import LANES, QuantizedMatrix, _q4_1_product
 
 KINDS = ("w_qkv", "w_out", "w_gate_up", "w_down")
@@ -79,7 +79,7 @@ class StackedLayers:
     def run(self, x: np.ndarray, segments, positions: np.ndarray, rope_cos: np.ndarray, rope_sin: np.ndarray,
             n_heads: int, d_ffn: int, eps: float) -> np.ndarray:
         """x [rows, d]: the embeddings of the segments' rows (model.Segment, each
-        shorter than products.BULK_ROWS, its own cache), at `positions` -> the last
+        shorter than matmul.BULK_ROWS, its own cache), at `positions` -> the last
         block's output [rows, d]. Writes each segment's keys and values into its
         cache. The products take every segment's rows together, attention runs
         segment by segment."""
@@ -146,11 +146,11 @@ def attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values
               scale):  # pragma: no cover - compiled
     """The attention of one block, from its q|k|v product [rows, *]: RoPE, the keys and
     values written into each segment's cache, then every segment's attention in one
-    parallel loop (fused.attend_many's docstring). [rows, n_heads * hd]."""
+    parallel loop (block_ops.attend_many's docstring). [rows, n_heads * hd]."""
     n_kv, hd = keys[0].shape[1], keys[0].shape[2]
     v_first = (n_heads + n_kv) * hd
-    q = fused.rope(_heads(qkv, 0, n_heads, hd), cos, sin, positions)
-    k = fused.rope(_heads(qkv, n_heads * hd, n_kv, hd), cos, sin, positions)
+    q = block_ops.rope(_heads(qkv, 0, n_heads, hd), cos, sin, positions)
+    k = block_ops.rope(_heads(qkv, n_heads * hd, n_kv, hd), cos, sin, positions)
     for s in range(starts.shape[0]):
         lo, hi, start = bounds[s], bounds[s + 1], starts[s]
         cache_k, cache_v = keys[s][layer], values[s][layer]
@@ -159,7 +159,7 @@ def attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values
                 for i in range(hd):
                     cache_k[kv, i, start + r - lo] = vec.as_element(cache_k, k[r, kv, i])
                     cache_v[kv, start + r - lo, i] = vec.as_element(cache_v, qkv[r, v_first + kv * hd + i])
-    return fused.attend_many(q, starts, bounds, visible, keys, values, layer, scale)
+    return block_ops.attend_many(q, starts, bounds, visible, keys, values, layer, scale)
 
 
 # No fastmath: the only arithmetic of its own is the residual additions, which must
@@ -170,14 +170,14 @@ def _run(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_
          n_threads):  # pragma: no cover - compiled
     d = x.shape[1]
     for layer in range(qkv_q.shape[0]):
-        h = fused.rms_norm(x, attn_norm[layer], eps)
+        h = block_ops.rms_norm(x, attn_norm[layer], eps)
         qkv = _product(h, qkv_q[layer], qkv_s[layer], n_qkv, n_threads)
         attn = attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values, layer, n_heads, scale)
         y = _product(attn, out_q[layer], out_s[layer], d, n_threads)
         x = x + y
-        h = fused.rms_norm(x, ffn_norm[layer], eps)
+        h = block_ops.rms_norm(x, ffn_norm[layer], eps)
         gate_up = _product(h, gu_q[layer], gu_s[layer], 2 * d_ffn, n_threads)
-        y = _product(fused.silu_gate(gate_up, d_ffn), down_q[layer], down_s[layer], d, n_threads)
+        y = _product(block_ops.silu_gate(gate_up, d_ffn), down_q[layer], down_s[layer], d, n_threads)
         x = x + y
     return x
 

@@ -10,7 +10,7 @@ Weight matrices stored as Q4_1 or Q8_0 (the default model's types) stay quantize
 as qkernels.QuantizedMatrix (the f32 precision) or int8.Int8Matrix (int16 and int8),
 and the products read their blocks: a decode step is bound by streaming the weights,
 and these are 4 to 6 times fewer bytes than float32. Other types are dequantized to
-float32 at load. specq.specdec.products picks the kernel for each product and row.
+float32 at load. specq.specdec.matmul picks the kernel for each product and row.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import numpy as np
 
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
-from specq.specdec import fused
+from specq.specdec import block_ops
 from specq.specdec.layer_stack import StackedLayers
 from specq.specdec.model_config import LlamaConfig
 from specq.specdec.precision import INTEGER, PRECISIONS
-from specq.specdec.products import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
+from specq.specdec.matmul import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
 from specq.specdec.qkernels import TYPES as QUANTIZED_TYPES
 from specq.specdec.qkernels import QuantizedMatrix
 
@@ -40,7 +40,7 @@ _ATTENTION_BLOCK = 64
 @dataclass(frozen=True)
 class LayerWeights:
     """One block's weights in GGUF's (n_out, n_in) layout: products are x @ w.T
-    (specq.specdec.products), which suits every kernel."""
+    (specq.specdec.matmul), which suits every kernel."""
 
     attn_norm: np.ndarray  # [d]
     w_qkv: Weight  # [(Hq + 2 Hkv) * hd, d]: q, k, v projections fused into one product
@@ -155,7 +155,7 @@ def _for_int8(weights: LlamaWeights, split: bool) -> LlamaWeights:
 
 class KVCache:
     """Keys and values of one sequence, indexed by position; grows on demand. Keys
-    are stored with positions last, the vector lanes of fused.attend's scores. All
+    are stored with positions last, the vector lanes of block_ops.attend's scores. All
     layers live in one array each (`all_keys`, `all_values`), so the compiled layer
     stack (specq.specdec.layer_stack) takes a whole cache as two arguments; `keys`
     and `values` are per-layer views of them.
@@ -270,7 +270,7 @@ class _Rope:
     def apply(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """Rotate adjacent pairs (x[2i], x[2i+1]): llama.cpp's converter permutes the
         Q and K rows so that this, not HF's rotate-half, is right for GGUF weights."""
-        return fused.rope(x, self.cos, self.sin, positions)
+        return block_ops.rope(x, self.cos, self.sin, positions)
 
 
 class LlamaModel:
@@ -407,7 +407,7 @@ class LlamaModel:
         else:
             x = self._blocks(segments, x, positions, bounds)
 
-        hidden = fused.rms_norm(x, w.output_norm, cfg.rms_eps)  # [rows, d]
+        hidden = block_ops.rms_norm(x, w.output_norm, cfg.rms_eps)  # [rows, d]
         # The output head's rows of all segments in one product (a prefill wants only
         # its last row), so a batched round reads the 49152-row head once, not once
         # a request.
@@ -431,7 +431,7 @@ class LlamaModel:
         plan = RowPlan([s.n for s in segments])  # a prompt's rows by BLAS, the others by the kernels
         visible = [s.visible() for s in segments]  # [n, n] each: built once, used by every layer
         for layer_idx, lw in enumerate(w.layers):
-            h = fused.rms_norm(x, lw.attn_norm, cfg.rms_eps)
+            h = block_ops.rms_norm(x, lw.attn_norm, cfg.rms_eps)
             qkv = plan.linear(h, lw.w_qkv)  # [rows, (Hq + 2 Hkv) * hd]
             q = self._rope.apply(qkv[:, : n_q * hd].reshape(-1, n_q, hd), positions)
             k = self._rope.apply(qkv[:, n_q * hd : (n_q + n_kv) * hd].reshape(-1, n_kv, hd), positions)
@@ -441,9 +441,9 @@ class LlamaModel:
                 rows = slice(bounds[s_idx], bounds[s_idx + 1])
                 attn[rows] = self._attend(seg, visible[s_idx], layer_idx, q[rows], k[rows], v[rows])
             x = x + plan.linear(attn, lw.w_out)  # [rows, d]
-            h = fused.rms_norm(x, lw.ffn_norm, cfg.rms_eps)
+            h = block_ops.rms_norm(x, lw.ffn_norm, cfg.rms_eps)
             gate_up = plan.linear(h, lw.w_gate_up)  # [rows, 2 * ffn]
-            x = x + plan.linear(fused.silu_gate(gate_up, cfg.d_ffn), lw.w_down)  # [rows, d]
+            x = x + plan.linear(block_ops.silu_gate(gate_up, cfg.d_ffn), lw.w_down)  # [rows, d]
         return x
 
     def _attend(self, seg: Segment, visible: np.ndarray, layer: int, q: np.ndarray, k: np.ndarray,
@@ -451,9 +451,9 @@ class LlamaModel:
         """Attention of the segment's rows over its cache; q [n, Hq, hd], k and v
         [n, Hkv, hd], visible [n, n] (Segment.visible). Returns [n, Hq * hd].
 
-        A long segment (a prompt: products.BULK_ROWS rows or more) goes through
+        A long segment (a prompt: matmul.BULK_ROWS rows or more) goes through
         numpy's batched products, whose BLAS is far faster on n x n scores; every
-        other segment through fused.attend, one call with no temporaries."""
+        other segment through block_ops.attend, one call with no temporaries."""
         cfg = self.config
         n, end = seg.n, seg.start + seg.n
         cache_k, cache_v = seg.cache.keys[layer], seg.cache.values[layer]
@@ -461,7 +461,7 @@ class LlamaModel:
         cache_v[:, seg.start : end] = v.transpose(1, 0, 2)
         scale = np.float32(1.0 / np.sqrt(cfg.head_dim))
         if n < BULK_ROWS:
-            return fused.attend(q, seg.cache.kernel_keys[layer], seg.cache.kernel_values[layer], seg.start, visible,
+            return block_ops.attend(q, seg.cache.kernel_keys[layer], seg.cache.kernel_values[layer], seg.start, visible,
                                 scale)
         # BLAS multiplies float32: a float16 cache is widened (exactly) first.
         return self._attend_prompt(seg, visible, q * scale, cache_k[:, :, :end].astype(np.float32, copy=False),

@@ -1,5 +1,5 @@
 """256- and 512-bit vector values and instructions for numba code (the integer
-products, int8.py, and attention's register-blocked loops, fused.py).
+products, int8.py, and attention's register-blocked loops, block_ops.py).
 
 numba vectorizes loops by itself, but not into the integer dot-product instructions
 (vpmaddubsw, vpdpbusd) that make int8 products fast, and it keeps a loop's

@@ -59,7 +59,7 @@ def distill(
     _drop_torn_tail(path)
     states = [engine.start(req) for _, _, req in todo]
     with open(path, "a", encoding="utf-8") as out:
-        for index, state in engine.generate_many(states, batch_size=batch_size):
+        for index, state in engine.generate_many(states, group_size=batch_size):
             if not state.finished:
                 continue
             cid, cat, req = todo[index]

@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from specq.specdec.model import LlamaModel
-from specq.specdec.products import embed, linear
+from specq.specdec.matmul import embed, linear
 from specq.specdec.proposers.recurrent import RecurrentHead, draft_output_head, sigmoid
 from specq.training.features import NO_LABEL, Features
 from specq.training.heads import Adam

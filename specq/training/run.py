@@ -18,7 +18,7 @@ from specq.errors import InputError
 from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import file_sha256
-from specq.specdec.products import dequantized
+from specq.specdec.matmul import dequantized
 from specq.specdec.adaptive import ROW_COST
 from specq.specdec.proposers import MedusaHeads, MedusaProposer, NoProposer
 from specq.specdec.proposers.medusa import format_tree

@@ -1,5 +1,6 @@
 """The decode loop of one job: claim a batch's pending requests, decode up to
-`batch_size` of them together (one shared target forward per round), checkpoint
+the configuration's batch_size of them together, a decode group sharing one target
+forward per round, checkpoint
 each one every chunk, and let go of it when it completes, fails, is paused or
 cancelled, or when the job must stop.
 
@@ -24,9 +25,9 @@ from specq.worker import checkpoint
 from specq.queue.histograms import PendingCounts
 from specq.requests.config import BatchConfig, kv_memory
 from specq.queue.timing import HEARTBEAT_S, LEASE_TTL_MS, MAX_ATTEMPTS
-from specq.worker.runtime import LoadedEngine, Runtime
+from specq.worker.context import LoadedEngine, WorkerContext
 from specq.queue.store import BatchStore, Lease
-from specq.specdec.engine import BatchDecoder, Engine
+from specq.specdec.engine import DecodeGroup, Engine
 from specq.specdec.state import DecodeState, GenerationRequest
 from specq.requests.result import Result
 from specq.queue.vocabulary import Counter, FailureKind, Flag, RequestState
@@ -81,7 +82,7 @@ def result_payload(engine: Engine, custom_id: str, state: DecodeState, worker_id
 
 
 class BatchRunner:
-    def __init__(self, store: BatchStore, config: BatchConfig, loaded: LoadedEngine, runtime: Runtime,
+    def __init__(self, store: BatchStore, config: BatchConfig, loaded: LoadedEngine, runtime: WorkerContext,
                  *, deadline: float) -> None:
         self.store = store
         self.config = config
@@ -91,7 +92,7 @@ class BatchRunner:
         self.guard = loaded.guard
         self.runtime = runtime
         self.deadline = deadline  # time.monotonic() after which the job hands its work back
-        self.decoder = BatchDecoder(self.engine)
+        self.group = DecodeGroup(self.engine)
         self.owned: dict[str, Owned] = {}
         self._claimed: dict[str, Lease] = {}  # claimed, not yet owned (spec and checkpoint being read)
         self.summary = {"completed": 0, "failed": 0, "retried": 0, "handed_back": 0, "released": 0, "lost": 0}
@@ -142,7 +143,7 @@ class BatchRunner:
                 self._drop_lost()
                 self._apply_flags()
                 self._fill()
-                if not self.decoder:
+                if not self.group:
                     break
                 self._round()
         except REDIS_OUTAGE as exc:
@@ -193,17 +194,17 @@ class BatchRunner:
             new_state, payload, state = owned.settling
             return self._settle(rid, new_state, payload, state)
         self.pending_counts.add(Counter.RESUMES_PREEMPT)
-        state = self.decoder.sessions[rid].state if rid in self.decoder.sessions else owned.written
+        state = self.group.sessions[rid].state if rid in self.group.sessions else owned.written
         if state.finished:
             payload = result_payload(self.engine, rid, state, self.runtime.worker_id)
             return self._settle(rid, RequestState.COMPLETED, payload, state)
         return self._let_go(rid, RequestState.QUEUED)
 
     def _round(self) -> None:
-        before = {rid: len(session.state.output_ids) for rid, session in self.decoder.sessions.items()}
+        before = {rid: len(session.state.output_ids) for rid, session in self.group.sessions.items()}
         t0 = time.perf_counter()
         try:
-            results = self.decoder.round()
+            results = self.group.round()
         except Exception as exc:  # the engine failed: find out whether one request is to blame
             if isinstance(exc, JobTimeoutException):  # RQ's hard limit, not the engine's fault
                 raise
@@ -255,10 +256,10 @@ class BatchRunner:
         fails with the error, so a prompt that crashes the model cannot block the
         batch; the others go on. If every request passes alone, the failure was the
         worker's (memory, say): re-raise, and the job hands everything back."""
-        states = {rid: self.decoder.drop(rid) for rid in list(self.decoder.sessions)}
+        states = {rid: self.group.drop(rid) for rid in list(self.group.sessions)}
         blamed = False
         for rid, state in states.items():
-            solo = BatchDecoder(self.engine)
+            solo = DecodeGroup(self.engine)
             try:
                 solo.add(rid, state)
                 solo.round()
@@ -268,7 +269,7 @@ class BatchRunner:
                 blamed = True
                 self._retry_or_fail(rid, solo_exc)
                 continue
-            self.decoder.add(rid, state)  # redo its round with the others
+            self.group.add(rid, state)  # redo its round with the others
         if not blamed:
             raise exc
 
@@ -287,11 +288,11 @@ class BatchRunner:
             self.summary["retried"] += 1
 
     def _kv_held(self) -> int:
-        return sum(self.engine.kv_bytes(session.state) for session in self.decoder.sessions.values())
+        return sum(self.engine.kv_bytes(session.state) for session in self.group.sessions.values())
 
     def _fill(self) -> None:
-        while len(self.decoder) < self.config.batch_size:
-            if self.decoder and self._kv_held() + self._kv_wanted > self.kv_budget:
+        while len(self.group) < self.config.batch_size:
+            if self.group and self._kv_held() + self._kv_wanted > self.kv_budget:
                 return
             with self._redis_time():
                 lease = self.store.claim(self.runtime.worker_id, LEASE_TTL_MS)
@@ -316,7 +317,7 @@ class BatchRunner:
                 self._fail(lease, reason, message)
                 del self._claimed[rid]
                 continue
-            if self.decoder and self._kv_held() + need > self.kv_budget:
+            if self.group and self._kv_held() + need > self.kv_budget:
                 # No room beside the others: back to the front of the pending list,
                 # untouched, until enough of the caches decoding now are freed.
                 with self._redis_time():
@@ -337,7 +338,7 @@ class BatchRunner:
             self.owned[rid] = Owned(lease, spec, state, time.monotonic())
             del self._claimed[rid]
             try:
-                self.decoder.add(rid, state)  # a resumed state re-runs one prefill here
+                self.group.add(rid, state)  # a resumed state re-runs one prefill here
             except Exception as exc:
                 if isinstance(exc, JobTimeoutException):
                     raise
@@ -363,7 +364,7 @@ class BatchRunner:
 
     def _let_go(self, rid: str, new_state: str, *, write_progress: bool = True) -> bool:
         owned = self.owned[rid]
-        state = self.decoder.drop(rid) if rid in self.decoder.sessions else owned.written
+        state = self.group.drop(rid) if rid in self.group.sessions else owned.written
         if not write_progress:
             state = owned.written
         payload = checkpoint.encode(state, self.fingerprint) if state.output_ids else ""
@@ -374,8 +375,8 @@ class BatchRunner:
         request stays owned until Redis has answered, so that an outage can replay it."""
         owned = self.owned[rid]
         owned.settling = (new_state, payload, state)
-        if rid in self.decoder.sessions:
-            self.decoder.drop(rid)
+        if rid in self.group.sessions:
+            self.group.drop(rid)
         deltas = self._deltas(owned.written, state)
         if new_state == RequestState.COMPLETED:
             deltas[Counter.COMPLETED_TOKENS] = len(state.output_ids)  # status estimates time left from it
@@ -399,7 +400,7 @@ class BatchRunner:
     def _forget(self, rid: str) -> None:
         """Another worker owns the request now: stop decoding it, write nothing."""
         self.owned.pop(rid)
-        if rid in self.decoder.sessions:
-            self.decoder.drop(rid)
+        if rid in self.group.sessions:
+            self.group.drop(rid)
         self.runtime.release(self.store.batch_id, rid)
         self.summary["lost"] += 1

@@ -16,7 +16,7 @@ from rq import get_current_job
 from rq.job import Job
 
 from specq.errors import SpecqError
-from specq.worker import runtime as runtime_mod
+from specq.worker import context as context_mod
 from specq.worker.batch_runner import BatchRunner
 from specq.requests.config import BatchConfig
 from specq.queue.timing import JOB_SECONDS
@@ -27,7 +27,7 @@ log = logging.getLogger("specq.worker")
 
 
 def work_on_batch(batch_id: str) -> dict[str, Any]:
-    runtime = runtime_mod.current()
+    runtime = context_mod.current()
     # The runtime's client has short socket timeouts (a cut-off Redis must not hold a
     # checkpoint write for minutes); RQ's own, for blocking dequeues, has long ones.
     client = runtime.client or get_current_job().connection

@@ -22,14 +22,14 @@ from redis.retry import Retry
 from rq import SimpleWorker
 
 from specq.queue import keys
-from specq.worker import runtime as runtime_mod
+from specq.worker import context as context_mod
 from specq.queue.timing import HEARTBEAT_S, LEASE_TTL_MS, WORKER_ALIVE_S
 from specq.queue.connection import RedisUnavailable
 from specq.queue.control import reap_all, sweep
 from specq.queue.liveness import fresh_workers, worker_is_alive
 from specq.queue.rq_glue import make_queue
 from specq.worker.job import SpecqJob
-from specq.worker.runtime import Runtime
+from specq.worker.context import WorkerContext
 from specq.errors import SpecqError
 from specq.queue.server_checks import require_noeviction
 from specq.queue.status import read_batch
@@ -52,7 +52,7 @@ class SpecqWorker(SimpleWorker):
     at the next round, then RQ's warm shutdown ends the worker; a second signal
     stops it at once. `docker stop` allows 10 s: one round is well within that."""
 
-    def __init__(self, *args, runtime: Runtime, **kwargs) -> None:
+    def __init__(self, *args, runtime: WorkerContext, **kwargs) -> None:
         super().__init__(*args, job_class=SpecqJob, worker_ttl=RQ_WORKER_TTL_S, **kwargs)
         self.runtime = runtime
 
@@ -69,7 +69,7 @@ class Heartbeat(threading.Thread):
     """Renews this process's leases, records it as alive, and runs the reaper; a
     Redis outage is logged and retried, never fatal."""
 
-    def __init__(self, client: redis.Redis, runtime: Runtime, queues: Sequence[str]) -> None:
+    def __init__(self, client: redis.Redis, runtime: WorkerContext, queues: Sequence[str]) -> None:
         super().__init__(name="specq-heartbeat", daemon=True)
         self.client = client
         self.runtime = runtime
@@ -118,8 +118,8 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
     this one waits with backoff for Redis to answer again and starts a new one,
     keeping the loaded model. A refused password ends it with RedisUnavailable."""
     store_client = with_socket_timeout(client, STORE_SOCKET_TIMEOUT_S)
-    runtime = Runtime(client=store_client)
-    runtime_mod.install(runtime)
+    runtime = WorkerContext(client=store_client)
+    context_mod.install(runtime)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     _stop_on_signals(runtime)
     heartbeat = Heartbeat(store_client, runtime, queues)
@@ -220,7 +220,7 @@ def check_health(client: redis.Redis, host: str | None = None) -> tuple[bool, st
     return True, f"{len(fresh)} worker process(es) on {host} healthy"
 
 
-def _stop_on_signals(runtime: Runtime) -> None:
+def _stop_on_signals(runtime: WorkerContext) -> None:
     def handler(signum, frame) -> None:
         runtime.stop_requested.set()
 
@@ -248,7 +248,7 @@ def _where(client: redis.Redis) -> str:
     return kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
 
 
-def _wait_for_redis(client: redis.Redis, runtime: Runtime, max_wait_s: float = 5.0) -> None:
+def _wait_for_redis(client: redis.Redis, runtime: WorkerContext, max_wait_s: float = 5.0) -> None:
     delay = 0.5
     while not _redis_answers(client):
         if runtime.stop_requested.is_set():

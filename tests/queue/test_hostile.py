@@ -22,7 +22,7 @@ from specq.queue.liveness import is_stalled
 from specq.queue.rq_glue import make_queue
 from specq.queue.store import BatchStore
 from specq.worker.process import SpecqWorker
-from specq.worker.runtime import Runtime
+from specq.worker.context import WorkerContext
 
 CHUNK = ["--checkpoint-tokens", "6", "--checkpoint-seconds", "0.5", "--batch-size", "8"]
 # Two requests at a time, long ones, on the slow toy model: seconds of decoding.
@@ -60,7 +60,7 @@ def take_job_and_die(client: redis.Redis, queue: str) -> Job:
     import socket
 
     name = f"{socket.gethostname()}.{dead_pid()}.abcdef.0"
-    worker = SpecqWorker([make_queue(client, queue)], connection=client, name=name, runtime=Runtime(),
+    worker = SpecqWorker([make_queue(client, queue)], connection=client, name=name, runtime=WorkerContext(),
                          serializer=make_queue(client, queue).serializer)
     worker.register_birth()
     job, q = worker.dequeue_job_and_maintain_ttl(timeout=1)
@@ -276,7 +276,7 @@ def test_the_heartbeat_outlives_a_reaper_that_raises(client, monkeypatch):
 
     monkeypatch.setattr(worker_mod, "reap_all", broken_reaper)
     monkeypatch.setattr(worker_mod, "HEARTBEAT_S", 0.05)
-    heartbeat = worker_mod.Heartbeat(client, Runtime(), ["specq"])
+    heartbeat = worker_mod.Heartbeat(client, WorkerContext(), ["specq"])
     heartbeat.start()
     try:
         wait_until(lambda: len(calls) >= 3, 10, "three beats")

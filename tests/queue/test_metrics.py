@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from queue_helpers import N_REQUESTS, setup_batch, stop_after_rounds, stop_process, wait_until
 from specq.worker.batch_runner import BatchRunner
-from specq.worker.runtime import Runtime
+from specq.worker.context import WorkerContext
 
 
 def free_port() -> int:
@@ -37,12 +37,12 @@ def scrape(port: int) -> dict[tuple[str, tuple], float]:
 def test_metrics_match_a_known_batch_with_a_crash_and_a_preemption(client, queue_env, tmp_path, long_model_path):
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path, temperature=0.8)
     # A worker is preempted (SIGTERM) after 2 rounds: its requests are handed back.
-    preempted = BatchRunner(store, config, loaded, Runtime("p"), deadline=time.monotonic() + 600)
+    preempted = BatchRunner(store, config, loaded, WorkerContext("p"), deadline=time.monotonic() + 600)
     stop_after_rounds(preempted, 2)
     preempted.run()
     handed_back = preempted.summary["handed_back"]
     # Another one crashes after a few rounds: its leases expire and the reaper resumes them.
-    crashed = BatchRunner(store, config, loaded, Runtime("c"), deadline=time.monotonic() + 600)
+    crashed = BatchRunner(store, config, loaded, WorkerContext("c"), deadline=time.monotonic() + 600)
     crashed._fill()
     for _ in range(6):
         crashed._round()
@@ -50,7 +50,7 @@ def test_metrics_match_a_known_batch_with_a_crash_and_a_preemption(client, queue
     for rid in held:
         client.delete(store.keys.lease(rid))
         assert store.reap(rid, max_attempts=3) == 1
-    BatchRunner(store, config, loaded, Runtime("ok"), deadline=time.monotonic() + 600).run()
+    BatchRunner(store, config, loaded, WorkerContext("ok"), deadline=time.monotonic() + 600).run()
     results = [json.loads(r) for r in store.results(store.request_ids())]
     assert len(results) == N_REQUESTS
 

@@ -325,13 +325,13 @@ def test_a_worker_decodes_together_only_what_its_kv_memory_holds(client, queue_e
                                 "--batch-size", "1").stdout.splitlines()}
     cli("submit", str(path), "--model", long_model_path, "--batch-id", "kv", "--batch-size", "4")
     rounds = []
-    original = engine_module.BatchDecoder.round
+    original = engine_module.DecodeGroup.round
 
     def counting(self):
         rounds.append(sum(self.engine.kv_bytes(s) for s in self.states().values()))
         return original(self)
 
-    monkeypatch.setattr(engine_module.BatchDecoder, "round", counting)
+    monkeypatch.setattr(engine_module.DecodeGroup, "round", counting)
     from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
     from specq.specdec.loader import load_engine
 

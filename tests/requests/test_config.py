@@ -11,7 +11,7 @@ import pytest
 from specq.errors import ParameterError
 from specq.requests.config import BatchConfig
 from specq.requests.inputs import GenerationDefaults
-from specq.worker.runtime import load_for_batch
+from specq.worker.context import load_for_batch
 from specq.specdec import int8
 
 

@@ -17,7 +17,7 @@ from specq.specdec.proposers import (
     RecurrentHeadProposer,
 )
 from specq.specdec.model import Segment
-from specq.specdec.products import BULK_ROWS
+from specq.specdec.matmul import BULK_ROWS
 from specq.specdec.proposers.base import ProposeContext
 from specq.specdec.sampling import SamplingParams, probabilities
 from specq.specdec.state import DecodeState, GenerationRequest
@@ -167,7 +167,7 @@ def test_resume_after_every_round_equals_an_uninterrupted_run(toy, other_toy, na
 
 @pytest.mark.parametrize("tensor_type", ["F32", "Q4_1"])
 def test_a_resumed_cache_has_the_bits_of_the_uninterrupted_one(toy_model_file, tensor_type):
-    """With a prompt and an output long enough for BLAS (products.BULK_ROWS rows), the
+    """With a prompt and an output long enough for BLAS (matmul.BULK_ROWS rows), the
     rebuilt cache and hidden state equal the uninterrupted decode's bit for bit, so no
     near tie can break the other way after a resume."""
     model, tokenizer = load_model_and_tokenizer(toy_model_file(tensor_type=tensor_type))
@@ -330,7 +330,7 @@ def test_recurrent_drafts_follow_the_head_through_the_draft_vocabulary(toy):
     ctx = ProposeContext(tokens=ids, n_output=0, last_hidden=out.hidden[-1], params=SamplingParams(),
                          stochastic=False, want_p_draft=False)
     draft = RecurrentHeadProposer(model, head).propose(ctx, 4)
-    from specq.specdec.products import dequantized
+    from specq.specdec.matmul import dequantized
     emb = dequantized(model.weights.token_embedding).astype(np.float64)
     rows = dequantized(model.weights.w_output).astype(np.float64)[head.vocab]
     w_in, w_out = head.w_in.dequantize().astype(np.float64), head.w_out.dequantize().astype(np.float64)
@@ -354,7 +354,7 @@ def test_the_confidence_gate_cuts_the_chain_where_the_head_is_unsure(toy):
     assert free.gate == (0.0,) and len(free.propose(ctx, 4).tokens) == 4
     assert RecurrentHeadProposer(model, head, gate=(1.0,)).propose(ctx, 4).tokens == ()  # nothing is that sure
     # The head's own confidences along the chain, from its products.
-    from specq.specdec.products import embed, linear
+    from specq.specdec.matmul import embed, linear
     state, token, confidence = hidden[None, :], ids[-1], []
     for _ in range(4):
         state = head.step(state, embed(model.weights.token_embedding, np.array([token])))
@@ -442,7 +442,7 @@ def test_batched_decoding_equals_each_request_alone(toy, other_toy, name, temper
         for i, p in enumerate(prompts)
     ]
     alone = [engine.run(r) for r in requests]
-    together = engine.run_many(requests, batch_size=3)
+    together = engine.run_many(requests, group_size=3)
     assert [s.output_ids for s in together] == [s.output_ids for s in alone]
     assert [s.metrics.target_forwards for s in together] == [s.metrics.target_forwards for s in alone]
     assert all(s.finished for s in together)
@@ -460,21 +460,21 @@ def test_a_kv_budget_bounds_the_requests_decoded_together(toy, monkeypatch):
     needs = [engine.kv_bytes(engine.start(r)) for r in requests]
     assert needs[0] == (len(requests[0].prompt_ids) + 10 + 2 + 1) * model.kv_bytes_per_position
     sizes = []
-    original = engine_module.BatchDecoder.round
+    original = engine_module.DecodeGroup.round
 
     def counting(self):
         sizes.append((len(self), sum(engine.kv_bytes(s) for s in self.states().values())))
         return original(self)
 
-    monkeypatch.setattr(engine_module.BatchDecoder, "round", counting)
+    monkeypatch.setattr(engine_module.DecodeGroup, "round", counting)
     alone = [engine.run(r) for r in requests]
     budget = sorted(needs)[1] + sorted(needs)[2]  # two of the smaller ones, never three
-    together = engine.run_many(requests, batch_size=8, kv_budget=budget)
+    together = engine.run_many(requests, group_size=8, kv_budget=budget)
     assert [s.output_ids for s in together] == [s.output_ids for s in alone]
     batched = [(n, held) for n, held in sizes if n > 1]
     assert batched and all(held <= budget for _, held in batched)
     assert max(n for n, _ in batched) == 2
     sizes.clear()
-    tiny = engine.run_many(requests[:3], batch_size=8, kv_budget=1)
+    tiny = engine.run_many(requests[:3], group_size=8, kv_budget=1)
     assert [s.output_ids for s in tiny] == [s.output_ids for s in alone[:3]]
     assert {n for n, _ in sizes} == {1}

@@ -14,7 +14,7 @@ import pytest
 
 from specq.specdec import int8
 from specq.specdec.model import LlamaModel, Segment
-from specq.specdec.products import BULK_ROWS
+from specq.specdec.matmul import BULK_ROWS
 
 TOKENS = [3, 17, 42, 8, 99, 150, 7, 7, 61, 200, 5, 33, 12, 120, 64, 9, 250, 1, 77, 18]
 
@@ -64,7 +64,7 @@ def test_default_toy_q4_model_is_stacked(q4_model):
     ([], TOKENS[:1]),  # a first step
     (TOKENS[:9], TOKENS[9:10]),  # a decode step
     (TOKENS[:6], TOKENS[6:11]),  # a verification of 4 drafts
-    ([], TOKENS[:17]),  # a short prompt (below products.BULK_ROWS)
+    ([], TOKENS[:17]),  # a short prompt (below matmul.BULK_ROWS)
 ])
 def test_stack_equals_layer_loop_bit_for_bit(q4_model, prefix, new):
     a, b, cache_a, cache_b = _both_paths(q4_model, prefix, new)

@@ -11,7 +11,7 @@ import pytest
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.model import LlamaModel, Segment
-from specq.specdec.products import BULK_ROWS
+from specq.specdec.matmul import BULK_ROWS
 from specq.specdec.proposers import MedusaHeads, MedusaProposer, NgramProposer
 from specq.specdec.qkernels import QuantizedMatrix
 from specq.specdec.proposers.base import ProposeContext
@@ -101,7 +101,7 @@ def _verify_beside_a_prompt(model: LlamaModel, prompt_rows: int) -> tuple[list, 
 def test_a_row_gets_the_same_bits_beside_a_prompt(at_precision, prompt_rows):
     """A prompt joining a batched round does not change the other requests' bits:
     the quantized kernel is row-invariant at any row count (40 + 5 rows), and a long
-    prompt goes through BLAS on its own (products.RowPlan). Had the verification rows
+    prompt goes through BLAS on its own (matmul.RowPlan). Had the verification rows
     gone through BLAS with it, their bits would differ (see the next test)."""
     alone, together = _verify_beside_a_prompt(at_precision[0], prompt_rows)
     for a, b in zip(alone, together):

@@ -159,5 +159,5 @@ def test_the_default_configuration_at_int8_equals_plain_int8_decoding(real):
     states = [engine.run(r) for r in requests]
     assert [list(s.output_ids) for s in states] == expected
     assert sum(s.metrics.accepted for s in states) > 0
-    batched = engine.run_many(requests, batch_size=4)
+    batched = engine.run_many(requests, group_size=4)
     assert [list(s.output_ids) for s in batched] == expected

@@ -11,7 +11,7 @@ import pytest
 
 from specq.errors import ModelFileError
 from specq.specdec.acceptance import accept_tree_greedy
-from specq.specdec.engine import Engine, BatchDecoder
+from specq.specdec.engine import Engine, DecodeGroup
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.model import Segment
 from specq.specdec.proposers import MedusaHeads, MedusaProposer
@@ -43,7 +43,7 @@ def test_every_tree_row_computes_what_its_path_computes_as_a_chain(toy):
         chain_cache = model.new_cache()
         model.forward([Segment(chain_cache, prompt[:-1], 0)])
         chain = model.forward([Segment(chain_cache, [tokens[r] for r in reversed(path)], start)])[0]
-        # Bit for bit (fused.attend visits a row's visible slots in position order),
+        # Bit for bit (block_ops.attend visits a row's visible slots in position order),
         # so tree verification accepts exactly what a chain, and plain decoding, would.
         np.testing.assert_array_equal(tree.logits[row], chain.logits[-1])
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from specq.cli import main
 from specq.specdec.loader import load_engine, load_model_and_tokenizer
-from specq.specdec.products import dequantized
+from specq.specdec.matmul import dequantized
 from specq.specdec.proposers import MedusaHeads, RecurrentHead, RecurrentHeadProposer
 from specq.specdec.proposers.base import ProposeContext
 from specq.specdec.sampling import SamplingParams

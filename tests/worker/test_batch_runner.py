@@ -13,12 +13,12 @@ import pytest
 from queue_helpers import N_REQUESTS, outputs, setup_batch, stop_after_rounds
 from specq.worker.batch_runner import BatchRunner
 from specq.requests.config import BatchConfig
-from specq.worker.runtime import Runtime, load_for_batch
+from specq.worker.context import WorkerContext, load_for_batch
 from specq.specdec.gguf_file import GGUFFile
 
 def test_a_runner_completes_every_request_as_a_lone_decode_would(client, tmp_path, long_model_path):
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
-    summary = BatchRunner(store, config, loaded, Runtime("w1"), deadline=time.monotonic() + 600).run()
+    summary = BatchRunner(store, config, loaded, WorkerContext("w1"), deadline=time.monotonic() + 600).run()
     assert summary["completed"] == N_REQUESTS
     assert outputs(store) == {r: list(s.output_ids) for r, s in alone.items()}
     assert store.counts()["completed"] == N_REQUESTS
@@ -33,14 +33,14 @@ def test_a_runner_completes_every_request_as_a_lone_decode_would(client, tmp_pat
 @pytest.mark.parametrize("stop_at", [1, 3, 9])
 def test_interrupted_and_resumed_elsewhere_equals_uninterrupted(client, tmp_path, long_model_path, temperature, stop_at):
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path, temperature=temperature)
-    first = BatchRunner(store, config, loaded, Runtime("w1"), deadline=time.monotonic() + 600)
+    first = BatchRunner(store, config, loaded, WorkerContext("w1"), deadline=time.monotonic() + 600)
     stop_after_rounds(first, stop_at)
     summary = first.run()
     assert summary["handed_back"] > 0, "the stop must have caught requests mid-decode"
     assert store.running() == [] and store.counts()["running"] == 0
     checkpointed = [r for r in store.request_ids() if store.checkpoint_of(r)]
     assert checkpointed, "handing back writes a checkpoint of the progress"
-    second = BatchRunner(store, config, loaded, Runtime("w2"), deadline=time.monotonic() + 600)
+    second = BatchRunner(store, config, loaded, WorkerContext("w2"), deadline=time.monotonic() + 600)
     second.run()
     assert outputs(store) == {r: list(s.output_ids) for r, s in alone.items()}
     results = {r: json.loads(raw) for r, raw in zip(store.request_ids(), store.results(store.request_ids()))}
@@ -50,7 +50,7 @@ def test_interrupted_and_resumed_elsewhere_equals_uninterrupted(client, tmp_path
 
 def test_a_runner_that_lost_its_leases_writes_nothing(client, tmp_path, long_model_path):
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
-    zombie_rt = Runtime("zombie")
+    zombie_rt = WorkerContext("zombie")
     zombie = BatchRunner(store, config, loaded, zombie_rt, deadline=time.monotonic() + 600)
     # The zombie claims work and decodes two rounds, then "stalls": its leases vanish
     # and another runner takes its requests over and finishes the batch.
@@ -62,7 +62,7 @@ def test_a_runner_that_lost_its_leases_writes_nothing(client, tmp_path, long_mod
     for rid in held:
         client.delete(store.keys.lease(rid))
         assert store.reap(rid, max_attempts=3) == 1
-    BatchRunner(store, config, loaded, Runtime("healthy"), deadline=time.monotonic() + 600).run()
+    BatchRunner(store, config, loaded, WorkerContext("healthy"), deadline=time.monotonic() + 600).run()
     expected = {r: list(s.output_ids) for r, s in alone.items()}
     assert outputs(store) == expected
     tokens_before = store.stats()["tokens"]
@@ -77,7 +77,7 @@ def test_a_runner_that_lost_its_leases_writes_nothing(client, tmp_path, long_mod
 def test_a_corrupt_checkpoint_fails_only_its_request(client, tmp_path, long_model_path):
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
     client.hset(store.keys.ckpt, "r001", '{"state": {}, "fingerprint": "x", "checksum": "bad"}')
-    BatchRunner(store, config, loaded, Runtime("w"), deadline=time.monotonic() + 600).run()
+    BatchRunner(store, config, loaded, WorkerContext("w"), deadline=time.monotonic() + 600).run()
     assert store.state("r001") == "failed"
     error = json.loads(store.errors()["r001"])
     assert error["reason"] == "checkpoint" and "checksum" in error["message"]
@@ -87,11 +87,11 @@ def test_a_corrupt_checkpoint_fails_only_its_request(client, tmp_path, long_mode
 def test_a_checkpoint_from_another_model_is_refused(client, tmp_path, long_model_path, toy_model_path):
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
     other = load_for_batch(BatchConfig(model_path=toy_model_path, model_sha256=GGUFFile(toy_model_path).sha256()))
-    first = BatchRunner(store, config, loaded, Runtime("w1"), deadline=time.monotonic() + 600)
+    first = BatchRunner(store, config, loaded, WorkerContext("w1"), deadline=time.monotonic() + 600)
     stop_after_rounds(first, 2)
     first.run()
     # A worker with a different model: its fingerprint differs, so resuming is refused.
-    BatchRunner(store, config, other, Runtime("w2"), deadline=time.monotonic() + 600).run()
+    BatchRunner(store, config, other, WorkerContext("w2"), deadline=time.monotonic() + 600).run()
     errors = {r: json.loads(e) for r, e in store.errors().items()}
     assert errors, "requests with checkpoints must be refused"
     assert all("another model" in e["message"] for e in errors.values())
@@ -117,7 +117,7 @@ def test_a_request_that_crashes_the_model_fails_alone(client, tmp_path, long_mod
     if when == "resume prefill":
         # Every request has a checkpoint before the fault appears: resuming re-runs a
         # prefill when the request joins the batch, and that is where it fails.
-        first = BatchRunner(store, config, loaded, Runtime("w0"), deadline=time.monotonic() + 600)
+        first = BatchRunner(store, config, loaded, WorkerContext("w0"), deadline=time.monotonic() + 600)
         stop_after_rounds(first, 12)
         first.run()
         assert store.checkpoint_of("r002") is not None
@@ -126,7 +126,7 @@ def test_a_request_that_crashes_the_model_fails_alone(client, tmp_path, long_mod
         t for r in store.request_ids() if r != "r002" for t in store.spec(r)["request"]["prompt_ids"]}
     assert unique, "the poison prompt needs a token no other prompt has"
     poison_forward(loaded.engine.model, min(unique))
-    summary = BatchRunner(store, config, loaded, Runtime("w"), deadline=time.monotonic() + 600).run()
+    summary = BatchRunner(store, config, loaded, WorkerContext("w"), deadline=time.monotonic() + 600).run()
     assert store.state("r002") == "failed"
     error = json.loads(store.errors()["r002"])
     assert error["reason"] == "engine_error" and "injected fault" in error["message"]
@@ -137,7 +137,7 @@ def test_a_request_that_crashes_the_model_fails_alone(client, tmp_path, long_mod
 
 def test_a_worker_wide_failure_hands_every_request_back(client, tmp_path, long_model_path):
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
-    runner = BatchRunner(store, config, loaded, Runtime("w"), deadline=time.monotonic() + 600)
+    runner = BatchRunner(store, config, loaded, WorkerContext("w"), deadline=time.monotonic() + 600)
     runner._fill()
     runner._round()
     inner = loaded.engine.model.forward
@@ -155,5 +155,5 @@ def test_a_worker_wide_failure_hands_every_request_back(client, tmp_path, long_m
     assert store.counts()["queued"] == N_REQUESTS and store.running() == []
     assert not client.hgetall(store.keys.attempts)
     loaded.engine.model.forward = inner
-    BatchRunner(store, config, loaded, Runtime("w2"), deadline=time.monotonic() + 600).run()
+    BatchRunner(store, config, loaded, WorkerContext("w2"), deadline=time.monotonic() + 600).run()
     assert outputs(store) == {r: list(s.output_ids) for r, s in alone.items()}

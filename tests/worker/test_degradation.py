@@ -118,7 +118,7 @@ def test_a_proposer_that_fails_while_drafting_leaves_the_output_exact(client, tm
 
     from queue_helpers import N_REQUESTS, outputs, setup_batch
     from specq.worker.batch_runner import BatchRunner
-    from specq.worker.runtime import Runtime
+    from specq.worker.context import WorkerContext
 
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
     ngram = loaded.guard.inner
@@ -131,6 +131,6 @@ def test_a_proposer_that_fails_while_drafting_leaves_the_output_exact(client, tm
             return FailsAfter(ngram.session(), n_ok=next(sessions) % 3)
 
     loaded.guard.inner = Flaky()
-    BatchRunner(store, config, loaded, Runtime("w"), deadline=time.monotonic() + 600).run()
+    BatchRunner(store, config, loaded, WorkerContext("w"), deadline=time.monotonic() + 600).run()
     assert outputs(store) == {r: list(s.output_ids) for r, s in alone.items()}
     assert store.stats()["proposer_errors"] == N_REQUESTS

@@ -16,7 +16,7 @@ from gguf import GGUFWriter
 from specq.errors import ModelFileError
 from specq.specdec.gguf_file import GGUFFile, write_file
 from specq.specdec.model import LlamaModel
-from specq.specdec.products import linear
+from specq.specdec.matmul import linear
 from specq.specdec.proposers.base import Draft, ProposeContext
 from specq.specdec.rng import DRAW_PROPOSE, uniform
 from specq.specdec.sampling import probabilities, sample

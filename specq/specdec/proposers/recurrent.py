@@ -31,7 +31,7 @@ from specq.errors import ModelFileError
 from specq.specdec.gguf_file import GGUFFile, write_file
 from specq.specdec.int8 import Int8Matrix
 from specq.specdec.model import LlamaModel
-from specq.specdec.products import Weight, embed, linear
+from specq.specdec.matmul import Weight, embed, linear
 from specq.specdec.proposers.base import Draft, ProposeContext
 from specq.specdec.qkernels import QuantizedMatrix
 from specq.specdec.rng import DRAW_PROPOSE, uniform

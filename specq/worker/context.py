@@ -39,7 +39,7 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:6]}"
 
 
-class Runtime:
+class WorkerContext:
     def __init__(self, worker_id: str | None = None, client=None) -> None:
         self.worker_id = worker_id or new_worker_id()
         self.client = client  # for specq's own reads and writes; None: the job's connection
@@ -136,16 +136,16 @@ def load_for_batch(config: BatchConfig) -> LoadedEngine:
     return LoadedEngine(engine, fingerprint(config.model_sha256, config.proposer, file_sha), degraded, guard)
 
 
-_current: Runtime | None = None
+_current: WorkerContext | None = None
 
 
-def install(runtime: Runtime) -> None:
+def install(runtime: WorkerContext) -> None:
     global _current
     _current = runtime
 
 
-def current() -> Runtime:
+def current() -> WorkerContext:
     global _current
     if _current is None:
-        _current = Runtime()
+        _current = WorkerContext()
     return _current

@@ -1,4 +1,4 @@
-"""Which kernel multiplies which rows (specq.specdec.products): a long segment (a
+"""Which kernel multiplies which rows (specq.specdec.matmul): a long segment (a
 prompt) by BLAS on its own, every other row by the weight's kernel."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import quantize
 
-from specq.specdec.products import BULK_ROWS, RowPlan, dequantized, dequantized_t, linear
+from specq.specdec.matmul import BULK_ROWS, RowPlan, dequantized, dequantized_t, linear
 from specq.specdec.qkernels import QuantizedMatrix
 
 LENGTHS = [5, BULK_ROWS + 12, 3, BULK_ROWS, 1]  # two prompts among verification rows

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from specq.specdec import fused, vec
+from specq.specdec import block_ops, vec
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.model import Segment
 
@@ -19,13 +19,13 @@ def test_rms_norm_rope_and_gate_match_their_formulas():
     x = RNG.standard_normal((5, 48), dtype=np.float32)
     w = RNG.standard_normal(48, dtype=np.float32)
     want = x / np.sqrt(np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True) + 1e-5) * w
-    np.testing.assert_allclose(fused.rms_norm(x, w, 1e-5), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(block_ops.rms_norm(x, w, 1e-5), want, rtol=1e-5, atol=1e-6)
 
     heads = RNG.standard_normal((3, 2, 8), dtype=np.float32)
     angles = RNG.uniform(0, 6, (10, 4))
     cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
     positions = np.array([7, 2, 9])
-    got = fused.rope(heads, cos, sin, positions)
+    got = block_ops.rope(heads, cos, sin, positions)
     pairs = heads.reshape(3, 2, 4, 2).astype(np.float64)
     c, s = cos[positions][:, None, :], sin[positions][:, None, :]
     want = np.stack([pairs[..., 0] * c - pairs[..., 1] * s, pairs[..., 0] * s + pairs[..., 1] * c], -1)
@@ -33,7 +33,7 @@ def test_rms_norm_rope_and_gate_match_their_formulas():
 
     gate_up = RNG.standard_normal((4, 20), dtype=np.float32)
     g, u = gate_up[:, :10].astype(np.float64), gate_up[:, 10:]
-    np.testing.assert_allclose(fused.silu_gate(gate_up, 10), g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(block_ops.silu_gate(gate_up, 10), g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
 
 
 def _reference_attention(q, keys, values, start, visible, scale):
@@ -59,7 +59,7 @@ def test_attention_matches_softmax_attention_with_a_tree_mask(n_kv):
     parents = (-1, 0, 0, 1, 2)
     visible = Segment(None, [0] * n, start, parents=parents).visible()
     keys_t = np.ascontiguousarray(keys.transpose(0, 2, 1))  # the cache's layout: positions last
-    got = fused.attend(q, keys_t, values, start, visible, np.float32(0.25))
+    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25))
     np.testing.assert_allclose(got, _reference_attention(q, keys, values, start, visible, 0.25), rtol=1e-5,
                                atol=1e-5)
 
@@ -101,9 +101,9 @@ def _plain_loop_attention(q, keys_t, values, start, visible, scale):  # pragma: 
                     best = max(best, kept[g, t])
                 for t in range(m):
                     kept[g, t] -= best
-                fused.exp_inplace(kept[g], m, pow2)
+                block_ops.exp_inplace(kept[g], m, pow2)
                 # The sum's order: eight float64 lanes (position t in lane t % 8) over
-                # the whole eights, the lanes added as fused._softmax_weights does, then
+                # the whole eights, the lanes added as block_ops._softmax_weights does, then
                 # the rest one at a time.
                 whole = m - m % 8
                 lanes = np.zeros(8, dtype=np.float64)
@@ -136,7 +136,7 @@ def _as_cache(x: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("cache_dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("hd,start,n", [(64, 200, 1), (64, 37, 5), (16, 9, 5), (24, 3, 2), (72, 61, 3)])
 def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache_dtype):
-    """Scores and weighted sums kept in registers (fused._scores, _weighted_values)
+    """Scores and weighted sums kept in registers (block_ops._scores, _weighted_values)
     do each fused multiply-add of the plain loops in the same order: the same bits,
     for positions and head widths in the blocked part, the vector remainder and the
     scalar one. A float16 cache (its uint16 bits) gives the bits of its values
@@ -146,7 +146,7 @@ def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache
     keys_t, keys_f32 = _as_cache(RNG.standard_normal((n_kv, hd, capacity), dtype=np.float32), cache_dtype)
     values, values_f32 = _as_cache(RNG.standard_normal((n_kv, capacity, hd), dtype=np.float32), cache_dtype)
     visible = np.tri(n, dtype=bool)
-    got = fused.attend(q, keys_t, values, start, visible, np.float32(0.125))
+    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.125))
     want = _plain_loop_attention(q, keys_f32, values_f32, start, visible, np.float32(0.125))
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
@@ -223,9 +223,9 @@ def test_attention_of_many_segments_in_one_loop_has_each_segments_bits(cache_dty
     bounds = np.cumsum([0] + [n for _, n, _ in shapes]).astype(np.int64)
     q = rng.standard_normal((int(bounds[-1]), n_q, hd)).astype(np.float32)
     for layer in range(layers):
-        many = fused.attend_many(q, starts, bounds, visible, keys, values, layer, np.float32(0.3))
+        many = block_ops.attend_many(q, starts, bounds, visible, keys, values, layer, np.float32(0.3))
         for s, (start, n, _) in enumerate(shapes):
             lo, hi = bounds[s], bounds[s + 1]
-            alone = fused.attend(np.ascontiguousarray(q[lo:hi]), keys[s][layer], values[s][layer], start, visible[s],
+            alone = block_ops.attend(np.ascontiguousarray(q[lo:hi]), keys[s][layer], values[s][layer], start, visible[s],
                                  np.float32(0.3))
             assert np.array_equal(many[lo:hi], alone)

@@ -1,0 +1,231 @@
+"""Smoke runs of every script in scripts/: each runs as a user would run it (a
+subprocess from the repository root), with the smallest arguments, on a toy model
+where it takes one, and its report is checked, not only its exit status."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specq.specdec import int8
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "scripts"
+
+needs_int8 = pytest.mark.skipif(not int8.AVAILABLE, reason="the integer precisions need AVX2")
+
+
+def run_script(name: str, *args: str, env: dict[str, str] | None = None,
+               timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(Path("scripts") / name), *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def q4_model(toy_model_file) -> str:
+    """A toy model with the default model's types: Q4_1 blocks, a Q8_0 embedding and
+    head (the integer precisions' compiled stack needs Q4_1)."""
+    return toy_model_file(tensor_type="Q4_1", embedding_type="Q8_0")
+
+
+def write_prompts(path: Path, n: int) -> Path:
+    with open(path, "w") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"custom_id": f"p{i}", "category": "qa", "prompt": f"Say something about {i}."}) + "\n")
+    return path
+
+
+def test_every_script_has_a_smoke_test_and_none_edits_sys_path():
+    here = Path(__file__).read_text()
+    for script in sorted(SCRIPTS.glob("*.py")):
+        assert f'"{script.name}"' in here, f"{script.name} has no smoke test in {Path(__file__).name}"
+        assert not re.search(r"sys\.path\s*(\.|\[|\+?=)", script.read_text()), f"{script.name} edits sys.path"
+
+
+# --- parity_hf.py: torch and transformers are an optional extra ------------------------
+
+
+def test_parity_hf_help():
+    out = ok(run_script("parity_hf.py", "--help"))
+    assert "transformers" in out and "--gguf" in out and "--speed" in out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None and importlib.util.find_spec("transformers")
+                    is not None, reason="the compare extra is installed")
+def test_parity_hf_without_the_compare_extra_names_it_in_one_line(toy_model_path):
+    result = run_script("parity_hf.py", "--gguf", toy_model_path)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "pip install 'specq[compare]'" in lines[0]
+    assert "compare" in lines[0] and ("torch" in lines[0] or "transformers" in lines[0])
+
+
+# --- parity_quantized.py ---------------------------------------------------------------
+
+
+def test_parity_quantized_on_a_q4_1_toy(q4_model):
+    out = ok(run_script("parity_quantized.py", "--gguf", q4_model, "--new-tokens", "2"))
+    assert re.search(r"^model: .*; 8 quantized layer matrices, head QuantizedMatrix;", out, re.M), out
+    for name in ("qa", "summarize", "code", "system+multi", "raw"):  # parity_hf.PROMPTS
+        row = re.search(rf"^  {re.escape(name)} +(\d+) +([\d.e+-]+) +([\d.e+-]+) +[\d.]+ +(\d+)/(\d+)", out, re.M)
+        assert row, (name, out)
+        tokens, max_diff, agree, of = int(row[1]), float(row[2]), int(row[4]), int(row[5])
+        assert tokens == of > 0 and agree <= tokens
+        assert 0 < max_diff < 1e-2  # different arithmetic, the same values
+    worst = float(re.search(r"overall max \|diff\| = ([\d.e+-]+)", out)[1])
+    assert 0 < worst < 1e-2
+    assert len(re.findall(r"^  \S+ +\d+ tokens  (identical|DIFFER)", out, re.M)) == 5
+    assert out.rstrip().endswith("RESULT: PASS")
+
+
+# --- bench_precision.py ----------------------------------------------------------------
+
+
+def test_bench_precision_on_a_toy(q4_model, tmp_path):
+    precisions = ["f32", "int16"] if int8.AVAILABLE else ["f32"]
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 3)
+    out = ok(run_script("bench_precision.py", "--model", q4_model, "--input", prompts, "--batch-size", "1,2",
+                        "--repeat", "1", "--max-tokens", "4", "--precisions", ",".join(precisions)))
+    assert "3 requests, at most 4 tokens, proposer none" in out
+    table = re.findall(r"^ +(\d+)  (\w+) +([\d.]+) +([\d.]+)x +(\d+)/(\d+)$", out, re.M)
+    assert [(int(b), p) for b, p, *_ in table] == [(b, p) for b in (1, 2) for p in precisions], out
+    for _, name, rate, ratio, same, of in table:
+        assert float(rate) > 0 and float(ratio) > 0 and int(of) == 3 and int(same) <= 3
+        if name == "f32":
+            assert ratio == "1.00" and same == "3"  # f32 against itself
+
+
+# --- bench_qkernels.py -----------------------------------------------------------------
+
+
+def test_bench_qkernels_on_a_toy(q4_model):
+    out = ok(run_script("bench_qkernels.py", "--model", q4_model, "--repeat", "1", "--rows", "1,2", "--prefill", "8"))
+    assert out.startswith("2 layers; quantized matrices")
+    rows = re.findall(r"^ *(qkv|out|gate_up|down|head) +(\d+)x(\d+) +(\w+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+)x$",
+                      out, re.M)
+    assert [(kind, int(n)) for kind, *_, n, _, _, _ in rows] == [
+        (kind, n) for n in (1, 2) for kind in ("qkv", "out", "gate_up", "down", "head")], out
+    types = {kind: t for kind, _, _, t, *_ in rows}
+    assert types == {"qkv": "Q4_1", "out": "Q4_1", "gate_up": "Q4_1", "down": "Q4_1", "head": "Q8_0"}
+    assert all(float(f) > 0 and float(q) > 0 for *_, f, q, _ in rows)
+    assert "whole forward, matrix products only (2 layers x 4 products + head)" in out
+    assert re.search(r"^prefill of 8 rows, matrix products of a whole forward:", out, re.M)
+    assert len(re.findall(r"^  (quant, one call|quant, chunks of \d+|BLAS float32 \(x @ w\.T\)) +[\d.]+ ms", out,
+                          re.M)) == 3
+
+
+# --- bench_kv_cache.py -----------------------------------------------------------------
+
+
+@pytest.mark.slow  # compiles the integer block loop for float32 caches (not cached): about 7 s
+@needs_int8
+def test_bench_kv_cache_on_a_toy(q4_model):
+    out = ok(run_script("bench_kv_cache.py", "--model", q4_model, "--context", "8", "--trials", "1"))
+    lines = re.findall(r"^int16, context 8, (\d+) row\(s\) x (\d+) sequence\(s\): float32 cache ([\d.]+) ms, "
+                       r"float16 ([\d.]+) ms, ([\d.]+)x$", out, re.M)
+    assert [(int(r), int(s)) for r, s, *_ in lines] == [(1, 1), (5, 1), (1, 8), (1, 32)], out
+    assert all(float(full) > 0 and float(half) > 0 and float(ratio) > 0 for *_, full, half, ratio in lines)
+
+
+# --- replay_drafts.py ------------------------------------------------------------------
+
+
+def _replay_table(out: str) -> dict[str, dict[str, float]]:
+    table = {}
+    for line in out.splitlines()[1:]:
+        policy, *cells = line.split()
+        table[policy] = {cells[i]: float(cells[i + 1]) for i in range(0, len(cells), 2)}
+    return table
+
+
+def test_replay_drafts_replays_a_trace(tmp_path):
+    # A trace as `record` writes it: per decode (category, output ids, per position the
+    # lookup draft, its match length, the head's 4 guesses and its confidence in each).
+    output = [10, 11, 12, 13] * 6
+    right = {t: (output[t:t + 4], 3, output[t:t + 4], [0.95] * 4) for t in range(1, len(output))}
+    wrong = {t: ([], 0, [7, 7, 7, 7], [0.1] * 4) for t in range(1, len(output))}
+    trace = tmp_path / "trace.pkl"
+    with open(trace, "wb") as f:
+        pickle.dump({"gate": (0.75, 0.9), "traces": [("code", output, right), ("qa", output, wrong)]}, f)
+    out = ok(run_script("replay_drafts.py", "replay", "--trace", trace, "--row-cost", "0.4"))
+    assert out.startswith("modeled speedup over plain decoding (prefill aside), row cost 0.4, batch 1:")
+    table = _replay_table(out)
+    assert list(table) == ["engine", "batch-aware", "per-source", "flat-prior", "perfect"]
+    for speedups in table.values():
+        assert set(speedups) == {"code", "qa", "all"}
+        assert speedups["qa"] <= 1.0 + 1e-9  # nothing right to draft: at best plain decoding
+    assert table["perfect"]["code"] > 1.5  # every draft right
+    assert table["engine"]["code"] > 1.0
+    assert table["engine"] == table["batch-aware"]  # the same at batch 1
+
+
+def test_replay_drafts_without_a_trace_says_to_record_one(tmp_path):
+    result = run_script("replay_drafts.py", "replay", "--trace", tmp_path / "none.pkl")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "replay_drafts.py record" in result.stderr
+
+
+@pytest.mark.slow  # the real model and its shipped head: about 7 s
+def test_replay_drafts_records_on_the_default_model(real_model_path, tmp_path):
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 1)
+    trace = tmp_path / "trace.pkl"
+    out = ok(run_script("replay_drafts.py", "record", "--input", prompts, "--max-tokens", "8", "--trace", trace))
+    with open(trace, "rb") as f:
+        data = pickle.load(f)
+    category, output, positions = data["traces"][0]
+    assert out.strip() == f"1 decodes, {len(output)} tokens -> {trace}"
+    assert category == "qa" and 1 < len(output) <= 8 and sorted(positions) == list(range(1, len(output)))
+    assert all(len(guesses) == len(confidence) == 4 for _, _, guesses, confidence in positions.values())
+    table = _replay_table(ok(run_script("replay_drafts.py", "replay", "--trace", trace)))
+    assert set(table) == {"engine", "batch-aware", "per-source", "flat-prior", "perfect"}
+    assert all(v > 0 for speedups in table.values() for v in speedups.values())
+
+
+# --- the queue: bench_queue.py and chaos.py --------------------------------------------
+
+
+def _private_env(tmp_path: Path) -> dict[str, str]:
+    """No Redis URL (each script starts its own server) and a private specq home."""
+    env = {k: v for k, v in os.environ.items() if k != "SPECQ_REDIS_URL"}
+    return {**env, "SPECQ_HOME": str(tmp_path / "home"), "SPECQ_LOG_LEVEL": "WARNING"}
+
+
+@pytest.mark.slow  # six whole `specq` commands: about 10 s
+def test_bench_queue_small(tmp_path):
+    out = ok(run_script("bench_queue.py", "--requests", "20", "--workers", "1", "--max-tokens", "2",
+                        env=_private_env(tmp_path)))
+    report = json.loads(out)
+    assert report["requests"] == report["results_lines"] == 20
+    assert report["tokens"] == 40  # the toy model never ends a turn early
+    for key in ("submit_s", "resubmit_s", "status_s", "decode_wall_s", "status_done_s", "results_s"):
+        assert 0 < report[key] < 120, key
+    for key in ("submit_peak_rss_mb", "worker_peak_rss_mb", "results_peak_rss_mb"):
+        assert 10 < report[key] < 10_000, key
+    assert 0 <= report["redis_seconds_summed"] <= report["worker_seconds_summed"]
+    assert 0 <= report.get("redis_share_of_worker_time", 0) <= 1
+
+
+@pytest.mark.slow  # a private Redis, a worker and the reference `specq generate`: about 6 s
+def test_chaos_short(tmp_path):
+    result = run_script("chaos.py", "--minutes", "0.02", "--requests", "8", "--batch", "8", "--workers", "1",
+                        "--max-tokens", "4", env=_private_env(tmp_path))
+    report = json.loads(ok(result))
+    assert report["requests"] >= 8 and report["batches"] >= 1 and report["workers"] == 1
+    assert report["lost"] == report["not_completed"] == report["mismatched_outputs"] == 0
+    assert report["tokens_counted_minus_results"] == 0 and report["held_never_recovered"] == 0
+    assert set(report["faults"]) == set(report["recovery_seconds"]) == {"sigkill", "sigstop", "redis_kill"}
