@@ -24,11 +24,15 @@ demo: $(STAMP)
 	$(BIN)/specq run examples/prompts.jsonl -o demo.results.jsonl
 	$(BIN)/python -c "import json; [print(f\"--- {r['custom_id']}\n{r['text']}\") for r in map(json.loads, open('demo.results.jsonl'))]"
 
+# Lint and format checks first (seconds), then the whole suite.
 test: $(STAMP)
+	$(BIN)/ruff check specq tests scripts
+	$(BIN)/ruff format --check specq tests scripts
 	$(BIN)/python -m pytest
 
-# The development loop: everything but the slow fault and cross-build tests (about
-# 2.5 minutes here, against 8 for all). `make test`, which CI runs, runs them all.
+# The development loop: everything but the tests marked slow (worker processes,
+# faults, training, cross-builds; under a minute here, against about 8 for all).
+# `make test`, which CI runs, runs them all.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 

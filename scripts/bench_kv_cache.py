@@ -4,6 +4,7 @@ only ratios taken side by side mean anything).
 
     python scripts/bench_kv_cache.py --precision int16 --context 200
     python scripts/bench_kv_cache.py --precision int16 --context 500
+    python scripts/bench_kv_cache.py --model toy.gguf --context 8 --trials 1   # a smoke run (Q4_1 blocks needed)
 
 The float32 variant compiles the integer block loop again for float32 caches (specq
 itself compiles it for float16 only) and gives the model float32 caches; everything
@@ -31,12 +32,12 @@ CASES = [(1, 1), (5, 1), (1, 8), (1, 32)]  # (rows of each sequence, sequences)
 def with_float32_caches(model: LlamaModel) -> LlamaModel:
     run_many = njit(int8_stack._run.py_func)
 
-    def run_one(x, positions, starts, bounds, visible, *rest):
-        weights, keys, values, sizes = rest[:16], rest[16], rest[17], rest[18:]  # 16: norms, 4 kinds x 3, rope
+    def run_one(x, positions, starts, bounds, visible, weights, cos, sin, keys, values, *sizes):
+        """StackedLayers.run's one-segment call, its lists built here for run_many."""
         lists = List(), List(), List()
         for items, item in zip(lists, (visible, keys, values)):
             items.append(item)
-        return run_many(x, positions, starts, bounds, lists[0], *weights, lists[1], lists[2], *sizes)
+        return run_many(x, positions, starts, bounds, lists[0], weights, cos, sin, lists[1], lists[2], *sizes)
 
     other = LlamaModel(model.config, LlamaModel.load(model.path).weights, precision=model.precision)
     other._stack = replace(other._stack, compiled=(run_many, run_one), cache=layer_stack.CACHE)
@@ -52,6 +53,11 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=15)
     args = parser.parse_args()
     half = LlamaModel.load(args.model or default_model_path(), args.precision)
+    if half._stack is None:
+        raise SystemExit(
+            f"{half.path}: no compiled integer layer stack at {args.precision} "
+            "(it needs Q4_1 block matrices, as the default model has)"
+        )
     models = {"float16": half, "float32": with_float32_caches(half)}
     caches = {}
     for name, model in models.items():
@@ -61,8 +67,11 @@ def main() -> None:
 
     def timed(name: str, rows: int, seqs: int) -> float:
         model, cs = models[name], caches[name]
-        segments = [Segment(cs[0], [7] * rows, args.context)] if seqs == 1 else [
-            Segment(c, [7], args.context) for c in cs[:seqs]]
+        segments = (
+            [Segment(cs[0], [7] * rows, args.context)]
+            if seqs == 1
+            else [Segment(c, [7], args.context) for c in cs[:seqs]]
+        )
         t0 = time.perf_counter()
         model.forward(segments)
         return time.perf_counter() - t0
@@ -77,8 +86,10 @@ def main() -> None:
                 times[(name, case)].append(timed(name, *case))
     for case in CASES:
         full, half_ms = (statistics.median(times[(n, case)]) * 1e3 for n in ("float32", "float16"))
-        print(f"{args.precision}, context {args.context}, {case[0]} row(s) x {case[1]} sequence(s): "
-              f"float32 cache {full:.2f} ms, float16 {half_ms:.2f} ms, {full / half_ms:.3f}x")
+        print(
+            f"{args.precision}, context {args.context}, {case[0]} row(s) x {case[1]} sequence(s): "
+            f"float32 cache {full:.2f} ms, float16 {half_ms:.2f} ms, {full / half_ms:.3f}x"
+        )
 
 
 if __name__ == "__main__":

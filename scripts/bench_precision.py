@@ -39,8 +39,10 @@ def main() -> None:
     engines = {name: Engine(m, tokenizer, make_proposer(args.proposer, m, tokenizer)) for name, m in models.items()}
     specs = read_jsonl(args.input) * args.copies
     defaults = GenerationDefaults(max_tokens=args.max_tokens)
-    requests = [to_request(replace(s, overrides={**s.overrides, "max_tokens": args.max_tokens}), tokenizer, defaults)
-                for s in specs]
+    requests = [
+        to_request(replace(s, overrides={**s.overrides, "max_tokens": args.max_tokens}), tokenizer, defaults)
+        for s in specs
+    ]
     sizes = [int(b) for b in args.batch_size.split(",")]
     rates: dict[tuple[str, int], list[float]] = {}
     outputs: dict[tuple[str, int], list] = {}
@@ -51,7 +53,7 @@ def main() -> None:
                 if size == 1:
                     states = [engine.run(r) for r in requests]
                 else:
-                    states = engine.run_many(requests, batch_size=size)
+                    states = engine.run_many(requests, group_size=size)
                 seconds = time.perf_counter() - t0
                 tokens = sum(len(s.output_ids) for s in states)
                 rates.setdefault((name, size), []).append(tokens / seconds)
@@ -63,8 +65,10 @@ def main() -> None:
         for name in engines:
             ratio = statistics.median(a / b for a, b in zip(rates[(name, size)], rates[("f32", size)]))
             same = sum(a == b for a, b in zip(outputs[(name, size)], outputs[("f32", size)]))
-            print(f"{size:5d}  {name:9s}  {statistics.median(rates[(name, size)]):8.1f}  {ratio:5.2f}x"
-                  f"{'':36s}{same}/{len(requests)}")
+            print(
+                f"{size:5d}  {name:9s}  {statistics.median(rates[(name, size)]):8.1f}  {ratio:5.2f}x"
+                f"{'':36s}{same}/{len(requests)}"
+            )
 
 
 if __name__ == "__main__":

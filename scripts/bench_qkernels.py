@@ -48,12 +48,14 @@ def load(path: str) -> tuple[list[dict[str, QuantizedMatrix]], QuantizedMatrix]:
     layers = []
     for i in range(n_layers):
         p = f"blk.{i}."
-        layers.append({
-            "qkv": QuantizedMatrix.concat([q(p + "attn_q.weight"), q(p + "attn_k.weight"), q(p + "attn_v.weight")]),
-            "out": q(p + "attn_output.weight"),
-            "gate_up": QuantizedMatrix.concat([q(p + "ffn_gate.weight"), q(p + "ffn_up.weight")]),
-            "down": q(p + "ffn_down.weight"),
-        })
+        layers.append(
+            {
+                "qkv": QuantizedMatrix.concat([q(p + "attn_q.weight"), q(p + "attn_k.weight"), q(p + "attn_v.weight")]),
+                "out": q(p + "attn_output.weight"),
+                "gate_up": QuantizedMatrix.concat([q(p + "ffn_gate.weight"), q(p + "ffn_up.weight")]),
+                "down": q(p + "ffn_down.weight"),
+            }
+        )
     head = q("output.weight") if "output.weight" in tensors else q("token_embd.weight")
     return layers, head
 
@@ -125,7 +127,7 @@ def main() -> None:
                 f"{f_us:>11.1f} {quant[kind]:>9.1f} {f_us / quant[kind]:>6.2f}x"
             )
         totals.append((n, forward_ms(flt, n_layers) if flt else float("nan"), forward_ms(quant, n_layers)))
-    print("\nwhole forward, matrix products only (30 layers x 4 products + head), ms:")
+    print(f"\nwhole forward, matrix products only ({n_layers} layers x 4 products + head), ms:")
     print(f"{'rows':>4} {'float32':>8} {'quant':>7} {'speedup':>7}")
     for n, f_ms, q_ms in totals:
         print(f"{n:>4} {f_ms:>8.1f} {q_ms:>7.1f} {f_ms / q_ms:>6.2f}x")
@@ -144,7 +146,10 @@ def prefill(layers, head, f_layers, f_head, n: int, rng) -> None:
         for i in range(0, x.shape[0], KERNEL_MAX_ROWS):
             qmatmul_t(x[i : i + KERNEL_MAX_ROWS], w)
 
-    ways = [("quant, one call", qmatmul_t, layers, head), (f"quant, chunks of {KERNEL_MAX_ROWS}", chunked, layers, head)]
+    ways = [
+        ("quant, one call", qmatmul_t, layers, head),
+        (f"quant, chunks of {KERNEL_MAX_ROWS}", chunked, layers, head),
+    ]
     if f_layers is not None:
         ways.append(("BLAS float32 (x @ w.T)", lambda x, w: x @ w.T, f_layers, f_head))
     print(f"\nprefill of {n} rows, matrix products of a whole forward:")

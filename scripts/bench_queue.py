@@ -6,7 +6,7 @@ spent in Redis.
     python scripts/bench_queue.py --requests 2000 --workers 1
 
 It starts a private Redis (the embedded server) in a temporary directory unless
-SPECQ_REDIS_URL is set, writes a toy model (the tests' writer) so the decoding part
+SPECQ_REDIS_URL is set, writes a toy model (specq.testing.toy_gguf) so the decoding part
 takes minutes rather than hours, and runs everything through the `specq` command as a
 user would. Timings are whole commands (including Python start-up), one run each.
 """
@@ -22,14 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+import redis
 
-import redis  # noqa: E402
-
-from specq.testing import toy_gguf  # noqa: E402
-from specq.queue.connection import EmbeddedRedis  # noqa: E402
-from specq.queue.store import BatchStore  # noqa: E402
+from specq.queue.connection import EmbeddedRedis
+from specq.queue.store import BatchStore
+from specq.testing import toy_gguf
 
 
 def timed(args: list[str], env: dict[str, str]) -> tuple[float, str, float]:
@@ -67,17 +64,24 @@ def main() -> None:
         prompts = tmp_path / "prompts.jsonl"
         with open(prompts, "w") as fh:
             for i in range(args.requests):
-                fh.write(json.dumps({"custom_id": f"q{i:05d}", "prompt": f"item {i}: " + "tell me more " * (i % 7 + 1)}) + "\n")
+                fh.write(
+                    json.dumps({"custom_id": f"q{i:05d}", "prompt": f"item {i}: " + "tell me more " * (i % 7 + 1)})
+                    + "\n"
+                )
         common = ["--model", model, "--max-tokens", str(args.max_tokens)]
         report: dict[str, float] = {}
-        report["submit_s"], _, report["submit_peak_rss_mb"] = timed(["submit", str(prompts), "--batch-id", "load", *common], env)
+        report["submit_s"], _, report["submit_peak_rss_mb"] = timed(
+            ["submit", str(prompts), "--batch-id", "load", *common], env
+        )
         report["resubmit_s"], _, _ = timed(["submit", str(prompts), "--batch-id", "load", *common], env)
         report["status_s"], _, _ = timed(["status", "load", "--json"], env)
         report["decode_wall_s"], _, report["worker_peak_rss_mb"] = timed(
-            ["worker", "--burst", "--processes", str(args.workers)], env)
+            ["worker", "--burst", "--processes", str(args.workers)], env
+        )
         report["status_done_s"], _, _ = timed(["status", "load", "--json"], env)
         report["results_s"], _, report["results_peak_rss_mb"] = timed(
-            ["results", "load", "-o", str(tmp_path / "out.jsonl")], env)
+            ["results", "load", "-o", str(tmp_path / "out.jsonl")], env
+        )
         lines = (tmp_path / "out.jsonl").read_text().splitlines()
         client = redis.Redis.from_url(url)
         stats = BatchStore(client, "load").stats()

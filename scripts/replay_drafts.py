@@ -37,7 +37,7 @@ import numpy as np
 from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
 from specq.specdec.adaptive import PRIOR_ACCEPTED, PRIOR_REACHED, ROW_COST, AcceptanceStats, choose_k
 from specq.specdec.loader import load_engine, make_proposer
-from specq.specdec.products import embed, linear
+from specq.specdec.matmul import embed, linear
 from specq.specdec.proposers.hybrid import MIN_MATCH
 from specq.specdec.proposers.ngram import lookup
 from specq.specdec.proposers.recurrent import RecurrentHeadProposer
@@ -90,8 +90,11 @@ def record(args) -> None:
 
 def flat_rates(stats: AcceptanceStats, k_max: int) -> list[float]:
     """The estimator before the chained prior: 0.5 for every unexplored position."""
-    return [((stats.accepted[i] if i < len(stats.accepted) else 0.0) + PRIOR_ACCEPTED)
-            / ((stats.reached[i] if i < len(stats.reached) else 0.0) + PRIOR_REACHED) for i in range(k_max)]
+    return [
+        ((stats.accepted[i] if i < len(stats.accepted) else 0.0) + PRIOR_ACCEPTED)
+        / ((stats.reached[i] if i < len(stats.reached) else 0.0) + PRIOR_REACHED)
+        for i in range(k_max)
+    ]
 
 
 class _Rates:
@@ -177,8 +180,10 @@ def main() -> None:
         raise SystemExit(f"no trace at {args.trace}: run `python scripts/replay_drafts.py record` first")
     with open(args.trace, "rb") as f:
         data = pickle.load(f)
-    print(f"modeled speedup over plain decoding{' batched' if args.batch > 1 else ''} (prefill aside), "
-          f"row cost {args.row_cost}, batch {args.batch}:")
+    print(
+        f"modeled speedup over plain decoding{' batched' if args.batch > 1 else ''} (prefill aside), "
+        f"row cost {args.row_cost}, batch {args.batch}:"
+    )
     for policy in POLICIES:
         result = replay(policy, data, args.row_cost, args.batch)
         print(f"  {policy:19}" + " ".join(f"{c} {v:.3f}" for c, v in result.items()))

@@ -13,8 +13,8 @@ from __future__ import annotations
 import platform
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
 
 from specq.bench_external import TimedBaseline
 from specq.requests.inputs import GenerationDefaults, PromptSpec, to_request
@@ -107,8 +107,13 @@ def machine_info() -> dict:
 
     import numpy as np
 
-    return {"cpu": cpu or platform.processor(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "numpy": np.__version__, "platform": platform.platform()}
+    return {
+        "cpu": cpu or platform.processor(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+    }
 
 
 def run_bench(
@@ -141,8 +146,12 @@ def run_bench(
     for baseline in baselines:
         passes.append((baseline.name, _baseline_pass(baseline, plain_requests, tokenizer.end_of_turn_ids)))
         for size in batch_sizes if baseline.batches else ():
-            passes.append((_batched(baseline.name, size),
-                           _baseline_batched_pass(baseline, plain_requests, tokenizer.end_of_turn_ids, size)))
+            passes.append(
+                (
+                    _batched(baseline.name, size),
+                    _baseline_batched_pass(baseline, plain_requests, tokenizer.end_of_turn_ids, size),
+                )
+            )
     runs: dict[str, list[list[Run]]] = {label: [] for label, _ in passes}  # label -> repetition -> runs
     for rep in range(repeat):
         for label, run_pass in passes:
@@ -164,8 +173,10 @@ def run_bench(
     curve = {}
     if row_curve:
         progress(f"row-cost curve: {', '.join(map(str, row_curve))} rows")
-        curve = {"verify": measure_verify_cost(model, list(row_curve), trials=7),
-                 "decode": measure_batch_cost(model, list(row_curve), trials=7)[0]}
+        curve = {
+            "verify": measure_verify_cost(model, list(row_curve), trials=7),
+            "decode": measure_batch_cost(model, list(row_curve), trials=7)[0],
+        }
     return BenchReport(
         machine=machine_info(),
         results=results,
@@ -173,10 +184,17 @@ def run_bench(
         batch_cost=batch_cost,
         batch_draft_cost=batch_draft_cost,
         row_curve=curve,
-        settings={"repeat": repeat, "adaptive": defaults.adaptive, "batch_sizes": list(batch_sizes),
-                  "max_tokens": sorted({s.overrides.get("max_tokens", defaults.max_tokens) for s in specs}),
-                  "temperature": defaults.temperature, "requests": len(specs),
-                  "configs": list(runs), "threads": _threads(), "precision": model.precision},
+        settings={
+            "repeat": repeat,
+            "adaptive": defaults.adaptive,
+            "batch_sizes": list(batch_sizes),
+            "max_tokens": sorted({s.overrides.get("max_tokens", defaults.max_tokens) for s in specs}),
+            "temperature": defaults.temperature,
+            "requests": len(specs),
+            "configs": list(runs),
+            "threads": _threads(),
+            "precision": model.precision,
+        },
     )
 
 
@@ -196,8 +214,16 @@ def _single_pass(engine: Engine, requests: list) -> Callable[[], list[Run]]:
         for spec, request in requests:
             t0 = time.perf_counter()
             state = engine.run(request)
-            done.append(Run(spec, list(state.output_ids), time.perf_counter() - t0, state.metrics,
-                            request.sampling.greedy, state.metrics.prefill_seconds))
+            done.append(
+                Run(
+                    spec,
+                    list(state.output_ids),
+                    time.perf_counter() - t0,
+                    state.metrics,
+                    request.sampling.greedy,
+                    state.metrics.prefill_seconds,
+                )
+            )
         return done
 
     return run
@@ -208,8 +234,10 @@ def _batched_pass(engine: Engine, requests: list, batch_size: int) -> Callable[[
         t0 = time.perf_counter()
         states = engine.run_many([r for _, r in requests], group_size=batch_size)
         wall = time.perf_counter() - t0
-        return [Run(spec, list(s.output_ids), wall if i == 0 else 0.0, s.metrics, r.sampling.greedy)
-                for i, ((spec, r), s) in enumerate(zip(requests, states))]
+        return [
+            Run(spec, list(s.output_ids), wall if i == 0 else 0.0, s.metrics, r.sampling.greedy)
+            for i, ((spec, r), s) in enumerate(zip(requests, states))
+        ]
 
     return run
 
@@ -225,13 +253,17 @@ def _baseline_pass(baseline: TimedBaseline, requests: list, end_ids: frozenset[i
     return run
 
 
-def _baseline_batched_pass(baseline: TimedBaseline, requests: list, end_ids: frozenset[int],
-                           batch_size: int) -> Callable[[], list[Run]]:
+def _baseline_batched_pass(
+    baseline: TimedBaseline, requests: list, end_ids: frozenset[int], batch_size: int
+) -> Callable[[], list[Run]]:
     def run() -> list[Run]:
-        outputs, wall = baseline.generate_many_timed([r.prompt_ids for _, r in requests],
-                                                     [r.max_tokens for _, r in requests], end_ids, batch_size)
-        return [Run(spec, ids, wall if i == 0 else 0.0, None, r.sampling.greedy)
-                for i, ((spec, r), ids) in enumerate(zip(requests, outputs))]
+        outputs, wall = baseline.generate_many_timed(
+            [r.prompt_ids for _, r in requests], [r.max_tokens for _, r in requests], end_ids, batch_size
+        )
+        return [
+            Run(spec, ids, wall if i == 0 else 0.0, None, r.sampling.greedy)
+            for i, ((spec, r), ids) in enumerate(zip(requests, outputs))
+        ]
 
     return run
 
@@ -240,10 +272,17 @@ def _with_k(defaults: GenerationDefaults, k: int) -> GenerationDefaults:
     return GenerationDefaults(**{**asdict(defaults), "k": k})
 
 
-def _summarize(label: str, category: str, reps: list[list[Run]], baseline_reps: list[list[Run]],
-               reference_reps: list[list[Run]], batch_size: int = 1) -> CategoryResult:
+def _summarize(
+    label: str,
+    category: str,
+    reps: list[list[Run]],
+    baseline_reps: list[list[Run]],
+    reference_reps: list[list[Run]],
+    batch_size: int = 1,
+) -> CategoryResult:
     """`baseline_reps` (plain decoding) gives the speedup; `reference_reps` the outputs
     that greedy ones must equal (plain decoding, or a batched config's single stream)."""
+
     def pick(done: list[Run]) -> list[Run]:
         return [r for r in done if category == "all" or (r.spec.category or "all") == category]
 
@@ -253,8 +292,7 @@ def _summarize(label: str, category: str, reps: list[list[Run]], baseline_reps: 
     def decode_rate(done: list[Run]) -> float | None:
         if batch_size > 1 or any(r.first_token_seconds is None for r in done):
             return None
-        return (sum(len(r.output_ids) - 1 for r in done)
-                / sum(r.seconds - r.first_token_seconds for r in done))
+        return sum(len(r.output_ids) - 1 for r in done) / sum(r.seconds - r.first_token_seconds for r in done)
 
     rates = [rate(pick(done)) for done in reps]
     decode_rates = [decode_rate(pick(done)) for done in reps]
@@ -294,8 +332,9 @@ def _sum_lists(lists: list[tuple[int, ...]]) -> list[int]:
 CURVE_CONTEXT = 200  # the context the row costs are measured at
 
 
-def measure_verify_cost(model: LlamaModel, rows: Sequence[int], *, context: int = CURVE_CONTEXT,
-                        trials: int = 15) -> dict[int, float]:
+def measure_verify_cost(
+    model: LlamaModel, rows: Sequence[int], *, context: int = CURVE_CONTEXT, trials: int = 15
+) -> dict[int, float]:
     """Time of one forward over n new rows relative to one row, at a typical context
     length; the trials interleave the sizes and the median ratio is kept."""
     cache = model.new_cache(context + max(rows, default=1) + 1)
@@ -308,8 +347,9 @@ def measure_verify_cost(model: LlamaModel, rows: Sequence[int], *, context: int 
     return {n: round(statistics.median(r), 3) for n, r in ratios.items()}
 
 
-def measure_batch_cost(model: LlamaModel, sizes: Sequence[int], *, context: int = CURVE_CONTEXT,
-                       trials: int = 15) -> tuple[dict[int, float], dict[int, float]]:
+def measure_batch_cost(
+    model: LlamaModel, sizes: Sequence[int], *, context: int = CURVE_CONTEXT, trials: int = 15
+) -> tuple[dict[int, float], dict[int, float]]:
     """Time of one decode round of n requests (n segments of one new row each, every
     one at `context` positions) relative to a lone request's; n over that ratio is
     what batching multiplies decoding throughput by, prefill aside. And, from the
@@ -327,8 +367,10 @@ def measure_batch_cost(model: LlamaModel, sizes: Sequence[int], *, context: int 
             plain, drafted = (_time_round(model, caches[:n], context, rows) / one for rows in (1, 2))
             ratios[n].append(plain)
             drafts[n].append((drafted - plain) / n)
-    return ({n: round(statistics.median(r), 3) for n, r in ratios.items()},
-            {n: round(statistics.median(r), 3) for n, r in drafts.items()})
+    return (
+        {n: round(statistics.median(r), 3) for n, r in ratios.items()},
+        {n: round(statistics.median(r), 3) for n, r in drafts.items()},
+    )
 
 
 def _time_round(model: LlamaModel, caches: list, start: int, rows: int = 1) -> float:
@@ -350,8 +392,10 @@ def format_table(report: BenchReport) -> str:
     decoding, or batched, to the tool's own single stream (quantization and summation
     order differ, so near-ties can go the other way)."""
     width = max([14, *(len(r.config) + 2 for r in report.results)])
-    lines = [f"{'config':<{width}}{'category':<15}{'tok/s':>8}{'decode/s':>9}{'speedup':>9}{'tau':>7}{'accept':>8}"
-             "  exact  per-position acceptance"]
+    lines = [
+        f"{'config':<{width}}{'category':<15}{'tok/s':>8}{'decode/s':>9}{'speedup':>9}{'tau':>7}{'accept':>8}"
+        "  exact  per-position acceptance"
+    ]
     for r in report.results:
         if r.exact is not None:
             exact = "yes" if r.exact else "NO"
@@ -369,16 +413,20 @@ def format_table(report: BenchReport) -> str:
     if costs:
         lines.append(f"verify cost (forward time relative to 1 row): {costs}")
     for n, c in report.batch_cost.items():
-        line = f"decode round of {n} requests: {c:.2f}x one request's, so {n / c:.2f}x the decoding throughput " \
-               "(prefill aside)"
+        line = (
+            f"decode round of {n} requests: {c:.2f}x one request's, so {n / c:.2f}x the decoding throughput "
+            "(prefill aside)"
+        )
         if n in report.batch_draft_cost:
             line += f"; a draft each adds {report.batch_draft_cost[n]:.2f} of a lone step per request"
         lines.append(line)
     for kind, what in (("verify", "rows of one sequence"), ("decode", "sequences of one row (a decode round)")):
         curve = report.row_curve.get(kind)
         if curve:
-            lines.append(f"row cost, {what}, forward time relative to 1 row: "
-                         + ", ".join(f"{n}: {c:.2f}x" for n, c in curve.items()))
+            lines.append(
+                f"row cost, {what}, forward time relative to 1 row: "
+                + ", ".join(f"{n}: {c:.2f}x" for n, c in curve.items())
+            )
     m = report.machine
     lines.append(f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, numpy {m['numpy']}")
     return "\n".join(lines)

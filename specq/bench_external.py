@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from specq.errors import ParameterError
 
@@ -41,11 +42,11 @@ class TimedBaseline(Protocol):
     name: str
     batches: bool  # whether it can decode several sequences per forward (generate_many_timed)
 
-    def generate_timed(self, prompt_ids: Sequence[int], max_tokens: int, end_ids: frozenset[int]) -> Timed:
-        ...
+    def generate_timed(self, prompt_ids: Sequence[int], max_tokens: int, end_ids: frozenset[int]) -> Timed: ...
 
-    def generate_many_timed(self, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int],
-                            end_ids: frozenset[int], batch_size: int) -> tuple[list[list[int]], float]:
+    def generate_many_timed(
+        self, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int], end_ids: frozenset[int], batch_size: int
+    ) -> tuple[list[list[int]], float]:
         """(every prompt's completion ids, wall seconds for them all), batch_size
         sequences at a time with continuous batching."""
 
@@ -69,10 +70,16 @@ class HFTransformers:
         torch = self._torch
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
         with torch.inference_mode():
-            out = self._model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens,
-                                       min_new_tokens=1, do_sample=False, eos_token_id=sorted(end_ids),
-                                       pad_token_id=min(end_ids))
-        return out[0, len(prompt_ids):].tolist()
+            out = self._model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_tokens,
+                min_new_tokens=1,
+                do_sample=False,
+                eos_token_id=sorted(end_ids),
+                pad_token_id=min(end_ids),
+            )
+        return out[0, len(prompt_ids) :].tolist()
 
 
 class LlamaCpp:
@@ -83,16 +90,18 @@ class LlamaCpp:
             from llama_cpp import Llama
         except ImportError:
             raise ParameterError("--compare llama.cpp needs llama-cpp-python: pip install 'specq[compare]'") from None
-        self._llm = Llama(model_path=gguf_path, n_threads=threads, n_threads_batch=threads, n_ctx=context,
-                          verbose=False)
+        self._llm = Llama(
+            model_path=gguf_path, n_threads=threads, n_threads_batch=threads, n_ctx=context, verbose=False
+        )
 
         self._threads = threads
 
     def generate(self, prompt_ids: Sequence[int], max_tokens: int, end_ids: frozenset[int]) -> list[int]:
         return self.generate_first_timed(prompt_ids, max_tokens, end_ids)[0]
 
-    def generate_first_timed(self, prompt_ids: Sequence[int], max_tokens: int,
-                             end_ids: frozenset[int]) -> tuple[list[int], float]:
+    def generate_first_timed(
+        self, prompt_ids: Sequence[int], max_tokens: int, end_ids: frozenset[int]
+    ) -> tuple[list[int], float]:
         """(the completion, seconds to its first token: the prefill)."""
         import time
 
@@ -100,8 +109,9 @@ class LlamaCpp:
         t0 = time.perf_counter()
         first = 0.0
         # reset=True: no prefix reuse from the previous prompt (specq prefills each anew).
-        for token in self._llm.generate(list(prompt_ids), top_k=1, top_p=1.0, min_p=0.0, temp=0.0,
-                                        repeat_penalty=1.0, reset=True):
+        for token in self._llm.generate(
+            list(prompt_ids), top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True
+        ):
             if not out:
                 first = time.perf_counter() - t0
             out.append(int(token))
@@ -109,8 +119,9 @@ class LlamaCpp:
                 break
         return out, first
 
-    def generate_many(self, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int], end_ids: frozenset[int],
-                      batch_size: int) -> tuple[list[list[int]], float]:
+    def generate_many(
+        self, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int], end_ids: frozenset[int], batch_size: int
+    ) -> tuple[list[list[int]], float]:
         """Greedy completions of every prompt, batch_size sequences per llama_decode
         with continuous batching, as llama.cpp's server runs them: a finished
         sequence's slot takes the next prompt, whose tokens join the other
@@ -150,7 +161,7 @@ class LlamaCpp:
                     batch.seq_id[i][0], batch.logits[i] = seq, logits
                     batch.n_tokens = i + 1
                     if logits:
-                        rows.append((seq, i))
+                        rows.append((seq, i))  # noqa: B023 - called only within this iteration
 
                 for seq, (request, cached) in running.items():
                     add(outputs[request][-1], cached, seq, True)
@@ -206,8 +217,9 @@ class IsolatedBaseline:
     def generate_timed(self, prompt_ids: Sequence[int], max_tokens: int, end_ids: frozenset[int]) -> Timed:
         return Timed(*self._ask("one", list(prompt_ids), max_tokens, sorted(end_ids)))
 
-    def generate_many_timed(self, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int],
-                            end_ids: frozenset[int], batch_size: int) -> tuple[list[list[int]], float]:
+    def generate_many_timed(
+        self, prompts: Sequence[Sequence[int]], max_tokens: Sequence[int], end_ids: frozenset[int], batch_size: int
+    ) -> tuple[list[list[int]], float]:
         return self._ask("many", [list(p) for p in prompts], list(max_tokens), sorted(end_ids), batch_size)
 
     def _ask(self, *message):

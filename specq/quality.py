@@ -12,8 +12,8 @@ transformers to about 1e-4, docs/performance.md, so this is HF's gap as well).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -40,8 +40,12 @@ class QualityReport:
         return self.kl_sum / max(1, self.positions)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "top1_agreement": self.top1_agreement, "mean_kl": self.mean_kl,
-                "largest_divergence_gap": max(self.divergence_gaps, default=None)}
+        return {
+            **asdict(self),
+            "top1_agreement": self.top1_agreement,
+            "mean_kl": self.mean_kl,
+            "largest_divergence_gap": max(self.divergence_gaps, default=None),
+        }
 
     def format(self, name: str = "int8") -> str:
         gaps = sorted(self.divergence_gaps)
@@ -53,7 +57,9 @@ class QualityReport:
             f"greedy outputs different from f32:   {self.diverged} of {self.sequences}",
         ]
         if gaps:
-            lines.append(f"f32 top-2 logit gap where they part: largest {gaps[-1]:.3f}, median {gaps[len(gaps) // 2]:.3f}")
+            lines.append(
+                f"f32 top-2 logit gap where they part: largest {gaps[-1]:.3f}, median {gaps[len(gaps) // 2]:.3f}"
+            )
         return "\n".join(lines)
 
 
@@ -76,8 +82,14 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
-def compare(reference: LlamaModel, candidate: LlamaModel, prompts: Sequence[Sequence[int]], max_tokens: int,
-            end_ids: frozenset[int], report: QualityReport | None = None) -> QualityReport:
+def compare(
+    reference: LlamaModel,
+    candidate: LlamaModel,
+    prompts: Sequence[Sequence[int]],
+    max_tokens: int,
+    end_ids: frozenset[int],
+    report: QualityReport | None = None,
+) -> QualityReport:
     report = report or QualityReport()
     for prompt in prompts:
         expected = greedy(reference, prompt, max_tokens, end_ids)

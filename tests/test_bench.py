@@ -13,24 +13,45 @@ from specq.cli import main
 from specq.specdec import int8
 
 
+@pytest.mark.slow
 def test_bench_reports_every_config_and_category(toy_model_path, tmp_path):
     prompts = tmp_path / "p.jsonl"
     lines = [
         {"custom_id": f"{cat}-{i}", "category": cat, "prompt": f"the cat {cat} {i} the cat", "max_tokens": 24}
-        for cat in ("qa", "code") for i in range(3)
+        for cat in ("qa", "code")
+        for i in range(3)
     ]
     prompts.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     result = CliRunner().invoke(
         main,
-        ["bench", "--input", str(prompts), "--model", toy_model_path, "--proposers", "ngram", "--k", "2,4",
-         "--repeat", "2", "--limit", "2", "--batch-size", "3", "--json", "--plot", str(tmp_path / "charts")],
+        [
+            "bench",
+            "--input",
+            str(prompts),
+            "--model",
+            toy_model_path,
+            "--proposers",
+            "ngram",
+            "--k",
+            "2,4",
+            "--repeat",
+            "2",
+            "--limit",
+            "2",
+            "--batch-size",
+            "3",
+            "--json",
+            "--plot",
+            str(tmp_path / "charts"),
+        ],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     rows = {(r["config"], r["category"]): r for r in report["results"]}
     singles = ("none", "ngram k=2", "ngram k=4")
-    assert set(rows) == {(c, cat) for c in singles for cat in ("code", "qa", "all")} | \
-        {(f"{c} batch=3", "all") for c in singles}
+    assert set(rows) == {(c, cat) for c in singles for cat in ("code", "qa", "all")} | {
+        (f"{c} batch=3", "all") for c in singles
+    }
     for c in singles:  # batched: 4 requests 3 at a time, each output what it is alone
         batched = rows[(f"{c} batch=3", "all")]
         assert batched["exact"] is True and batched["requests"] == 4 and batched["batch_size"] == 3
@@ -52,20 +73,41 @@ def test_bench_reports_every_config_and_category(toy_model_path, tmp_path):
     assert "decode round of 3 requests" in result.stderr and "a draft each adds" in result.stderr
     assert "tok/s" in result.stderr and "verify cost" in result.stderr
     charts = sorted(p.name for p in (tmp_path / "charts").iterdir())
-    assert charts == ["acceptance_per_position.png", "speedup_per_category.png", "tokens_per_s_vs_batch_size.png",
-                      "tokens_per_s_vs_k.png"]
+    assert charts == [
+        "acceptance_per_position.png",
+        "speedup_per_category.png",
+        "tokens_per_s_vs_batch_size.png",
+        "tokens_per_s_vs_k.png",
+    ]
     for name in charts:
         data = (tmp_path / "charts" / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000  # a real image, not an empty canvas
 
 
+@pytest.mark.slow
 def test_bench_sweeps_batch_sizes_and_measures_the_row_cost_curve(toy_model_path, tmp_path):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt": f"the cat {i} sat", "max_tokens": 12}) for i in range(5)) + "\n")
     result = CliRunner().invoke(
         main,
-        ["bench", "--input", str(prompts), "--model", toy_model_path, "--proposers", "none", "--repeat", "1",
-         "--batch-size", "2,4,4", "--row-curve", "1,2,8", "--json", "--plot", str(tmp_path / "charts")],
+        [
+            "bench",
+            "--input",
+            str(prompts),
+            "--model",
+            toy_model_path,
+            "--proposers",
+            "none",
+            "--repeat",
+            "1",
+            "--batch-size",
+            "2,4,4",
+            "--row-curve",
+            "1,2,8",
+            "--json",
+            "--plot",
+            str(tmp_path / "charts"),
+        ],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -126,8 +168,10 @@ class EngineAsTool:
 
         self.batch_sizes.append(batch_size)
         t0 = time.perf_counter()
-        states = self.engine.run_many([GenerationRequest(prompt_ids=tuple(p), max_tokens=m)
-                                       for p, m in zip(prompts, max_tokens)], group_size=batch_size)
+        states = self.engine.run_many(
+            [GenerationRequest(prompt_ids=tuple(p), max_tokens=m) for p, m in zip(prompts, max_tokens)],
+            group_size=batch_size,
+        )
         return [list(s.output_ids) for s in states], time.perf_counter() - t0
 
 
@@ -138,12 +182,22 @@ def test_external_tools_run_on_the_same_prompts_and_are_compared_to_plain(toy_mo
     from specq.specdec.loader import load_model_and_tokenizer, make_proposer
 
     model, tokenizer = load_model_and_tokenizer(toy_model_path)
-    specs = [PromptSpec(custom_id=f"p{i}", line=i + 1, prompt=f"the cat {i}", overrides={"max_tokens": 12}, category="qa")
-             for i in range(3)]
+    specs = [
+        PromptSpec(custom_id=f"p{i}", line=i + 1, prompt=f"the cat {i}", overrides={"max_tokens": 12}, category="qa")
+        for i in range(3)
+    ]
     tool = EngineAsTool(Engine(model, tokenizer, make_proposer("none", model, tokenizer)))
-    report = run_bench(model, tokenizer, specs, [BenchConfig("ngram", 2)],
-                       lambda name: make_proposer(name, model, tokenizer), defaults=GenerationDefaults(),
-                       repeat=2, batch_sizes=[2], baselines=[tool])
+    report = run_bench(
+        model,
+        tokenizer,
+        specs,
+        [BenchConfig("ngram", 2)],
+        lambda name: make_proposer(name, model, tokenizer),
+        defaults=GenerationDefaults(),
+        repeat=2,
+        batch_sizes=[2],
+        baselines=[tool],
+    )
     assert tool.calls == 6 and tool.batch_sizes == [2, 2]  # every prompt, every repetition, and batched
     row = next(r for r in report.results if r.config == "own-engine")
     assert row.identical == 1.0 and row.exact is None and row.tau is None and row.requests == 3
@@ -151,8 +205,10 @@ def test_external_tools_run_on_the_same_prompts_and_are_compared_to_plain(toy_mo
     assert row.tokens == plain.tokens
     # Prefill excluded: the tokens after the first over the time after the prefill,
     # the median over the repetitions (two: their mean).
-    per_rep = [sum(len(t.ids) - 1 for t in rep) / sum(t.seconds - t.first_token_seconds for t in rep)
-               for rep in (tool.timed[:3], tool.timed[3:])]
+    per_rep = [
+        sum(len(t.ids) - 1 for t in rep) / sum(t.seconds - t.first_token_seconds for t in rep)
+        for rep in (tool.timed[:3], tool.timed[3:])
+    ]
     assert row.decode_tokens_per_s == pytest.approx(sum(per_rep) / 2, abs=0.01)
     assert plain.decode_tokens_per_s is not None and plain.decode_tokens_per_s > 0
     batched = next(r for r in report.results if r.config == "own-engine batch=2")
@@ -180,8 +236,13 @@ needs_int8 = pytest.mark.skipif(not int8.AVAILABLE, reason="the int8 precision n
 
 def _prompts(tmp_path, n_per_category: int = 2) -> str:
     path = tmp_path / "p.jsonl"
-    path.write_text("".join(json.dumps({"category": cat, "prompt": f"the cat {cat} {i} the cat", "max_tokens": 12})
-                            + "\n" for cat in ("qa", "code") for i in range(n_per_category)))
+    path.write_text(
+        "".join(
+            json.dumps({"category": cat, "prompt": f"the cat {cat} {i} the cat", "max_tokens": 12}) + "\n"
+            for cat in ("qa", "code")
+            for i in range(n_per_category)
+        )
+    )
     return str(path)
 
 
@@ -189,8 +250,27 @@ def _prompts(tmp_path, n_per_category: int = 2) -> str:
 def test_bench_at_int8_is_exact_and_drafts_at_the_target_precision(toy_model_file, tmp_path):
     model = toy_model_file(**QUANTIZED)
     result = CliRunner().invoke(
-        main, ["bench", "--input", _prompts(tmp_path), "--model", model, "--precision", "int8", "--proposers",
-               "ngram,draft", "--draft-model", model, "--fixed-k", "--k", "2", "--repeat", "1", "--json"])
+        main,
+        [
+            "bench",
+            "--input",
+            _prompts(tmp_path),
+            "--model",
+            model,
+            "--precision",
+            "int8",
+            "--proposers",
+            "ngram,draft",
+            "--draft-model",
+            model,
+            "--fixed-k",
+            "--k",
+            "2",
+            "--repeat",
+            "1",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["settings"]["precision"] == "int8"
@@ -204,8 +284,18 @@ def test_bench_at_int8_is_exact_and_drafts_at_the_target_precision(toy_model_fil
 
 @needs_int8
 def test_bench_quality_reports_int16_and_int8_against_f32(toy_model_file, tmp_path):
-    args = ["bench", "--quality", "--input", _prompts(tmp_path), "--model", toy_model_file(**QUANTIZED),
-            "--limit", "1", "--max-tokens", "8"]
+    args = [
+        "bench",
+        "--quality",
+        "--input",
+        _prompts(tmp_path),
+        "--model",
+        toy_model_file(**QUANTIZED),
+        "--limit",
+        "1",
+        "--max-tokens",
+        "8",
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "top-1 agreement with f32:" in result.stderr and "mean KL(f32 || int8):" in result.stderr
@@ -225,12 +315,26 @@ def test_bench_quality_reports_int16_and_int8_against_f32(toy_model_file, tmp_pa
 
 def test_bench_quality_on_a_cpu_without_avx2_is_one_error_line(toy_model_file, tmp_path, monkeypatch):
     monkeypatch.setattr(int8.vec, "has_avx2", lambda: False)  # what such a CPU reports
-    result = CliRunner().invoke(main, ["bench", "--quality", "--input", _prompts(tmp_path), "--model",
-                                       toy_model_file(**QUANTIZED), "--limit", "1", "--max-tokens", "4"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "--quality",
+            "--input",
+            _prompts(tmp_path),
+            "--model",
+            toy_model_file(**QUANTIZED),
+            "--limit",
+            "1",
+            "--max-tokens",
+            "4",
+        ],
+    )
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.stderr.splitlines()[-1].startswith("Error: ") and "AVX2" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python (extra 'compare')")
 def test_llama_cpp_batched_decodes_every_prompt_as_its_single_stream_does(real_model_path):
     """The batched llama.cpp baseline: continuous batching over more prompts than
@@ -251,24 +355,43 @@ def test_llama_cpp_batched_decodes_every_prompt_as_its_single_stream_does(real_m
         assert all(t.first_token_seconds is not None and 0 < t.first_token_seconds <= t.seconds for t in alone)
         together, seconds = tool.generate_many_timed(prompts, budgets, end_ids, 3)
         assert seconds > 0
-        for got, single, budget in zip(together, alone, budgets):
+        for got, _, budget in zip(together, alone, budgets):
             assert len(got) == budget or got[-1] in end_ids
         assert sum(got == single.ids for got, single in zip(together, alone)) >= len(prompts) - 2
     finally:
         tool.close()
 
 
-def test_quality_refuses_speed_options_and_a_row_curve_past_the_context_fails_before_the_passes(toy_model_path,
-                                                                                                 tmp_path):
+def test_quality_refuses_speed_options_and_a_row_curve_past_the_context_fails_before_the_passes(
+    toy_model_path, tmp_path
+):
     runner = CliRunner()
-    for extra in (["--compare", "llama.cpp"], ["--plot", str(tmp_path / "p")], ["--row-curve", "1,2"],
-                  ["--batch-size", "2"]):
+    for extra in (
+        ["--compare", "llama.cpp"],
+        ["--plot", str(tmp_path / "p")],
+        ["--row-curve", "1,2"],
+        ["--batch-size", "2"],
+    ):
         result = runner.invoke(main, ["bench", "--quality", "--model", toy_model_path, *extra])
         assert result.exit_code == 2 and f"it takes no {extra[0]}" in result.stderr, extra
     assert not (tmp_path / "p").exists()
     # The toy's context is 512: 400 rows after the curve's 200 positions do not fit.
-    result = runner.invoke(main, ["bench", "--input", _prompts(tmp_path), "--model", toy_model_path, "--proposers",
-                                  "none", "--repeat", "1", "--row-curve", "1,400"])
+    result = runner.invoke(
+        main,
+        [
+            "bench",
+            "--input",
+            _prompts(tmp_path),
+            "--model",
+            toy_model_path,
+            "--proposers",
+            "none",
+            "--repeat",
+            "1",
+            "--row-curve",
+            "1,400",
+        ],
+    )
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "--row-curve 400 rows after 200 positions exceed the model's context of 512" in result.stderr
     assert "rep 1/1" not in result.stderr  # refused before the speed passes, not after them

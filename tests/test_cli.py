@@ -12,13 +12,13 @@ import os
 import pytest
 from click.testing import CliRunner, Result
 
-from specq.testing import toy_gguf
 from specq.cli import main
 from specq.quality import greedy
 from specq.specdec import int8
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model import LlamaModel
 from specq.specdec.tokenizer import Tokenizer
+from specq.testing import toy_gguf
 
 LINE_KEYS = {"custom_id", "text", "finish_reason", "usage", "specq"}
 SPECQ_KEYS = {"token_ids", "prompt_token_ids", "metrics", "worker"}
@@ -132,8 +132,9 @@ def test_plain_output_is_the_text_and_a_newline(toy_model_path):
 
 
 def test_raw_prompt_skips_the_chat_template(toy_model_path, toy_tokenizer):
-    rec = one_record(generate("--model", toy_model_path, "--prompt", "hello", "--raw-prompt",
-                              "--max-tokens", 3, "--json"))
+    rec = one_record(
+        generate("--model", toy_model_path, "--prompt", "hello", "--raw-prompt", "--max-tokens", 3, "--json")
+    )
     assert rec["prompt_token_ids"] == toy_tokenizer.encode("hello")
 
 
@@ -152,8 +153,11 @@ def test_input_file_gives_one_record_per_request_in_order(toy_model_path, tmp_pa
         tmp_path / "in.jsonl",
         {"custom_id": "c", "prompt": "repeat after me", "max_tokens": 7},
         {"prompt": "hi"},
-        {"custom_id": "a", "messages": [{"role": "system", "content": "Be terse."},
-                                        {"role": "user", "content": "xyz"}], "max_tokens": 3},
+        {
+            "custom_id": "a",
+            "messages": [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "xyz"}],
+            "max_tokens": 3,
+        },
         "",
         {"prompt": "xyz", "max_tokens": 11},
     )
@@ -173,11 +177,27 @@ def test_input_file_gives_one_record_per_request_in_order(toy_model_path, tmp_pa
 
 
 def test_line_overrides_equal_the_same_flags(toy_model_path, tmp_path):
-    path = write_jsonl(tmp_path / "in.jsonl",
-                       {"prompt": "a", "temperature": 0.8, "seed": 3, "top_p": 0.9, "max_tokens": 25})
+    path = write_jsonl(
+        tmp_path / "in.jsonl", {"prompt": "a", "temperature": 0.8, "seed": 3, "top_p": 0.9, "max_tokens": 25}
+    )
     from_file = one_record(generate("--model", toy_model_path, "--input", path, "--json"))
-    from_flags = one_record(generate("--model", toy_model_path, "--prompt", "a", "--temperature", 0.8,
-                                     "--seed", 3, "--top-p", 0.9, "--max-tokens", 25, "--json"))
+    from_flags = one_record(
+        generate(
+            "--model",
+            toy_model_path,
+            "--prompt",
+            "a",
+            "--temperature",
+            0.8,
+            "--seed",
+            3,
+            "--top-p",
+            0.9,
+            "--max-tokens",
+            25,
+            "--json",
+        )
+    )
     assert from_file["token_ids"] == from_flags["token_ids"]
     greedy = one_record(generate("--model", toy_model_path, "--prompt", "a", "--max-tokens", 25, "--json"))
     assert greedy["token_ids"] != from_file["token_ids"]  # the override did change something
@@ -222,13 +242,24 @@ def test_greedy_output_is_the_same_for_every_proposer(toy_model_path, tmp_path):
 
 @pytest.mark.parametrize("proposer", ["ngram", "none"])
 def test_sampling_with_a_seed_is_reproducible_and_streams_the_same_text(toy_model_path, proposer):
-    args = ("--model", toy_model_path, "--prompt", "a", "--temperature", 0.8, "--max-tokens", 40,
-            "--proposer", proposer)
+    args = (
+        "--model",
+        toy_model_path,
+        "--prompt",
+        "a",
+        "--temperature",
+        0.8,
+        "--max-tokens",
+        40,
+        "--proposer",
+        proposer,
+    )
     first = one_record(generate(*args, "--seed", 3, "--json"))
     second = one_record(generate(*args, "--seed", 3, "--json"))
     assert first == {**second, "metrics": first["metrics"]}  # timings differ, nothing else
-    assert {k: v for k, v in first["metrics"].items() if not k.endswith("seconds")} == \
-        {k: v for k, v in second["metrics"].items() if not k.endswith("seconds")}
+    assert {k: v for k, v in first["metrics"].items() if not k.endswith("seconds")} == {
+        k: v for k, v in second["metrics"].items() if not k.endswith("seconds")
+    }
     other_seed = one_record(generate(*args, "--seed", 4, "--json"))
     assert other_seed["token_ids"] != first["token_ids"]
     streamed = succeeded(generate(*args, "--seed", 3, "--stream"))
@@ -244,8 +275,15 @@ needs_int8 = pytest.mark.skipif(not int8.AVAILABLE, reason="the int8 precision n
 
 
 def test_the_default_precision_is_int16_where_the_cpu_runs_it(toy_model_file, tmp_path, monkeypatch):
-    common = ("--model", toy_model_file(**QUANTIZED), "--input", _long_prompts_file(tmp_path), "--max-tokens", 16,
-              "--json")
+    common = (
+        "--model",
+        toy_model_file(**QUANTIZED),
+        "--input",
+        _long_prompts_file(tmp_path),
+        "--max-tokens",
+        16,
+        "--json",
+    )
     result = generate(*common)
     assert f"precision {'int16' if int8.AVAILABLE else 'f32'}" in result.stderr
     default = records(result)
@@ -258,8 +296,17 @@ def test_the_default_precision_is_int16_where_the_cpu_runs_it(toy_model_file, tm
 @needs_int8
 def test_int8_precision_decodes_what_the_int8_model_decodes_greedily(toy_model_file, tmp_path):
     model_path = toy_model_file(**QUANTIZED)
-    common = ("--model", model_path, "--input", _long_prompts_file(tmp_path), "--max-tokens", 16, "--json",
-              "--precision", "int8")
+    common = (
+        "--model",
+        model_path,
+        "--input",
+        _long_prompts_file(tmp_path),
+        "--max-tokens",
+        16,
+        "--json",
+        "--precision",
+        "int8",
+    )
     result = generate(*common)
     assert "precision int8" in result.stderr  # what was loaded, not only what was asked
     batched = records(result)
@@ -274,13 +321,23 @@ def test_int8_precision_decodes_what_the_int8_model_decodes_greedily(toy_model_f
 
 def test_int8_on_a_cpu_without_avx2_is_one_error_line(toy_model_file, monkeypatch):
     monkeypatch.setattr(int8.vec, "has_avx2", lambda: False)  # what such a CPU reports
-    user_error(generate("--model", toy_model_file(**QUANTIZED), "--prompt", "hi", "--precision", "int8"), 1,
-               "AVX2", "--precision f32")
+    user_error(
+        generate("--model", toy_model_file(**QUANTIZED), "--prompt", "hi", "--precision", "int8"),
+        1,
+        "AVX2",
+        "--precision f32",
+    )
 
 
 def test_an_unknown_precision_is_a_usage_error_naming_the_choices(toy_model_path):
-    user_error(generate("--model", toy_model_path, "--prompt", "hi", "--precision", "bogus"), 2,
-               "--precision", "'bogus'", "f32", "int8")
+    user_error(
+        generate("--model", toy_model_path, "--prompt", "hi", "--precision", "bogus"),
+        2,
+        "--precision",
+        "'bogus'",
+        "f32",
+        "int8",
+    )
 
 
 # --- refusals -------------------------------------------------------------------------
@@ -294,8 +351,11 @@ def bad_files(toy_model_file, toy_model_path, tmp_path_factory) -> dict[str, str
         fh.write(os.urandom(4096))
     paths["random"] = str(d / "random.gguf")
     data = open(toy_model_path, "rb").read()
-    for name, size in (("truncated_header", 100), ("truncated_half", len(data) // 2),
-                       ("truncated_end", len(data) - 64)):
+    for name, size in (
+        ("truncated_header", 100),
+        ("truncated_half", len(data) // 2),
+        ("truncated_end", len(data) - 64),
+    ):
         with open(d / f"{name}.gguf", "wb") as fh:
             fh.write(data[:size])
         paths[name] = str(d / f"{name}.gguf")
@@ -324,21 +384,24 @@ def test_a_bad_model_file_is_one_error_line(bad_files, model, fragment):
 
 
 def test_a_draft_model_with_another_vocabulary_is_refused(toy_model_path, bad_files):
-    result = generate("--model", toy_model_path, "--proposer", "draft", "--draft-model",
-                      bad_files["other_vocab"], "--prompt", "hi")
+    result = generate(
+        "--model", toy_model_path, "--proposer", "draft", "--draft-model", bad_files["other_vocab"], "--prompt", "hi"
+    )
     user_error(result, 1, "vocabulary", os.path.basename(bad_files["other_vocab"]))
 
 
 def test_a_missing_draft_model_file_is_refused(toy_model_path, bad_files):
-    result = generate("--model", toy_model_path, "--proposer", "draft", "--draft-model",
-                      bad_files["missing"], "--prompt", "hi")
+    result = generate(
+        "--model", toy_model_path, "--proposer", "draft", "--draft-model", bad_files["missing"], "--prompt", "hi"
+    )
     user_error(result, 1, "draft model file not found", os.path.basename(bad_files["missing"]))
 
 
 @pytest.mark.parametrize("proposer", ["medusa", "hybrid"])
 def test_a_missing_heads_file_is_named_as_one(toy_model_path, bad_files, proposer):
-    result = generate("--model", toy_model_path, "--proposer", proposer, "--medusa-heads",
-                      bad_files["missing"], "--prompt", "hi")
+    result = generate(
+        "--model", toy_model_path, "--proposer", proposer, "--medusa-heads", bad_files["missing"], "--prompt", "hi"
+    )
     user_error(result, 1, "heads file not found", os.path.basename(bad_files["missing"]))
 
 
@@ -418,8 +481,9 @@ def test_an_invalid_line_stops_everything_before_generation(toy_model_path, tmp_
 
 
 def test_a_request_too_long_for_the_context_stops_everything(bad_files, tmp_path):
-    path = write_jsonl(tmp_path / "in.jsonl", {"prompt": "a"}, {"prompt": "b"},
-                       {"custom_id": "long", "prompt": "a long prompt " * 10})
+    path = write_jsonl(
+        tmp_path / "in.jsonl", {"prompt": "a"}, {"prompt": "b"}, {"custom_id": "long", "prompt": "a long prompt " * 10}
+    )
     result = generate("--model", bad_files["small_context"], "--input", path, "--json")
     user_error(result, 1, "context", "line 3", "'long'")
     assert "tokens/s" not in result.stderr  # no request was decoded
@@ -436,13 +500,15 @@ def test_empty_or_undecodable_input_files_are_refused(toy_model_path, tmp_path, 
 
 
 def test_a_missing_input_file_is_refused(toy_model_path, tmp_path):
-    user_error(generate("--model", toy_model_path, "--input", str(tmp_path / "nope.jsonl")), 1,
-               "not found", "nope.jsonl")
+    user_error(
+        generate("--model", toy_model_path, "--input", str(tmp_path / "nope.jsonl")), 1, "not found", "nope.jsonl"
+    )
 
 
 # --- the real model -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_default_model_answers_a_question():
     result = generate("--prompt", "What is the capital of France?", "--max-tokens", 12, "--json")
     (line,) = lines(result)
@@ -481,8 +547,13 @@ def test_a_kv_memory_budget_bounds_a_batch_and_refuses_a_request_too_big_for_it(
     assert [r["token_ids"] for r in records(bounded)] == [r["token_ids"] for r in free]
     assert "note: --kv-memory 40.0 KiB holds as few as" in bounded.stderr and "--batch-size 4" in bounded.stderr
     assert "note: --kv-memory" not in generate(*common).stderr
-    user_error(generate(*common, "--kv-memory", "11KiB"), 1, "request 'r2' (line 3)", "KV cache needs 12.2 KiB (49 positions",
-               "more than --kv-memory 11.0 KiB")
+    user_error(
+        generate(*common, "--kv-memory", "11KiB"),
+        1,
+        "request 'r2' (line 3)",
+        "KV cache needs 12.2 KiB (49 positions",
+        "more than --kv-memory 11.0 KiB",
+    )
     user_error(generate(*common, "--kv-memory", "lots"), 2, "'lots' is not a size")
 
 
@@ -513,16 +584,20 @@ def test_a_hostile_input_line_is_one_error_line(toy_model_path, tmp_path, bad_li
     assert "tokens/s" not in result.stderr
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (("--temperature", 100.5), "100"),
-    (("--temperature", "1e308"), "100"),
-    (("--top-k", 1_000_001), "1000000"),
-    (("--top-k", 10**30), "1000000"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (("--temperature", 100.5), "100"),
+        (("--temperature", "1e308"), "100"),
+        (("--top-k", 1_000_001), "1000000"),
+        (("--top-k", 10**30), "1000000"),
+    ],
+)
 def test_options_above_their_bound_are_usage_errors_that_say_the_bound(toy_model_path, args, fragment):
     user_error(generate("--model", toy_model_path, "--prompt", "hi", *args), 2, args[0], fragment)
 
 
+@pytest.mark.slow
 def test_a_huge_max_tokens_is_clipped_by_the_context(toy_model_file, tmp_path):
     # The key/value cache is sized for prompt + max_tokens, at most the context: a
     # huge max_tokens ends at the context, as a slightly too large one does.
@@ -544,36 +619,50 @@ def cli(*args) -> Result:
 @pytest.mark.parametrize("batch_id", ["abc\n", "-abc", "a" * 65, "a b"])
 def test_submit_refuses_a_bad_batch_id_before_connecting(toy_model_path, tmp_path, batch_id):
     path = write_jsonl(tmp_path / "in.jsonl", {"prompt": "a"})
-    result = cli("submit", path, "--model", toy_model_path, "--batch-id", batch_id,
-                 "--redis-url", "redis://127.0.0.1:1/0")
+    result = cli(
+        "submit", path, "--model", toy_model_path, "--batch-id", batch_id, "--redis-url", "redis://127.0.0.1:1/0"
+    )
     user_error(result, 1, "batch id", repr(batch_id))
 
 
-@pytest.mark.parametrize("url", [
-    "redis://:secret@[::1/0",  # urlsplit: "Invalid IPv6 URL"
-    "redis://:secret@[::1]:99999/0",
-    "redis://127.0.0.1:1/0?password=secret",
-    "redis://127.0.0.1:1/0?db=0&password=secret",
-    "redis://user:secret@127.0.0.1:1/0",
-    "unix://:secret@/nonexistent/specq.sock",
-    "unix:///nonexistent/specq.sock?password=secret",
-    "http://:secret@example/",
-    "redis://:secret\uff20@127.0.0.1:1/0",  # urlsplit's NFKC check quotes the netloc
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:secret@[::1/0",  # urlsplit: "Invalid IPv6 URL"
+        "redis://:secret@[::1]:99999/0",
+        "redis://127.0.0.1:1/0?password=secret",
+        "redis://127.0.0.1:1/0?db=0&password=secret",
+        "redis://user:secret@127.0.0.1:1/0",
+        "unix://:secret@/nonexistent/specq.sock",
+        "unix:///nonexistent/specq.sock?password=secret",
+        "http://:secret@example/",
+        "redis://:secret\uff20@127.0.0.1:1/0",  # urlsplit's NFKC check quotes the netloc
+    ],
+)
 def test_a_bad_or_unreachable_redis_url_is_one_line_without_the_password(url):
     line = user_error(cli("status", "--redis-url", url), 1, "Redis")
     assert "secret" not in line
 
 
 def test_an_openai_batch_line_prints_the_batch_output_line(toy_model_path, tmp_path):
-    path = write_jsonl(tmp_path / "batch.jsonl", {
-        "custom_id": "t1", "method": "POST", "url": "/v1/chat/completions",
-        "body": {"model": "smol", "messages": [{"role": "user", "content": "a"}], "max_tokens": 7}})
+    path = write_jsonl(
+        tmp_path / "batch.jsonl",
+        {
+            "custom_id": "t1",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "smol", "messages": [{"role": "user", "content": "a"}], "max_tokens": 7},
+        },
+    )
     (line,) = lines(generate("--model", toy_model_path, "--input", path, "--json"))
     assert set(line) == {"id", "custom_id", "response", "error", "specq"} and line["error"] is None
     body = line["response"]["body"]
     assert line["response"]["status_code"] == 200 and body["object"] == "chat.completion" and body["model"] == "smol"
-    assert body["choices"][0]["message"]["content"] == (plain := one_record(
-        generate("--model", toy_model_path, "--prompt", "a", "--max-tokens", 7, "--json")))["text"]
+    assert (
+        body["choices"][0]["message"]["content"]
+        == (plain := one_record(generate("--model", toy_model_path, "--prompt", "a", "--max-tokens", 7, "--json")))[
+            "text"
+        ]
+    )
     assert line["specq"]["token_ids"] == plain["token_ids"]
     assert body["usage"]["completion_tokens"] == len(plain["token_ids"]) == 7

@@ -11,7 +11,13 @@ from dataclasses import replace
 import click
 
 from specq.cli.options import (
-    config_from, format_bytes, generation_options, kv_memory_option, model_options, option_check, precision_option,
+    config_from,
+    format_bytes,
+    generation_options,
+    kv_memory_option,
+    model_options,
+    option_check,
+    precision_option,
 )
 from specq.errors import InputError, SpecqError
 from specq.jsonl import dumps_line
@@ -31,8 +37,11 @@ from specq.specdec.state import DecodeState
 @generation_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per request on stdout.")
 @click.option("--stream", is_flag=True, help="Print text as it is committed (one request at a time).")
-@click.option("--batch-size", type=click.IntRange(min=1, max=64),
-              help="Requests decoded together, sharing each target forward (a decode group) [default: 8; 1 with --stream].")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1, max=64),
+    help="Requests decoded together, sharing each target forward (a decode group) [default: 8; 1 with --stream].",
+)
 @kv_memory_option
 def generate(prompt_text, input_path, as_json, stream, batch_size, kv_memory, **options) -> None:
     """Generate completions locally, with no queue.
@@ -87,8 +96,11 @@ def _load(config: BatchConfig) -> Engine:
 
     started = time.perf_counter()
     engine = load_engine(
-        model_path=config.model_path or None, proposer=config.proposer, draft_model_path=config.draft_model_path or None,
-        medusa_heads_path=config.medusa_heads_path or None, precision=config.precision,
+        model_path=config.model_path or None,
+        proposer=config.proposer,
+        draft_model_path=config.draft_model_path or None,
+        medusa_heads_path=config.medusa_heads_path or None,
+        precision=config.precision,
     )
     click.echo(
         f"loaded {engine.model.path} ({engine.model.config.n_layers} layers, proposer {config.proposer}, "
@@ -110,28 +122,40 @@ def _stream_one(engine: Engine, spec: PromptSpec, state: DecodeState) -> None:
     _summary(spec, state)
 
 
-def _check_kv_memory(engine: Engine, specs: list[PromptSpec], states: list[DecodeState], batch_size: int,
-                     budget: int) -> None:
+def _check_kv_memory(
+    engine: Engine, specs: list[PromptSpec], states: list[DecodeState], batch_size: int, budget: int
+) -> None:
     """Refuse a request whose KV cache alone exceeds the budget; say when the budget,
     not --batch-size, will bound how many decode together."""
     needs = [engine.kv_bytes(state) for state in states]
     per_position = format_bytes(engine.model.kv_bytes_per_position)
-    for spec, state, need in zip(specs, states, needs):
+    for spec, need in zip(specs, needs):
         if need > budget:
             raise InputError(
                 f"request {spec.custom_id!r} (line {spec.line}): its KV cache needs {format_bytes(need)} "
                 f"({need // engine.model.kv_bytes_per_position} positions at {per_position}), more than "
-                f"--kv-memory {format_bytes(budget)}")
+                f"--kv-memory {format_bytes(budget)}"
+            )
     largest = sorted(needs, reverse=True)[:batch_size]
     if len(largest) == batch_size and sum(largest) > budget:
         fit = next(n for n in range(batch_size, 0, -1) if sum(largest[:n]) <= budget)
-        click.echo(f"note: --kv-memory {format_bytes(budget)} holds as few as {fit} of these requests at once "
-                   f"(the largest KV cache is {format_bytes(largest[0])}, {per_position} a position); "
-                   f"fewer than --batch-size {batch_size} may decode together", err=True)
+        click.echo(
+            f"note: --kv-memory {format_bytes(budget)} holds as few as {fit} of these requests at once "
+            f"(the largest KV cache is {format_bytes(largest[0])}, {per_position} a position); "
+            f"fewer than --batch-size {batch_size} may decode together",
+            err=True,
+        )
 
 
-def _decode_batch(engine: Engine, specs: list[PromptSpec], states: list[DecodeState], *, batch_size: int,
-                  kv_budget: int, as_json: bool) -> None:
+def _decode_batch(
+    engine: Engine,
+    specs: list[PromptSpec],
+    states: list[DecodeState],
+    *,
+    batch_size: int,
+    kv_budget: int,
+    as_json: bool,
+) -> None:
     """Decode together; print each result in input order as soon as it and every
     result before it are done."""
     done: dict[int, DecodeState] = {}
@@ -186,7 +210,9 @@ def _proposer_list(ctx: click.Context, param: click.Parameter, value: str) -> li
     names = [v.strip() for v in value.split(",") if v.strip()]
     unknown = [n for n in names if n not in PROPOSERS]
     if not names or unknown:
-        raise click.BadParameter(f"unknown proposer {unknown[0] if unknown else value!r} (choose from {', '.join(PROPOSERS)})")
+        raise click.BadParameter(
+            f"unknown proposer {unknown[0] if unknown else value!r} (choose from {', '.join(PROPOSERS)})"
+        )
     return names
 
 
@@ -216,11 +242,24 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
 
 
 @click.command()
-@click.option("--input", "input_path", type=click.Path(dir_okay=False), default="examples/bench_prompts.jsonl",
-              show_default=True, help="JSONL prompts; an optional 'category' field groups the results.")
-@click.option("--model", "model_path", type=click.Path(dir_okay=False), help="Target GGUF (default: SmolLM2-135M-Instruct).")
-@click.option("--proposers", default="auto", show_default=True, callback=_proposer_list,
-              help="Comma-separated proposers to compare with plain decoding.")
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(dir_okay=False),
+    default="examples/bench_prompts.jsonl",
+    show_default=True,
+    help="JSONL prompts; an optional 'category' field groups the results.",
+)
+@click.option(
+    "--model", "model_path", type=click.Path(dir_okay=False), help="Target GGUF (default: SmolLM2-135M-Instruct)."
+)
+@click.option(
+    "--proposers",
+    default="auto",
+    show_default=True,
+    callback=_proposer_list,
+    help="Comma-separated proposers to compare with plain decoding.",
+)
 @click.option("--k", "ks", default="3,5", show_default=True, callback=_int_list, help="Comma-separated draft lengths.")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--max-tokens", type=int, callback=option_check("max_tokens"), help="Override every line's max_tokens.")
@@ -229,24 +268,63 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
 @click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False))
 @click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="The full report as JSON on stdout.")
-@click.option("--plot", "plot_dir", type=click.Path(file_okay=False),
-              help="Write PNG charts here (tokens/s against k, speedup per category, acceptance per position).")
-@click.option("--batch-size", "batch_sizes", default="", callback=_batch_sizes,
-              help="Also decode all prompts N at a time, for each N of a comma-separated list (aggregate tokens/s; "
-                   "outputs checked against single stream): 8, or a sweep such as 4,8,16,32,64.")
-@click.option("--row-curve", "row_curve", default="", callback=_optional_int_list,
-              help="Also measure the cost of a forward of R rows against one row, for R in a comma-separated list "
-                   "(e.g. 1,2,4,8,16,32,64): R rows of one sequence (verification) and R sequences (decode round).")
-@click.option("--compare", "compare", default="", callback=_compare_list,
-              help="External tools side by side, if installed: hf, llama.cpp (comma-separated; extra 'compare'). "
-                   "With --batch-size, llama.cpp also decodes that many sequences per llama_decode.")
+@click.option(
+    "--plot",
+    "plot_dir",
+    type=click.Path(file_okay=False),
+    help="Write PNG charts here (tokens/s against k, speedup per category, acceptance per position).",
+)
+@click.option(
+    "--batch-size",
+    "batch_sizes",
+    default="",
+    callback=_batch_sizes,
+    help="Also decode all prompts N at a time, for each N of a comma-separated list (aggregate tokens/s; "
+    "outputs checked against single stream): 8, or a sweep such as 4,8,16,32,64.",
+)
+@click.option(
+    "--row-curve",
+    "row_curve",
+    default="",
+    callback=_optional_int_list,
+    help="Also measure the cost of a forward of R rows against one row, for R in a comma-separated list "
+    "(e.g. 1,2,4,8,16,32,64): R rows of one sequence (verification) and R sequences (decode round).",
+)
+@click.option(
+    "--compare",
+    "compare",
+    default="",
+    callback=_compare_list,
+    help="External tools side by side, if installed: hf, llama.cpp (comma-separated; extra 'compare'). "
+    "With --batch-size, llama.cpp also decodes that many sequences per llama_decode.",
+)
 @precision_option
-@click.option("--quality", is_flag=True,
-              help="Instead of the speed passes: how far int16 and int8 predictions (or --precision's) are from "
-                   "f32's on the prompts "
-                   f"(top-1 agreement, KL divergence; --max-tokens defaults to {QUALITY_MAX_TOKENS}).")
-def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adaptive, draft_model_path,
-          medusa_heads_path, as_json, plot_dir, batch_sizes, row_curve, compare, precision, quality) -> None:
+@click.option(
+    "--quality",
+    is_flag=True,
+    help="Instead of the speed passes: how far int16 and int8 predictions (or --precision's) are from "
+    "f32's on the prompts "
+    f"(top-1 agreement, KL divergence; --max-tokens defaults to {QUALITY_MAX_TOKENS}).",
+)
+def bench(
+    input_path,
+    model_path,
+    proposers,
+    ks,
+    repeat,
+    max_tokens,
+    limit,
+    adaptive,
+    draft_model_path,
+    medusa_heads_path,
+    as_json,
+    plot_dir,
+    batch_sizes,
+    row_curve,
+    compare,
+    precision,
+    quality,
+) -> None:
     """Measure speculative decoding against plain decoding on one loaded model
     (greedy; tokens/s, speedup, tau, acceptance, exactness), as ratios from one run.
 
@@ -263,13 +341,27 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer, resolve_proposer
 
     if quality:
-        speed_only = [name for name, given in (("--compare", compare), ("--plot", plot_dir), ("--row-curve", row_curve),
-                                               ("--batch-size", batch_sizes)) if given]
+        speed_only = [
+            name
+            for name, given in (
+                ("--compare", compare),
+                ("--plot", plot_dir),
+                ("--row-curve", row_curve),
+                ("--batch-size", batch_sizes),
+            )
+            if given
+        ]
         if speed_only:
             raise click.UsageError(f"--quality measures predictions, not speed: it takes no {speed_only[0]}")
         chosen = click.get_current_context().get_parameter_source("precision") != click.core.ParameterSource.DEFAULT
-        _bench_quality(input_path, model_path, limit, max_tokens or QUALITY_MAX_TOKENS, as_json,
-                       INTEGER if not chosen or precision == "f32" else (precision,))
+        _bench_quality(
+            input_path,
+            model_path,
+            limit,
+            max_tokens or QUALITY_MAX_TOKENS,
+            as_json,
+            INTEGER if not chosen or precision == "f32" else (precision,),
+        )
         return
     if plot_dir:
         from specq.bench_plot import _pyplot
@@ -286,17 +378,26 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
             specs = [replace(s, overrides={**s.overrides, "max_tokens": max_tokens}) for s in specs]
         model, tokenizer = load_model_and_tokenizer(model_path or default_model_path(), precision)
         if row_curve and CURVE_CONTEXT + max(row_curve) + 1 > model.config.context_length:
-            raise InputError(f"--row-curve {max(row_curve)} rows after {CURVE_CONTEXT} positions exceed the model's "
-                             f"context of {model.config.context_length}")
+            raise InputError(
+                f"--row-curve {max(row_curve)} rows after {CURVE_CONTEXT} positions exceed the model's "
+                f"context of {model.config.context_length}"
+            )
         proposer_cache: dict = {}
         # Reported by what they are ("auto" is hybrid or ngram, depending on the heads).
-        proposers = list(dict.fromkeys(resolve_proposer(p, model.fingerprint, draft_model_path=draft_model_path,
-                                                        medusa_heads_path=medusa_heads_path) for p in proposers))
+        proposers = list(
+            dict.fromkeys(
+                resolve_proposer(
+                    p, model.fingerprint, draft_model_path=draft_model_path, medusa_heads_path=medusa_heads_path
+                )
+                for p in proposers
+            )
+        )
 
         def proposer_for(name: str):
             if name not in proposer_cache:
-                proposer_cache[name] = make_proposer(name, model, tokenizer, draft_model_path=draft_model_path,
-                                                     medusa_heads_path=medusa_heads_path)
+                proposer_cache[name] = make_proposer(
+                    name, model, tokenizer, draft_model_path=draft_model_path, medusa_heads_path=medusa_heads_path
+                )
             return proposer_cache[name]
 
         for name in proposers:
@@ -307,10 +408,19 @@ def bench(input_path, model_path, proposers, ks, repeat, max_tokens, limit, adap
         # The same thread count as specq's kernels, so the comparison is like for like.
         baselines = load_baselines(compare, model_path or default_model_path(), numba.get_num_threads())
         try:
-            report = run_bench(model, tokenizer, specs, configs, proposer_for,
-                               defaults=GenerationDefaults(adaptive=adaptive), repeat=repeat, batch_sizes=batch_sizes,
-                               row_curve=row_curve,
-                               baselines=baselines, progress=lambda msg: click.echo(msg, err=True))
+            report = run_bench(
+                model,
+                tokenizer,
+                specs,
+                configs,
+                proposer_for,
+                defaults=GenerationDefaults(adaptive=adaptive),
+                repeat=repeat,
+                batch_sizes=batch_sizes,
+                row_curve=row_curve,
+                baselines=baselines,
+                progress=lambda msg: click.echo(msg, err=True),
+            )
         finally:
             for baseline in baselines:
                 baseline.close()
@@ -348,8 +458,10 @@ def _bench_quality(input_path, model_path, limit, max_tokens, as_json, candidate
             prompt = to_request(spec, tokenizer, GenerationDefaults()).prompt_ids
             room = f32.config.context_length - len(prompt)
             if room < 1:
-                raise InputError(f"request {spec.custom_id!r} (line {spec.line}): prompt has {len(prompt)} tokens; "
-                                 f"the model's context is {f32.config.context_length}")
+                raise InputError(
+                    f"request {spec.custom_id!r} (line {spec.line}): prompt has {len(prompt)} tokens; "
+                    f"the model's context is {f32.config.context_length}"
+                )
             for name, model in models.items():
                 compare(f32, model, [prompt], min(max_tokens, room), tokenizer.end_of_turn_ids, reports[name])
             click.echo(f"{i}/{len(specs)} prompts compared", err=True)

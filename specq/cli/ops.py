@@ -6,8 +6,8 @@ import time
 
 import click
 
-from specq.cli.queue import connect, user_errors
 from specq.cli.options import redis_option
+from specq.cli.queue import connect, user_errors
 
 
 @click.command()

@@ -6,7 +6,12 @@ import click
 
 from specq.errors import ParameterError
 from specq.requests.config import (
-    DEFAULT_BATCH_SIZE, DEFAULT_CHECKPOINT_SECONDS, DEFAULT_CHECKPOINT_TOKENS, DEFAULT_KV_MEMORY, BatchConfig, parse_size,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CHECKPOINT_SECONDS,
+    DEFAULT_CHECKPOINT_TOKENS,
+    DEFAULT_KV_MEMORY,
+    BatchConfig,
+    parse_size,
     resolve_config,
 )
 from specq.requests.inputs import GenerationDefaults, OptionError, check_option
@@ -43,32 +48,66 @@ def _resolve_precision(ctx, param, value: str) -> str:
 
 
 precision_option = click.option(
-    "--precision", type=click.Choice((AUTO, *PRECISIONS)), default=AUTO, show_default=True, callback=_resolve_precision,
+    "--precision",
+    type=click.Choice((AUTO, *PRECISIONS)),
+    default=AUTO,
+    show_default=True,
+    callback=_resolve_precision,
     help="auto: int16 on CPUs with AVX2, else f32. f32: float32 arithmetic, HuggingFace parity. int16: 15-bit "
-         "activations with integer dot products and float16 KV caches, f32's predictions at 99.9% of positions "
-         "(the rest near ties) and faster on many rows. int8: "
-         "8-bit activations, faster still; outputs differ from f32 near ties (docs/performance.md).",
+    "activations with integer dot products and float16 KV caches, f32's predictions at 99.9% of positions "
+    "(the rest near ties) and faster on many rows. int8: "
+    "8-bit activations, faster still; outputs differ from f32 near ties (docs/performance.md).",
 )
 
 model_options = stack(
-    click.option("--model", "model_path", type=click.Path(dir_okay=False),
-                 help="Target GGUF (default: SmolLM2-135M-Instruct)."),
-    click.option("--proposer", type=click.Choice(PROPOSERS), default="auto", show_default=True,
-                 help="auto: heads with prompt lookup (hybrid) when heads fit the model (shipped for the default model), else ngram."),
-    click.option("--draft-model", "draft_model_path", type=click.Path(dir_okay=False),
-                 help="GGUF draft model for --proposer draft."),
-    click.option("--medusa-heads", "medusa_heads_path", type=click.Path(dir_okay=False),
-                 help="Heads file for medusa/hybrid (default: the shipped heads, when they fit the model)."),
+    click.option(
+        "--model", "model_path", type=click.Path(dir_okay=False), help="Target GGUF (default: SmolLM2-135M-Instruct)."
+    ),
+    click.option(
+        "--proposer",
+        type=click.Choice(PROPOSERS),
+        default="auto",
+        show_default=True,
+        help="auto: heads with prompt lookup (hybrid) when heads fit the model (shipped for the default model), "
+        "else ngram.",
+    ),
+    click.option(
+        "--draft-model",
+        "draft_model_path",
+        type=click.Path(dir_okay=False),
+        help="GGUF draft model for --proposer draft.",
+    ),
+    click.option(
+        "--medusa-heads",
+        "medusa_heads_path",
+        type=click.Path(dir_okay=False),
+        help="Heads file for medusa/hybrid (default: the shipped heads, when they fit the model).",
+    ),
     precision_option,
 )
 
 generation_options = stack(
-    click.option("--k", "k", type=click.IntRange(min=1, max=16), default=4, show_default=True,
-                 help="Most draft tokens per round (4 measured best with the adaptive length; docs/performance.md)."),
-    click.option("--adaptive/--fixed-k", default=True, show_default=True,
-                 help="Choose 0..k drafts per round from the measured acceptance, or always draft k."),
-    click.option("--accept", type=click.Choice(("auto",) + ACCEPT_RULES), default="auto", show_default=True,
-                 help="auto: greedy at temperature 0, sample otherwise. typical is faster but not distribution-preserving."),
+    click.option(
+        "--k",
+        "k",
+        type=click.IntRange(min=1, max=16),
+        default=4,
+        show_default=True,
+        help="Most draft tokens per round (4 measured best with the adaptive length; docs/performance.md).",
+    ),
+    click.option(
+        "--adaptive/--fixed-k",
+        default=True,
+        show_default=True,
+        help="Choose 0..k drafts per round from the measured acceptance, or always draft k.",
+    ),
+    click.option(
+        "--accept",
+        type=click.Choice(("auto",) + ACCEPT_RULES),
+        default="auto",
+        show_default=True,
+        help="auto: greedy at temperature 0, sample otherwise. typical is faster but not distribution-preserving.",
+    ),
     click.option("--max-tokens", type=int, default=256, show_default=True, callback=option_check("max_tokens")),
     click.option("--temperature", type=float, default=0.0, show_default=True, callback=option_check("temperature")),
     click.option("--top-p", type=float, default=1.0, show_default=True, callback=option_check("top_p")),
@@ -80,12 +119,27 @@ generation_options = stack(
 
 
 batch_options = stack(
-    click.option("--batch-size", type=click.IntRange(min=1, max=64), default=DEFAULT_BATCH_SIZE, show_default=True,
-                 help="Requests a worker process decodes together, sharing each target forward (its decode group)."),
-    click.option("--checkpoint-tokens", type=click.IntRange(min=1), default=DEFAULT_CHECKPOINT_TOKENS,
-                 show_default=True, help="Checkpoint a request after this many new tokens..."),
-    click.option("--checkpoint-seconds", type=click.FloatRange(min=0.1), default=DEFAULT_CHECKPOINT_SECONDS,
-                 show_default=True, help="...or this many seconds since its last checkpoint."),
+    click.option(
+        "--batch-size",
+        type=click.IntRange(min=1, max=64),
+        default=DEFAULT_BATCH_SIZE,
+        show_default=True,
+        help="Requests a worker process decodes together, sharing each target forward (its decode group).",
+    ),
+    click.option(
+        "--checkpoint-tokens",
+        type=click.IntRange(min=1),
+        default=DEFAULT_CHECKPOINT_TOKENS,
+        show_default=True,
+        help="Checkpoint a request after this many new tokens...",
+    ),
+    click.option(
+        "--checkpoint-seconds",
+        type=click.FloatRange(min=0.1),
+        default=DEFAULT_CHECKPOINT_SECONDS,
+        show_default=True,
+        help="...or this many seconds since its last checkpoint.",
+    ),
 )
 
 
@@ -93,13 +147,24 @@ def config_from(options: dict) -> tuple[BatchConfig, str]:
     """The configuration the command's model, generation and batch options make,
     resolved once (requests.config.resolve_config), and the model file's path."""
     defaults = GenerationDefaults(
-        max_tokens=options["max_tokens"], temperature=options["temperature"], top_p=options["top_p"],
-        top_k=options["top_k"], seed=options["seed"], stop=tuple(options["stop"]), accept=options["accept"],
-        k=options["k"], adaptive=options["adaptive"], raw_prompt=options["raw_prompt"],
+        max_tokens=options["max_tokens"],
+        temperature=options["temperature"],
+        top_p=options["top_p"],
+        top_k=options["top_k"],
+        seed=options["seed"],
+        stop=tuple(options["stop"]),
+        accept=options["accept"],
+        k=options["k"],
+        adaptive=options["adaptive"],
+        raw_prompt=options["raw_prompt"],
     )
     return resolve_config(
-        model_path=options["model_path"], proposer=options["proposer"], draft_model_path=options["draft_model_path"],
-        medusa_heads_path=options["medusa_heads_path"], defaults=defaults, precision=options["precision"],
+        model_path=options["model_path"],
+        proposer=options["proposer"],
+        draft_model_path=options["draft_model_path"],
+        medusa_heads_path=options["medusa_heads_path"],
+        defaults=defaults,
+        precision=options["precision"],
         batch_size=options.get("batch_size") or DEFAULT_BATCH_SIZE,
         checkpoint_tokens=options.get("checkpoint_tokens", DEFAULT_CHECKPOINT_TOKENS),
         checkpoint_seconds=options.get("checkpoint_seconds", DEFAULT_CHECKPOINT_SECONDS),
@@ -107,7 +172,9 @@ def config_from(options: dict) -> tuple[BatchConfig, str]:
 
 
 redis_option = click.option(
-    "--redis-url", envvar="SPECQ_REDIS_URL", metavar="URL",
+    "--redis-url",
+    envvar="SPECQ_REDIS_URL",
+    metavar="URL",
     help="redis:// or rediss:// (also $SPECQ_REDIS_URL); default: an embedded server on a local data directory.",
 )
 
@@ -122,10 +189,15 @@ def memory_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
 # One option for generate, worker and run; a worker's jobs read SPECQ_KV_MEMORY, which
 # worker and run set from it for their processes.
 kv_memory_option = click.option(
-    "--kv-memory", "kv_memory", envvar="SPECQ_KV_MEMORY", default=DEFAULT_KV_MEMORY, show_default=True,
+    "--kv-memory",
+    "kv_memory",
+    envvar="SPECQ_KV_MEMORY",
+    default=DEFAULT_KV_MEMORY,
+    show_default=True,
     callback=memory_size,
     help="The most memory the KV caches one process decodes together may take (4GiB, 512MiB, ...; also "
-         "SPECQ_KV_MEMORY): fewer than --batch-size decode together when theirs would not fit.")
+    "SPECQ_KV_MEMORY): fewer than --batch-size decode together when theirs would not fit.",
+)
 
 
 def format_bytes(n: float) -> str:
@@ -134,4 +206,3 @@ def format_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.2f} GiB"
-

@@ -12,10 +12,14 @@ import click
 import redis
 
 from specq.cli.options import (
-    batch_options, config_from, generation_options, kv_memory_option, model_options, redis_option,
+    batch_options,
+    config_from,
+    generation_options,
+    kv_memory_option,
+    model_options,
+    redis_option,
 )
 from specq.errors import ParameterError, SpecqError
-from specq.requests.config import BatchConfig
 from specq.queue.timing import DEFAULT_QUEUE
 from specq.requests.ids import check_batch_id
 
@@ -46,8 +50,9 @@ def submit_file(client, input_path, config, model_file, batch_id, queue, skip_in
     from specq.queue.submit import submit as do_submit
 
     require_noeviction(client)
-    outcome = do_submit(client, input_path, config, model_file=model_file, batch_id=batch_id, queue=queue,
-                        skip_invalid=skip_invalid)
+    outcome = do_submit(
+        client, input_path, config, model_file=model_file, batch_id=batch_id, queue=queue, skip_invalid=skip_invalid
+    )
     for bad in outcome.invalid:
         click.echo(f"skipped: {bad.message}", err=True)
     click.echo(
@@ -82,9 +87,17 @@ def submit(input_path, batch_id, queue, skip_invalid, as_json, redis_url, **gen)
         client = connect(redis_url)
         outcome = submit_file(client, input_path, config, model_file, batch_id, queue, skip_invalid)
     if as_json:
-        click.echo(json.dumps({"batch_id": outcome.batch_id, "added": outcome.added,
-                               "already_present": outcome.already_present, "invalid": len(outcome.invalid),
-                               "jobs": outcome.jobs}))
+        click.echo(
+            json.dumps(
+                {
+                    "batch_id": outcome.batch_id,
+                    "added": outcome.added,
+                    "already_present": outcome.already_present,
+                    "invalid": len(outcome.invalid),
+                    "jobs": outcome.jobs,
+                }
+            )
+        )
     else:
         click.echo(outcome.batch_id)
 
@@ -108,16 +121,29 @@ def format_batch(st: dict) -> str:
     flags = f"  [{', '.join(st['flags'])}]" if st["flags"] else ""
     tau = f"{st['tau']:.2f}" if st["tau"] is not None else "-"
     acc = f"{st['acceptance_rate']:.2f}" if st["acceptance_rate"] is not None else "-"
-    return "\n".join([
-        f"batch {st['batch_id']}  queue {st['queue']}  proposer {st['proposer']}  precision {st['precision']}{flags}",
-        f"  [{'#' * filled}{'-' * (width - filled)}] {finished}/{st['total']} finished",
-        "  " + "  ".join(f"{name} {c[name]}" for name in c),
-        f"  {st['tokens']} tokens, {st['tokens_per_second']:.1f} tokens/s, tau {tau}, acceptance {acc}, "
-        f"resumed after a crash {st['resumes']['crash']}, time left {_duration(st['eta_seconds'])}",
-    ] + ([f"  {st['proposer_fallbacks']} requests went on without drafts (the proposer failed on a worker)"]
-         if st["proposer_fallbacks"] else [])
-      + ([f"  STALLED: {c['queued']} requests wait and no live job will run them: start a worker on queue "
-          f"{st['queue']} (a running worker restores the job within seconds)"] if st.get("stalled") else []))
+    return "\n".join(
+        [
+            f"batch {st['batch_id']}  queue {st['queue']}  proposer {st['proposer']}  "
+            f"precision {st['precision']}{flags}",
+            f"  [{'#' * filled}{'-' * (width - filled)}] {finished}/{st['total']} finished",
+            "  " + "  ".join(f"{name} {c[name]}" for name in c),
+            f"  {st['tokens']} tokens, {st['tokens_per_second']:.1f} tokens/s, tau {tau}, acceptance {acc}, "
+            f"resumed after a crash {st['resumes']['crash']}, time left {_duration(st['eta_seconds'])}",
+        ]
+        + (
+            [f"  {st['proposer_fallbacks']} requests went on without drafts (the proposer failed on a worker)"]
+            if st["proposer_fallbacks"]
+            else []
+        )
+        + (
+            [
+                f"  STALLED: {c['queued']} requests wait and no live job will run them: start a worker on queue "
+                f"{st['queue']} (a running worker restores the job within seconds)"
+            ]
+            if st.get("stalled")
+            else []
+        )
+    )
 
 
 @click.command()
@@ -145,8 +171,11 @@ def status(batch_id, as_json, watch, interval, redis_url) -> None:
             else:
                 report = overview(client)
             if as_json:
-                click.echo(json.dumps(report if not batch_id else {**report["batches"][0],
-                                                                      "workers_alive": report["workers_alive"]}))
+                click.echo(
+                    json.dumps(
+                        report if not batch_id else {**report["batches"][0], "workers_alive": report["workers_alive"]}
+                    )
+                )
             else:
                 if watch:
                     click.clear()
@@ -256,13 +285,27 @@ def results(batch_id, output, errors_path, redis_url) -> None:
 
 
 @click.command()
-@click.option("--queue", "queues", multiple=True, default=(DEFAULT_QUEUE,), show_default=True,
-              help="Queue to take jobs from (repeatable).")
-@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Worker processes on this machine, each with its own copy of the model.")
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    default=(DEFAULT_QUEUE,),
+    show_default=True,
+    help="Queue to take jobs from (repeatable).",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes on this machine, each with its own copy of the model.",
+)
 @click.option("--burst", is_flag=True, help="Exit when the queues are empty.")
-@click.option("--check", is_flag=True,
-              help="Health check: exit 0 if this machine's workers have fresh heartbeats and no open breaker.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Health check: exit 0 if this machine's workers have fresh heartbeats and no open breaker.",
+)
 @kv_memory_option
 @redis_option
 def worker(queues, processes, burst, check, kv_memory, redis_url) -> None:
@@ -288,8 +331,12 @@ def worker(queues, processes, burst, check, kv_memory, redis_url) -> None:
         if processes == 1:
             run_worker(client, list(queues), burst=burst)
             return
-        supervisor = Supervisor(worker_argv(list(queues), burst=burst), processes, restart=not burst,
-                                env={**os.environ, "SPECQ_REDIS_URL": url})
+        supervisor = Supervisor(
+            worker_argv(list(queues), burst=burst),
+            processes,
+            restart=not burst,
+            env={**os.environ, "SPECQ_REDIS_URL": url},
+        )
         supervisor.start()
         try:
             while supervisor.running():

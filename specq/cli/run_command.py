@@ -12,12 +12,17 @@ from dataclasses import replace
 import click
 
 from specq.cli.options import (
-    batch_options, config_from, generation_options, kv_memory_option, model_options, redis_option,
+    batch_options,
+    config_from,
+    generation_options,
+    kv_memory_option,
+    model_options,
+    redis_option,
 )
 from specq.cli.queue import connect, submit_file, user_errors, write_results
 from specq.errors import InputError
-from specq.requests.config import BatchConfig
 from specq.queue.keys import BatchKeys
+from specq.requests.config import BatchConfig
 from specq.specdec.precision import require_integer
 
 
@@ -42,8 +47,12 @@ def run_batch_id(input_path: str, config: BatchConfig) -> str:
 @click.command()
 @click.argument("input_path", metavar="FILE.jsonl", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Results file [default: FILE.results.jsonl].")
-@click.option("--errors", "errors_path", type=click.Path(dir_okay=False),
-              help="Errors file [default: FILE.errors.jsonl, written only if there are errors].")
+@click.option(
+    "--errors",
+    "errors_path",
+    type=click.Path(dir_okay=False),
+    help="Errors file [default: FILE.errors.jsonl, written only if there are errors].",
+)
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True)
 @model_options
 @generation_options
@@ -93,11 +102,17 @@ def run(input_path, output, errors_path, processes, skip_invalid, kv_memory, red
             target = resolve_target(client, batch_id)
             do_resume(target)
             done = batch_status(client, batch_id)["counts"]["completed"]
-            click.echo(f"continuing batch {batch_id}: {done} requests already completed, "
-                       f"{checkpointed_unfinished(target.store)} resume from checkpoints", err=True)
-        supervisor = Supervisor(worker_argv([queue], burst=False), processes, restart=True,
-                                env={**os.environ, "SPECQ_REDIS_URL": url,
-                                     "SPECQ_KV_MEMORY": str(kv_memory)})
+            click.echo(
+                f"continuing batch {batch_id}: {done} requests already completed, "
+                f"{checkpointed_unfinished(target.store)} resume from checkpoints",
+                err=True,
+            )
+        supervisor = Supervisor(
+            worker_argv([queue], burst=False),
+            processes,
+            restart=True,
+            env={**os.environ, "SPECQ_REDIS_URL": url, "SPECQ_KV_MEMORY": str(kv_memory)},
+        )
         if not batch_status(client, batch_id)["done"]:
             supervisor.start()
         try:
@@ -109,8 +124,10 @@ def run(input_path, output, errors_path, processes, skip_invalid, kv_memory, red
         finally:
             supervisor.stop()  # whatever ended the wait (an error too): no worker outlives the run
         n_out, n_err = write_results(client, batch_id, output, errors_path if _has_errors(st) else None)
-    click.echo(f"batch {batch_id}: {n_out} results in {output}" + (f", {n_err} errors in {errors_path}" if n_err else ""),
-               err=True)
+    click.echo(
+        f"batch {batch_id}: {n_out} results in {output}" + (f", {n_err} errors in {errors_path}" if n_err else ""),
+        err=True,
+    )
 
 
 def _has_errors(st: dict) -> bool:
@@ -128,8 +145,10 @@ def _wait_for(client, batch_id, supervisor, batch_status, reap_all) -> dict:
     while True:
         st = batch_status(client, batch_id)
         c = st["counts"]
-        line = (f"{c['completed']}/{st['total']} completed, {c['running']} running, {c['failed']} failed, "
-                f"{st['tokens_per_second']:.1f} tokens/s")
+        line = (
+            f"{c['completed']}/{st['total']} completed, {c['running']} running, {c['failed']} failed, "
+            f"{st['tokens_per_second']:.1f} tokens/s"
+        )
         finished = st["done"] or (c["queued"] == c["running"] == 0)
         if line != last_line and (finished or time.monotonic() - last_print >= PROGRESS_EVERY_S):
             click.echo(line, err=True)

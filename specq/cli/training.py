@@ -15,26 +15,54 @@ from specq.training.recurrent import RecurrentConfig
 
 @click.command("train-heads")
 @click.argument("prompts_path", metavar="PROMPTS.jsonl", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "out_path", required=True, type=click.Path(dir_okay=False),
-              help="Heads file to write (GGUF).")
-@click.option("--model", "model_path", type=click.Path(dir_okay=False),
-              help="Target GGUF (default: SmolLM2-135M-Instruct).")
-@click.option("--kind", type=click.Choice(["recurrent", "medusa"]), default="recurrent", show_default=True,
-              help="recurrent: one head fed each drafted token; medusa: one independent head per position.")
-@click.option("--heads", "n_heads", type=click.IntRange(1, 8), default=4, show_default=True,
-              help="Medusa heads to train; for a recurrent head, the drafted positions measured.")
+@click.option(
+    "-o", "--output", "out_path", required=True, type=click.Path(dir_okay=False), help="Heads file to write (GGUF)."
+)
+@click.option(
+    "--model", "model_path", type=click.Path(dir_okay=False), help="Target GGUF (default: SmolLM2-135M-Instruct)."
+)
+@click.option(
+    "--kind",
+    type=click.Choice(["recurrent", "medusa"]),
+    default="recurrent",
+    show_default=True,
+    help="recurrent: one head fed each drafted token; medusa: one independent head per position.",
+)
+@click.option(
+    "--heads",
+    "n_heads",
+    type=click.IntRange(1, 8),
+    default=4,
+    show_default=True,
+    help="Medusa heads to train; for a recurrent head, the drafted positions measured.",
+)
 @click.option("--max-tokens", type=click.IntRange(min=2), help="Cap on each answer's length (default: the lines').")
-@click.option("--epochs", type=click.IntRange(min=1),
-              help=f"Passes over the training rows (default: {RecurrentConfig.epochs} recurrent, {TrainConfig.epochs} medusa).")
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=TrainConfig.learning_rate,
-              show_default=True)
+@click.option(
+    "--epochs",
+    type=click.IntRange(min=1),
+    help=f"Passes over the training rows (default: {RecurrentConfig.epochs} recurrent, {TrainConfig.epochs} medusa).",
+)
+@click.option(
+    "--learning-rate", type=click.FloatRange(min=0, min_open=True), default=TrainConfig.learning_rate, show_default=True
+)
 @click.option("--seed", type=int, default=TrainConfig.seed, show_default=True)
-@click.option("--batch-size", type=click.IntRange(1, 64), default=8, show_default=True,
-              help="Answers decoded together while distilling.")
-@click.option("--work-dir", type=click.Path(file_okay=False), default=".specq-train", show_default=True,
-              help="Answers and features kept between runs: an interrupted run continues.")
-def train_heads(prompts_path, out_path, model_path, kind, n_heads, max_tokens, epochs, learning_rate, seed, batch_size,
-                work_dir) -> None:
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 64),
+    default=8,
+    show_default=True,
+    help="Answers decoded together while distilling.",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False),
+    default=".specq-train",
+    show_default=True,
+    help="Answers and features kept between runs: an interrupted run continues.",
+)
+def train_heads(
+    prompts_path, out_path, model_path, kind, n_heads, max_tokens, epochs, learning_rate, seed, batch_size, work_dir
+) -> None:
     """Train heads on the model's own answers to PROMPTS.jsonl.
 
     \b
@@ -57,8 +85,16 @@ def train_heads(prompts_path, out_path, model_path, kind, n_heads, max_tokens, e
         base = RecurrentConfig() if kind == "recurrent" else TrainConfig()
         config = replace(base, epochs=epochs or base.epochs, learning_rate=learning_rate, seed=seed)
         report = train_heads_file(
-            engine, prompts_path, out_path, work_dir, kind=kind, n_heads=n_heads, max_tokens=max_tokens,
-            batch_size=batch_size, config=config, say=say,
+            engine,
+            prompts_path,
+            out_path,
+            work_dir,
+            kind=kind,
+            n_heads=n_heads,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            config=config,
+            say=say,
         )
     except SpecqError as exc:
         raise click.ClickException(str(exc)) from None

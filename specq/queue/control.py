@@ -15,13 +15,13 @@ import redis
 
 from specq.errors import InputError, SpecqError
 from specq.queue import keys, lua
-from specq.requests.config import BatchConfig
-from specq.queue.timing import LEASE_TTL_MS, MAX_ATTEMPTS
 from specq.queue.liveness import batch_jobs, fresh_workers, has_claimable_work, process_is_dead_here
 from specq.queue.rq_glue import enqueue_batch_jobs
 from specq.queue.store import BatchStore, _text
 from specq.queue.submit import MAX_PARALLEL_JOBS
+from specq.queue.timing import LEASE_TTL_MS, MAX_ATTEMPTS
 from specq.queue.vocabulary import UNFINISHED, Counter, FailureKind, Flag, RequestState
+from specq.requests.config import BatchConfig
 
 # "worker_error" is no longer written; batches from the first specq may still hold it.
 TRANSIENT_FAILURES = (FailureKind.ABANDONED, "worker_error")

@@ -25,9 +25,9 @@ from rq.queue import Queue
 
 from specq.errors import SpecqError
 from specq.queue import keys
-from specq.requests.config import BatchConfig
 from specq.queue.timing import WORKER_ALIVE_S
 from specq.queue.vocabulary import Flag, RequestState
+from specq.requests.config import BatchConfig
 
 LIVE_STATUSES_IF_QUEUED = ("queued", "deferred", "scheduled")
 ENDED_STATUSES = ("finished", "failed", "stopped", "canceled")

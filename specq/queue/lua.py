@@ -42,7 +42,9 @@ end
 # Pops pending requests until one can be claimed; returns {rid, token} or {} when
 # the pending list is empty. Requests found paused or cancelled (by flag) are moved
 # to that state; finished, leased or unknown ones are skipped.
-CLAIM = _SET_STATE + """
+CLAIM = (
+    _SET_STATE
+    + """
 local state_key, counts_key, running_key, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local flags_key, req_flags_key, pending_key = KEYS[5], KEYS[6], KEYS[7]
 local owner, ttl, lease_prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -67,6 +69,7 @@ while true do
   end
 end
 """
+)
 
 # KEYS: lease... ; ARGV: ttl_ms value...  -> list of 1 (renewed) / 0 (lost)
 RENEW = """
@@ -89,7 +92,9 @@ return out
 # poison one is failing again and again from the same checkpoint. A request that
 # only shared a worker with others when it was killed (a preemption, a crash caused
 # by another request) moves on between kills and is never failed for them.
-CHECKPOINT = _SET_STATE + """
+CHECKPOINT = (
+    _SET_STATE
+    + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('HDEL', KEYS[5], ARGV[2])
@@ -97,12 +102,15 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
 add_stats(KEYS[3], KEYS[4], ARGV[6], ARGV[5])
 return 1
 """
+)
 
 # The owner lets go of a request: completed (with its result), failed (with its
 # error), or back to paused / cancelled / queued with its last checkpoint.
 # KEYS: lease state counts running ckpt result error stats rate pending
 # ARGV: value rid new_state payload now deltas_json
-SETTLE = _SET_STATE + """
+SETTLE = (
+    _SET_STATE
+    + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local rid, new, payload = ARGV[2], ARGV[3], ARGV[4]
 set_state(KEYS[2], KEYS[3], rid, new)
@@ -121,6 +129,7 @@ if new == 'queued' then redis.call('LPUSH', KEYS[10], rid) end
 add_stats(KEYS[8], KEYS[9], ARGV[6], ARGV[5])
 return 1
 """
+)
 
 # A running request whose lease is gone was abandoned (its worker died or stalled):
 # back to the pending list, or failed once it has been abandoned too often since its
@@ -128,7 +137,9 @@ return 1
 # KEYS: state counts running lease attempts error pending stats
 # ARGV: rid max_attempts error_json
 # Returns 0 (not abandoned), 1 (requeued), 2 (failed).
-REAP = _SET_STATE + """
+REAP = (
+    _SET_STATE
+    + """
 local rid = ARGV[1]
 if redis.call('HGET', KEYS[1], rid) ~= 'running' then
   redis.call('SREM', KEYS[3], rid)
@@ -147,11 +158,14 @@ set_state(KEYS[1], KEYS[2], rid, 'queued')
 redis.call('RPUSH', KEYS[7], rid)
 return 1
 """
+)
 
 # Move requests that are in one of the `from` states to `to` (pause, resume, cancel
 # of requests no worker holds). KEYS: state counts pending error
 # ARGV: from_csv to push_pending(0/1) rid...  -> the ids that moved
-TRANSITION = _SET_STATE + """
+TRANSITION = (
+    _SET_STATE
+    + """
 local allowed = {}
 for s in string.gmatch(ARGV[1], '[^,]+') do allowed[s] = true end
 local to, push = ARGV[2], ARGV[3] == '1'
@@ -168,6 +182,7 @@ for i = 4, #ARGV do
 end
 return moved
 """
+)
 
 # Compare-and-delete: drop a lease only if it still holds the value seen (its owner
 # is known dead), so a lease renewed or retaken meanwhile is left alone.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from typing import Iterator
+from collections.abc import Iterator
 
 import redis
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -70,45 +70,59 @@ class SpecqCollector(Collector):
         batches_damaged = GaugeMetricFamily(
             "specq_batches_damaged",
             "Batches whose keys are partly lost or unreadable (`specq status` says what is wrong); left out of "
-            "every other metric.")
+            "every other metric.",
+        )
         batches_damaged.add_metric([], damaged)
         yield batches_damaged
         batches_stalled = GaugeMetricFamily(
             "specq_batches_stalled",
             "Batches with queued requests and no live job to run them (no worker on their queue, or none alive); "
-            "a running worker's reaper restores a job within seconds, so a lasting non-zero value is an alert.")
+            "a running worker's reaper restores a job within seconds, so a lasting non-zero value is an alert.",
+        )
         batches_stalled.add_metric([], stalled)
         yield batches_stalled
 
     def _spec_decode(self, sums) -> Iterator:
-        drafts = CounterMetricFamily("specq_spec_decode_num_drafts", "Rounds that verified at least one draft token.",
-                                     labels=["model", "proposer"])
-        draft_tokens = CounterMetricFamily("specq_spec_decode_num_draft_tokens", "Draft tokens verified.",
-                                           labels=["model", "proposer"])
-        accepted = CounterMetricFamily("specq_spec_decode_num_accepted_tokens", "Draft tokens accepted.",
-                                       labels=["model", "proposer"])
-        per_pos = CounterMetricFamily("specq_spec_decode_num_accepted_tokens_per_pos",
-                                      "Draft tokens accepted at each draft position (0 = first).",
-                                      labels=["model", "proposer", "position"])
+        drafts = CounterMetricFamily(
+            "specq_spec_decode_num_drafts",
+            "Rounds that verified at least one draft token.",
+            labels=["model", "proposer"],
+        )
+        draft_tokens = CounterMetricFamily(
+            "specq_spec_decode_num_draft_tokens", "Draft tokens verified.", labels=["model", "proposer"]
+        )
+        accepted = CounterMetricFamily(
+            "specq_spec_decode_num_accepted_tokens", "Draft tokens accepted.", labels=["model", "proposer"]
+        )
+        per_pos = CounterMetricFamily(
+            "specq_spec_decode_num_accepted_tokens_per_pos",
+            "Draft tokens accepted at each draft position (0 = first).",
+            labels=["model", "proposer", "position"],
+        )
         for (model, proposer), s in sorted(sums.items()):
             drafts.add_metric([model, proposer], s.get(Counter.drafted_at(0), 0.0))
             draft_tokens.add_metric([model, proposer], s.get(Counter.DRAFTED, 0.0))
             accepted.add_metric([model, proposer], s.get(Counter.ACCEPTED, 0.0))
             # Every drafted position gets a series, zero acceptances included.
-            positions = sorted({int(k.rsplit("_", 1)[1]) for k in s
-                                if k.startswith((Counter.accepted_at(""), Counter.drafted_at("")))})
+            positions = sorted(
+                {int(k.rsplit("_", 1)[1]) for k in s if k.startswith((Counter.accepted_at(""), Counter.drafted_at("")))}
+            )
             for pos in positions:
                 per_pos.add_metric([model, proposer, str(pos)], s.get(Counter.accepted_at(pos), 0.0))
         yield from (drafts, draft_tokens, accepted, per_pos)
 
     def _generation(self, sums) -> Iterator:
-        generated = CounterMetricFamily("specq_generation_tokens", "Tokens generated (committed and checkpointed).",
-                                        labels=["model", "proposer"])
-        recomputed = CounterMetricFamily("specq_recomputed_tokens",
-                                         "Tokens re-run through the model to rebuild caches after a resume.",
-                                         labels=["model", "proposer"])
-        forwards = CounterMetricFamily("specq_target_forwards", "Target model forwards (rounds).",
-                                       labels=["model", "proposer"])
+        generated = CounterMetricFamily(
+            "specq_generation_tokens", "Tokens generated (committed and checkpointed).", labels=["model", "proposer"]
+        )
+        recomputed = CounterMetricFamily(
+            "specq_recomputed_tokens",
+            "Tokens re-run through the model to rebuild caches after a resume.",
+            labels=["model", "proposer"],
+        )
+        forwards = CounterMetricFamily(
+            "specq_target_forwards", "Target model forwards (rounds).", labels=["model", "proposer"]
+        )
         for (model, proposer), s in sorted(sums.items()):
             generated.add_metric([model, proposer], s.get(Counter.TOKENS, 0.0))
             recomputed.add_metric([model, proposer], s.get(Counter.RECOMPUTED_TOKENS, 0.0))
@@ -127,20 +141,29 @@ class SpecqCollector(Collector):
             requests.add_metric([queue, state], n)
         workers = GaugeMetricFamily("specq_workers_alive", "Worker processes with a recent heartbeat.")
         workers.add_metric([], len(workers_alive(self.client, time.time())))
-        resumes = CounterMetricFamily("specq_resumes", "Requests resumed from a checkpoint, by reason.",
-                                      labels=["model", "proposer", "reason"])
-        checkpoints = CounterMetricFamily("specq_checkpoint_writes", "Fenced checkpoint writes.",
-                                          labels=["model", "proposer"])
-        refused = CounterMetricFamily("specq_fenced_writes_refused",
-                                      "Writes refused because another worker owned the request (zombie workers).",
-                                      labels=["model", "proposer"])
-        retries = CounterMetricFamily("specq_retries", "Requests retried after a failed round.",
-                                      labels=["model", "proposer"])
-        failures = CounterMetricFamily("specq_failures", "Requests failed, by kind.", labels=["model", "proposer", "kind"])
-        fallbacks = CounterMetricFamily("specq_proposer_fallbacks",
-                                        "Requests that went on without drafts: the proposer failed to load on a "
-                                        "worker (reason load) or failed while drafting (reason error).",
-                                        labels=["model", "proposer", "reason"])
+        resumes = CounterMetricFamily(
+            "specq_resumes", "Requests resumed from a checkpoint, by reason.", labels=["model", "proposer", "reason"]
+        )
+        checkpoints = CounterMetricFamily(
+            "specq_checkpoint_writes", "Fenced checkpoint writes.", labels=["model", "proposer"]
+        )
+        refused = CounterMetricFamily(
+            "specq_fenced_writes_refused",
+            "Writes refused because another worker owned the request (zombie workers).",
+            labels=["model", "proposer"],
+        )
+        retries = CounterMetricFamily(
+            "specq_retries", "Requests retried after a failed round.", labels=["model", "proposer"]
+        )
+        failures = CounterMetricFamily(
+            "specq_failures", "Requests failed, by kind.", labels=["model", "proposer", "kind"]
+        )
+        fallbacks = CounterMetricFamily(
+            "specq_proposer_fallbacks",
+            "Requests that went on without drafts: the proposer failed to load on a "
+            "worker (reason load) or failed while drafting (reason error).",
+            labels=["model", "proposer", "reason"],
+        )
         for (model, proposer), s in sorted(sums.items()):
             for reason, field in RESUME_COUNTERS.items():
                 resumes.add_metric([model, proposer, reason], s.get(field, 0.0))

@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator, TextIO
+from typing import TextIO
 
-from specq.queue.store import BatchStore, _text
 from specq.jsonl import dumps_line
+from specq.queue.store import BatchStore, _text
 from specq.queue.vocabulary import RequestState
 from specq.requests.result import Result, error_line
-
 
 CHUNK = 500  # requests read from Redis at a time: export memory is bounded by this, not the batch
 
@@ -38,10 +38,23 @@ def iter_results(store: BatchStore) -> Iterator[tuple[str, dict | None, dict | N
                 result = Result.from_stored(json.loads(raw), prompt_ids)
                 yield rid, result.line(openai=openai, model=spec.get("model", ""), batch_id=store.batch_id), None
             elif _text(state) in (RequestState.FAILED, RequestState.CANCELLED):
-                error = json.loads(raw_error or "{}") if _text(state) == RequestState.FAILED else \
-                    {"reason": "cancelled", "message": "cancelled before it completed"}
-                yield rid, None, error_line(rid, error.get("reason"), error.get("message"), openai=openai,
-                                            line=error.get("line", spec.get("line")), batch_id=store.batch_id)
+                error = (
+                    json.loads(raw_error or "{}")
+                    if _text(state) == RequestState.FAILED
+                    else {"reason": "cancelled", "message": "cancelled before it completed"}
+                )
+                yield (
+                    rid,
+                    None,
+                    error_line(
+                        rid,
+                        error.get("reason"),
+                        error.get("message"),
+                        openai=openai,
+                        line=error.get("line", spec.get("line")),
+                        batch_id=store.batch_id,
+                    ),
+                )
 
 
 @contextmanager

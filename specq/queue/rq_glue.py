@@ -1,5 +1,6 @@
-"""The one home of RQ options: the job function's name, the JSON serializer (never pickle: pickle lets anyone who can write
-to Redis run code in the workers), job ids, timeouts and TTLs."""
+"""The one home of RQ options: the job function's name, the JSON serializer (never
+pickle: pickle lets anyone who can write to Redis run code in the workers), job ids,
+timeouts and TTLs."""
 
 from __future__ import annotations
 

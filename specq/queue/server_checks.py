@@ -17,8 +17,10 @@ from specq.queue.connection import RedisUnavailable
 from specq.queue.store import _text
 
 REQUIRED_POLICY = "noeviction"
-FIX = ("run `CONFIG SET maxmemory-policy noeviction` and put `maxmemory-policy noeviction` in redis.conf "
-       "(specq's keys are its only copy of the work)")
+FIX = (
+    "run `CONFIG SET maxmemory-policy noeviction` and put `maxmemory-policy noeviction` in redis.conf "
+    "(specq's keys are its only copy of the work)"
+)
 
 
 def eviction_policy(client: redis.Redis) -> str:
@@ -39,8 +41,9 @@ def eviction_policy(client: redis.Redis) -> str:
             refused.append(f"CONFIG GET: {exc}")
     if policy is None:
         detail = "; ".join(refused) or "neither INFO memory nor CONFIG GET reports it"
-        raise RedisUnavailable(f"cannot read Redis's maxmemory-policy ({detail}), so cannot check that it is "
-                               f"noeviction: {FIX}")
+        raise RedisUnavailable(
+            f"cannot read Redis's maxmemory-policy ({detail}), so cannot check that it is noeviction: {FIX}"
+        )
     return _text(policy)
 
 

@@ -17,9 +17,9 @@ import redis
 
 from specq.errors import InputError, SpecqError
 from specq.queue import keys
-from specq.queue.timing import WORKER_ALIVE_S
 from specq.queue.liveness import config_is_readable, fresh_workers, is_stalled
 from specq.queue.store import _text
+from specq.queue.timing import WORKER_ALIVE_S
 from specq.queue.vocabulary import FINISHED, RESUME_COUNTERS, UNFINISHED, Counter, Flag, RequestState
 
 RATE_WINDOW_S = 60.0
@@ -79,8 +79,13 @@ def read_batch(client: redis.Redis, batch_id: str) -> BatchRecord:
     pipe.lrange(k.rate, 0, -1)
     pipe.hkeys(k.flags)
     replies = pipe.execute(raise_on_error=False)
-    wrong = [key for key, r in zip([keys.BATCHES, k.meta, k.ids, k.spec, k.state, k.counts, k.result, k.stats, k.rate,
-                                    k.flags], replies) if isinstance(r, redis.ResponseError)]
+    wrong = [
+        key
+        for key, r in zip(
+            [keys.BATCHES, k.meta, k.ids, k.spec, k.state, k.counts, k.result, k.stats, k.rate, k.flags], replies
+        )
+        if isinstance(r, redis.ResponseError)
+    ]
     if wrong:
         raise BatchDamaged(batch_id, "wrong type of key: " + ", ".join(wrong))
     listed, raw_meta, n_ids, n_specs, n_states, raw_counts, n_results, raw_stats, raw_rate, raw_flags = replies
@@ -105,7 +110,9 @@ def read_batch(client: redis.Redis, batch_id: str) -> BatchRecord:
         elif n_ids and sum(counts.values()) != n_ids:
             problems.append(f"counts sum to {sum(counts.values())} but the ids list has {n_ids} requests")
         if counts[RequestState.COMPLETED] > n_results:
-            problems.append(f"no result for {counts['completed'] - n_results} of {counts['completed']} completed requests")
+            problems.append(
+                f"no result for {counts['completed'] - n_results} of {counts['completed']} completed requests"
+            )
     stats = _parse(raw_stats, float, "stats hash", problems, optional=True)
     rate = _rate_samples(raw_rate, problems)
     if problems:
@@ -170,8 +177,9 @@ def tokens_per_second(samples: list[tuple[float, float]], now: float) -> float:
     return (newest_n - oldest_n) / (newest_t - oldest_t)
 
 
-def batch_status(client: redis.Redis, batch_id: str, now: float | None = None,
-                 fresh: set[str] | None = None) -> dict[str, Any]:
+def batch_status(
+    client: redis.Redis, batch_id: str, now: float | None = None, fresh: set[str] | None = None
+) -> dict[str, Any]:
     """Raises InputError for an unknown batch and BatchDamaged for a damaged one."""
     now = time.time() if now is None else now
     record = read_batch(client, batch_id)
@@ -196,8 +204,10 @@ def batch_status(client: redis.Redis, batch_id: str, now: float | None = None,
         "tokens_per_second": round(rate, 2),
         "tau": round(stats.get(Counter.EMITTED, 0.0) / forwards, 3) if forwards else None,
         "acceptance_rate": round(stats.get(Counter.ACCEPTED, 0.0) / drafted, 3) if drafted else None,
-        "resumes": {**{why: int(stats.get(counter, 0)) for why, counter in RESUME_COUNTERS.items()},
-                    "prefills": int(stats.get(Counter.RESUME_PREFILLS, 0))},
+        "resumes": {
+            **{why: int(stats.get(counter, 0)) for why, counter in RESUME_COUNTERS.items()},
+            "prefills": int(stats.get(Counter.RESUME_PREFILLS, 0)),
+        },
         "proposer_fallbacks": int(stats.get(Counter.PROPOSER_FALLBACKS, 0) + stats.get(Counter.PROPOSER_ERRORS, 0)),
         "eta_seconds": _eta(counts, stats, rate, remaining, paused=Flag.PAUSED in flags),
         # Requests wait and no live job will run them: the reaper in every worker
@@ -207,8 +217,9 @@ def batch_status(client: redis.Redis, batch_id: str, now: float | None = None,
     return status
 
 
-def batch_report(client: redis.Redis, batch_id: str, now: float | None = None,
-                 fresh: set[str] | None = None) -> dict[str, Any]:
+def batch_report(
+    client: redis.Redis, batch_id: str, now: float | None = None, fresh: set[str] | None = None
+) -> dict[str, Any]:
     """batch_status, or {"batch_id", "damaged": what is wrong} for a damaged batch.
     Raises InputError for an unknown batch."""
     try:
@@ -222,8 +233,12 @@ def _eta(counts: dict[str, int], stats: dict[str, float], rate: float, remaining
     already made by the running ones, at the recent rate."""
     if remaining == 0:
         return 0.0
-    if paused or counts[RequestState.QUEUED] + counts[RequestState.RUNNING] == 0 or rate <= 0 \
-            or counts[RequestState.COMPLETED] == 0:
+    if (
+        paused
+        or counts[RequestState.QUEUED] + counts[RequestState.RUNNING] == 0
+        or rate <= 0
+        or counts[RequestState.COMPLETED] == 0
+    ):
         return None
     mean_tokens = stats.get(Counter.COMPLETED_TOKENS, 0.0) / counts[RequestState.COMPLETED]
     in_progress = stats.get(Counter.TOKENS, 0.0) - stats.get(Counter.COMPLETED_TOKENS, 0.0)

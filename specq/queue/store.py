@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import redis
 
 from specq.queue import keys, lua
-from specq.queue.vocabulary import Counter, Flag, RequestState
-from specq.queue.vocabulary import FailureKind
+from specq.queue.vocabulary import Counter, FailureKind, Flag, RequestState
 
 
 @dataclass(frozen=True)
@@ -135,26 +135,42 @@ class BatchStore:
     def renew(self, leases: list[Lease], ttl_ms: int) -> list[bool]:
         if not leases:
             return []
-        got = self._renew(keys=[self.keys.lease(l.request_id) for l in leases], args=[ttl_ms] + [l.value for l in leases])
+        got = self._renew(
+            keys=[self.keys.lease(l.request_id) for l in leases], args=[ttl_ms] + [l.value for l in leases]
+        )
         return [bool(x) for x in got]
 
     def checkpoint(self, lease: Lease, payload: str, deltas: dict[str, float], ttl_ms: int) -> bool:
         k = self.keys
-        return bool(self._checkpoint(
-            keys=[k.lease(lease.request_id), k.ckpt, k.stats, k.rate, k.attempts],
-            args=[lease.value, lease.request_id, payload, ttl_ms, f"{time.time():.3f}", json.dumps(deltas)],
-        ))
+        return bool(
+            self._checkpoint(
+                keys=[k.lease(lease.request_id), k.ckpt, k.stats, k.rate, k.attempts],
+                args=[lease.value, lease.request_id, payload, ttl_ms, f"{time.time():.3f}", json.dumps(deltas)],
+            )
+        )
 
     def settle(self, lease: Lease, new_state: RequestState, payload: str, deltas: dict[str, float]) -> bool:
         """Let go of a request: completed (payload = result), failed (payload = error),
         or paused / cancelled / queued (payload = its last checkpoint, or '')."""
         assert RequestState(new_state) != RequestState.RUNNING
         k = self.keys
-        return bool(self._settle(
-            keys=[k.lease(lease.request_id), k.state, k.counts, k.running, k.ckpt, k.result, k.error, k.stats,
-                  k.rate, k.pending],
-            args=[lease.value, lease.request_id, new_state, payload, f"{time.time():.3f}", json.dumps(deltas)],
-        ))
+        return bool(
+            self._settle(
+                keys=[
+                    k.lease(lease.request_id),
+                    k.state,
+                    k.counts,
+                    k.running,
+                    k.ckpt,
+                    k.result,
+                    k.error,
+                    k.stats,
+                    k.rate,
+                    k.pending,
+                ],
+                args=[lease.value, lease.request_id, new_state, payload, f"{time.time():.3f}", json.dumps(deltas)],
+            )
+        )
 
     def count(self, name: Counter, n: float = 1) -> None:
         """Add to a batch counter outside a fenced write (events no lease covers)."""
@@ -167,21 +183,32 @@ class BatchStore:
     def reap(self, request_id: str, max_attempts: int) -> int:
         """0: not abandoned; 1: back to pending; 2: failed after too many attempts."""
         k = self.keys
-        error = json.dumps({"custom_id": request_id, "reason": FailureKind.ABANDONED,
-                            "message": f"abandoned by a worker more than {max_attempts} times"})
-        return int(self._reap(
-            keys=[k.state, k.counts, k.running, k.lease(request_id), k.attempts, k.error, k.pending, k.stats],
-            args=[request_id, max_attempts, error],
-        ))
+        error = json.dumps(
+            {
+                "custom_id": request_id,
+                "reason": FailureKind.ABANDONED,
+                "message": f"abandoned by a worker more than {max_attempts} times",
+            }
+        )
+        return int(
+            self._reap(
+                keys=[k.state, k.counts, k.running, k.lease(request_id), k.attempts, k.error, k.pending, k.stats],
+                args=[request_id, max_attempts, error],
+            )
+        )
 
-    def transition(self, request_ids: list[str], from_states: Iterable[str], to: str, *, push: bool = False) -> list[str]:
+    def transition(
+        self, request_ids: list[str], from_states: Iterable[str], to: str, *, push: bool = False
+    ) -> list[str]:
         if not request_ids:
             return []
         k = self.keys
         moved: list[str] = []
         for start in range(0, len(request_ids), 5000):  # bounded script arguments
-            chunk = request_ids[start:start + 5000]
-            got = self._transition(keys=[k.state, k.counts, k.pending, k.error],
-                                   args=[",".join(from_states), to, "1" if push else "0", *chunk])
+            chunk = request_ids[start : start + 5000]
+            got = self._transition(
+                keys=[k.state, k.counts, k.pending, k.error],
+                args=[",".join(from_states), to, "1" if push else "0", *chunk],
+            )
             moved += [_text(x) for x in got]
         return moved

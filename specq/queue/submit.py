@@ -15,14 +15,14 @@ import redis
 
 from specq.errors import InputError, ParameterError, SpecqError
 from specq.queue import keys
+from specq.queue.rq_glue import enqueue_batch_jobs
+from specq.queue.vocabulary import Counter, FailureKind, RequestState
 from specq.requests.config import BatchConfig, check_max_tokens
 from specq.requests.ids import check_batch_id
 from specq.requests.inputs import InvalidLine, PromptSpec, read_jsonl_lenient, to_request
-from specq.queue.rq_glue import enqueue_batch_jobs
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model_config import LlamaConfig
 from specq.specdec.tokenizer import Tokenizer
-from specq.queue.vocabulary import Counter, FailureKind, RequestState
 
 MAX_PARALLEL_JOBS = 64  # at most this many workers decode one batch at once
 
@@ -65,8 +65,14 @@ def prepare(path: str, config: BatchConfig, model_file: str) -> tuple[list[tuple
 
 
 def spec_record(spec: PromptSpec, request: dict) -> dict:
-    return {"custom_id": spec.custom_id, "line": spec.line, "category": spec.category, "openai": spec.openai,
-            "model": spec.model, "request": request}
+    return {
+        "custom_id": spec.custom_id,
+        "line": spec.line,
+        "category": spec.category,
+        "openai": spec.openai,
+        "model": spec.model,
+        "request": request,
+    }
 
 
 def canonical(obj) -> str:
@@ -100,15 +106,25 @@ def submit(
             is_new, fresh = _check_existing(pipe, k, config, entries)
             pipe.multi()
             if is_new:
-                pipe.hset(k.meta, mapping={"config": canonical(config.to_dict()), "created": f"{time.time():.3f}",
-                                           "queue": queue, "source": path})
+                pipe.hset(
+                    k.meta,
+                    mapping={
+                        "config": canonical(config.to_dict()),
+                        "created": f"{time.time():.3f}",
+                        "queue": queue,
+                        "source": path,
+                    },
+                )
                 pipe.zadd(keys.BATCHES, {batch_id: time.time()})
             valid = [e for e in fresh if e[3] is None]
             failed = [e for e in fresh if e[3] is not None]
             if fresh:
                 pipe.rpush(k.ids, *[e[1] for e in fresh])
                 pipe.hset(k.spec, mapping={e[1]: e[2] for e in fresh})
-                pipe.hset(k.state, mapping={e[1]: (RequestState.QUEUED if e[3] is None else RequestState.FAILED) for e in fresh})
+                pipe.hset(
+                    k.state,
+                    mapping={e[1]: (RequestState.QUEUED if e[3] is None else RequestState.FAILED) for e in fresh},
+                )
             if valid:
                 pipe.hincrby(k.counts, RequestState.QUEUED, len(valid))
                 pipe.rpush(k.pending, *[e[1] for e in valid])
@@ -121,7 +137,9 @@ def submit(
                 enqueue_batch_jobs(client, queue, batch_id, n_jobs, pipeline=pipe)
             pipe.execute()
         except redis.WatchError:
-            raise ParameterError(f"batch {batch_id} was changed by another submit at the same time; try again") from None
+            raise ParameterError(
+                f"batch {batch_id} was changed by another submit at the same time; try again"
+            ) from None
     outcome.added = len(valid)
     outcome.already_present = len(entries) - len(fresh)
     outcome.jobs = n_jobs
@@ -138,9 +156,20 @@ def _entries(records, invalid: list[InvalidLine]) -> list[tuple[int, str, str, s
     for bad in invalid:
         custom_id = bad.custom_id if bad.custom_id and bad.custom_id not in used else f"line-{bad.line}"
         used.add(custom_id)
-        error = {"custom_id": custom_id, "line": bad.line, "reason": FailureKind.INVALID_REQUEST, "message": bad.message}
-        entries.append((bad.line, custom_id, canonical({"custom_id": custom_id, "line": bad.line, "invalid": True}),
-                        json.dumps(error)))
+        error = {
+            "custom_id": custom_id,
+            "line": bad.line,
+            "reason": FailureKind.INVALID_REQUEST,
+            "message": bad.message,
+        }
+        entries.append(
+            (
+                bad.line,
+                custom_id,
+                canonical({"custom_id": custom_id, "line": bad.line, "invalid": True}),
+                json.dumps(error),
+            )
+        )
     return sorted(entries, key=lambda e: e[0])
 
 

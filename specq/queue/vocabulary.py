@@ -80,5 +80,4 @@ class Counter(StrEnum):
         return f"accepted_pos_{position}"
 
 
-RESUME_COUNTERS = {"crash": Counter.RESUMES_CRASH, "preempt": Counter.RESUMES_PREEMPT,
-                   "manual": Counter.RESUMES_MANUAL}
+RESUME_COUNTERS = {"crash": Counter.RESUMES_CRASH, "preempt": Counter.RESUMES_PREEMPT, "manual": Counter.RESUMES_MANUAL}

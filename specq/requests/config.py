@@ -12,6 +12,7 @@ from specq.errors import ModelFileError, ParameterError
 from specq.requests.inputs import GenerationDefaults
 from specq.specdec.precision import PRECISIONS
 
+
 def env_number(name: str, default: float) -> float:
     """Timing overrides for tests and unusual deployments (SPECQ_LEASE_TTL_MS,
     SPECQ_HEARTBEAT_S); a malformed value is a mistake worth stopping on."""
@@ -43,8 +44,11 @@ DEFAULT_CHECKPOINT_SECONDS = 10.0
 
 def check_max_tokens(max_tokens: int, label: str) -> None:
     if max_tokens > MAX_OUTPUT_TOKENS:
-        raise ParameterError(f"{label} {max_tokens} is above this deployment's limit of {MAX_OUTPUT_TOKENS} "
-                             "(SPECQ_MAX_OUTPUT_TOKENS)")
+        raise ParameterError(
+            f"{label} {max_tokens} is above this deployment's limit of {MAX_OUTPUT_TOKENS} (SPECQ_MAX_OUTPUT_TOKENS)"
+        )
+
+
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
 
 
@@ -53,7 +57,7 @@ def parse_size(text: str) -> int:
     lowered = text.strip().lower()
     number = lowered.rstrip("abcdefghijklmnopqrstuvwxyz")
     try:
-        size = int(float(number) * _UNITS[lowered[len(number):].strip()])
+        size = int(float(number) * _UNITS[lowered[len(number) :].strip()])
     except (ValueError, KeyError, OverflowError):  # "nan"; "4 parsecs"; "inf" and "1e400"
         raise ParameterError(f"{text!r} is not a size such as 4GiB, 512MiB or 1000000") from None
     if size < 2**10:
@@ -104,8 +108,14 @@ class BatchConfig:
 
     def engine_key(self) -> tuple[str, ...]:
         # The precision too: the same file at int8 is another model (other logits).
-        return (self.model_path, self.model_sha256, self.proposer, self.draft_model_path, self.medusa_heads_path,
-                self.precision)
+        return (
+            self.model_path,
+            self.model_sha256,
+            self.proposer,
+            self.draft_model_path,
+            self.medusa_heads_path,
+            self.precision,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -113,16 +123,24 @@ class BatchConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "BatchConfig":
+    def from_dict(cls, d: dict[str, Any]) -> BatchConfig:
         defaults = dict(d["defaults"])
         defaults["stop"] = tuple(defaults["stop"])
         return cls(**{**d, "defaults": GenerationDefaults(**defaults)})
 
 
-def resolve_config(*, model_path: str | None, proposer: str, draft_model_path: str | None,
-                   medusa_heads_path: str | None, defaults: GenerationDefaults, precision: str,
-                   batch_size: int = DEFAULT_BATCH_SIZE, checkpoint_tokens: int = DEFAULT_CHECKPOINT_TOKENS,
-                   checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS) -> tuple[BatchConfig, str]:
+def resolve_config(
+    *,
+    model_path: str | None,
+    proposer: str,
+    draft_model_path: str | None,
+    medusa_heads_path: str | None,
+    defaults: GenerationDefaults,
+    precision: str,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    checkpoint_tokens: int = DEFAULT_CHECKPOINT_TOKENS,
+    checkpoint_seconds: float = DEFAULT_CHECKPOINT_SECONDS,
+) -> tuple[BatchConfig, str]:
     """The command line's choices made concrete, once, before anything is loaded or
     written: the model file found and hashed, `--proposer auto` resolved, the files
     a proposer needs checked. Returns the configuration and the model file's path.
@@ -138,15 +156,19 @@ def resolve_config(*, model_path: str | None, proposer: str, draft_model_path: s
             raise ModelFileError(f"{label} not found: {path}")
     # The bytes' hash, without parsing the file: the model is read later, once.
     model_sha256 = file_sha256(model_file)
-    proposer = resolve_proposer(proposer, model_sha256, draft_model_path=draft_model_path,
-                                medusa_heads_path=medusa_heads_path)
+    proposer = resolve_proposer(
+        proposer, model_sha256, draft_model_path=draft_model_path, medusa_heads_path=medusa_heads_path
+    )
     config = BatchConfig(
         model_path=os.path.abspath(model_path) if model_path else "",
         model_sha256=model_sha256,
         proposer=proposer,
         draft_model_path=os.path.abspath(draft_model_path) if draft_model_path else "",
         medusa_heads_path=os.path.abspath(medusa_heads_path) if medusa_heads_path else "",
-        defaults=defaults, batch_size=batch_size, checkpoint_tokens=checkpoint_tokens,
-        checkpoint_seconds=checkpoint_seconds, precision=precision,
+        defaults=defaults,
+        batch_size=batch_size,
+        checkpoint_tokens=checkpoint_tokens,
+        checkpoint_seconds=checkpoint_seconds,
+        precision=precision,
     )
     return config, model_file

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from specq.errors import InputError, SpecqError
 from specq.requests.ids import is_valid_unicode, request_id_fault, shown
@@ -31,10 +32,21 @@ MAX_TOP_K = 1_000_000
 # meaning of the request (tools, n > 1, logprobs), so they are refused, not ignored.
 OPENAI_URL = "/v1/chat/completions"
 OPENAI_LINE_FIELDS = frozenset({"custom_id", "method", "url", "body"})
-OPENAI_BODY_FIELDS = frozenset({
-    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop", "n",
-    "stream", "user",
-})
+OPENAI_BODY_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "seed",
+        "stop",
+        "n",
+        "stream",
+        "user",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -102,7 +114,9 @@ def parse_line(obj: Any, line: int, where: str) -> PromptSpec:
 def parse_openai_line(obj: dict, line: int, fail) -> PromptSpec:
     unknown = sorted(set(obj) - OPENAI_LINE_FIELDS)
     if unknown:
-        raise fail(f"unknown field {unknown[0]!r} in an OpenAI Batch line (known: {', '.join(sorted(OPENAI_LINE_FIELDS))})")
+        raise fail(
+            f"unknown field {unknown[0]!r} in an OpenAI Batch line (known: {', '.join(sorted(OPENAI_LINE_FIELDS))})"
+        )
     custom_id = check_custom_id(obj.get("custom_id"), fail, " (required in an OpenAI Batch line)")
     if obj.get("method") != "POST":
         raise fail(f"field 'method' must be \"POST\", got {obj.get('method')!r}")
@@ -127,15 +141,20 @@ def parse_openai_line(obj: dict, line: int, fail) -> PromptSpec:
         raise fail("body needs 'messages'")
     messages = check_messages(body["messages"], lambda msg: fail("body " + msg))
     overrides = {}
-    for source, name in (("max_tokens", "max_tokens"), ("max_completion_tokens", "max_tokens"),
-                         ("temperature", "temperature"), ("top_p", "top_p"), ("seed", "seed"), ("stop", "stop")):
+    for source, name in (
+        ("max_tokens", "max_tokens"),
+        ("max_completion_tokens", "max_tokens"),
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("seed", "seed"),
+        ("stop", "stop"),
+    ):
         if source in body and body[source] is not None:
             try:
                 overrides[name] = check_option(name, body[source])
             except OptionError as exc:
                 raise fail(f"body field {source!r} {exc}") from None
-    return PromptSpec(custom_id=custom_id, line=line, messages=messages, overrides=overrides, openai=True,
-                      model=model)
+    return PromptSpec(custom_id=custom_id, line=line, messages=messages, overrides=overrides, openai=True, model=model)
 
 
 def check_custom_id(custom_id: Any, fail, note: str = "") -> str:
@@ -330,7 +349,9 @@ def to_request(spec: PromptSpec, tokenizer, defaults: GenerationDefaults) -> Gen
             prompt_ids=tuple(prompt_ids),
             max_tokens=opts["max_tokens"],
             sampling=SamplingParams(
-                temperature=float(opts["temperature"]), top_k=opts["top_k"], top_p=float(opts["top_p"]),
+                temperature=float(opts["temperature"]),
+                top_k=opts["top_k"],
+                top_p=float(opts["top_p"]),
                 seed=opts["seed"],
             ),
             accept=defaults.accept,

@@ -36,8 +36,16 @@ class Result:
 
     @classmethod
     def of(cls, custom_id: str, text: str, state: DecodeState, worker: str = "") -> Result:
-        return cls(custom_id, text, state.finish_reason or "", list(state.output_ids), list(state.request.prompt_ids),
-                   state.metrics.to_dict(), round(time.time(), 3), worker)
+        return cls(
+            custom_id,
+            text,
+            state.finish_reason or "",
+            list(state.output_ids),
+            list(state.request.prompt_ids),
+            state.metrics.to_dict(),
+            round(time.time(), 3),
+            worker,
+        )
 
     @property
     def usage(self) -> dict[str, int]:
@@ -48,37 +56,73 @@ class Result:
         """What a worker writes into Redis. The prompt's ids are left out: the request
         record beside it holds them. The keys are those of every specq version, so
         results stored by any of them read back."""
-        return {"custom_id": self.custom_id, "text": self.text, "finish_reason": self.finish_reason,
-                "token_ids": self.token_ids, "usage": self.usage, "metrics": self.metrics,
-                "completed_at": self.completed_at, "worker": self.worker}
+        return {
+            "custom_id": self.custom_id,
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "token_ids": self.token_ids,
+            "usage": self.usage,
+            "metrics": self.metrics,
+            "completed_at": self.completed_at,
+            "worker": self.worker,
+        }
 
     @classmethod
     def from_stored(cls, d: dict[str, Any], prompt_token_ids: list[int]) -> Result:
-        return cls(d["custom_id"], d["text"], d["finish_reason"], list(d["token_ids"]), list(prompt_token_ids),
-                   d["metrics"], float(d.get("completed_at") or 0.0), d.get("worker") or "")
+        return cls(
+            d["custom_id"],
+            d["text"],
+            d["finish_reason"],
+            list(d["token_ids"]),
+            list(prompt_token_ids),
+            d["metrics"],
+            float(d.get("completed_at") or 0.0),
+            d.get("worker") or "",
+        )
 
     def line(self, *, openai: bool = False, model: str = "", batch_id: str = "") -> dict[str, Any]:
-        extra = {"token_ids": self.token_ids, "prompt_token_ids": self.prompt_token_ids, "metrics": self.metrics,
-                 "worker": self.worker}
+        extra = {
+            "token_ids": self.token_ids,
+            "prompt_token_ids": self.prompt_token_ids,
+            "metrics": self.metrics,
+            "worker": self.worker,
+        }
         if not openai:
-            return {"custom_id": self.custom_id, "text": self.text, "finish_reason": self.finish_reason,
-                    "usage": self.usage, "specq": extra}
+            return {
+                "custom_id": self.custom_id,
+                "text": self.text,
+                "finish_reason": self.finish_reason,
+                "usage": self.usage,
+                "specq": extra,
+            }
         rid = request_id(batch_id, self.custom_id)
         body = {
             "id": f"chatcmpl-{rid}",
             "object": "chat.completion",
             "created": int(self.completed_at),
             "model": model or "specq",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.text},
-                         "finish_reason": self.finish_reason, "logprobs": None}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": self.text},
+                    "finish_reason": self.finish_reason,
+                    "logprobs": None,
+                }
+            ],
             "usage": self.usage,
         }
-        return {"id": f"batch_req_{rid}", "custom_id": self.custom_id,
-                "response": {"status_code": 200, "request_id": rid, "body": body}, "error": None, "specq": extra}
+        return {
+            "id": f"batch_req_{rid}",
+            "custom_id": self.custom_id,
+            "response": {"status_code": 200, "request_id": rid, "body": body},
+            "error": None,
+            "specq": extra,
+        }
 
 
-def error_line(custom_id: str, code: str, message: str, *, openai: bool = False, line: int | None = None,
-               batch_id: str = "") -> dict[str, Any]:
+def error_line(
+    custom_id: str, code: str, message: str, *, openai: bool = False, line: int | None = None, batch_id: str = ""
+) -> dict[str, Any]:
     error = {"code": code, "message": message}
     if not openai:
         return {"custom_id": custom_id, "error": error, "line": line}

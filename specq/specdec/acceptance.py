@@ -8,8 +8,8 @@ token i; row k follows the last draft (the bonus position). Every rule returns
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -156,4 +156,3 @@ def accept(
     if rule == "typical":
         return accept_typical(draft, target_logits, params, uniforms)
     raise AssertionError(f"unresolved acceptance rule {rule!r}")
-

@@ -72,7 +72,7 @@ class AcceptanceStats:
             rates.append(prior)
         return rates
 
-    def after_round(self, n_drafted: int, n_accepted: int) -> "AcceptanceStats":
+    def after_round(self, n_drafted: int, n_accepted: int) -> AcceptanceStats:
         width = max(len(self.reached), n_drafted)
         decay = DECAY if n_drafted else IDLE_DECAY
         reached = [decay * self._at(self.reached, i) for i in range(width)]
@@ -91,12 +91,13 @@ class AcceptanceStats:
         return {"reached": list(self.reached), "accepted": list(self.accepted)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "AcceptanceStats":
+    def from_dict(cls, d: dict) -> AcceptanceStats:
         return cls(reached=tuple(d["reached"]), accepted=tuple(d["accepted"]))
 
 
-def choose_k(stats: AcceptanceStats, k_max: int, draft_cost: float, base: float = 1.0,
-             row_cost: float = ROW_COST) -> int:
+def choose_k(
+    stats: AcceptanceStats, k_max: int, draft_cost: float, base: float = 1.0, row_cost: float = ROW_COST
+) -> int:
     """The draft length in 0..k_max with the most expected tokens per unit of cost,
     for a request whose plain round costs `base` steps and a draft row `row_cost`."""
     best_k, best_rate = 0, 1.0 / base

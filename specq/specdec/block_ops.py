@@ -45,8 +45,12 @@ def rms_norm(x, weight, eps):  # pragma: no cover - compiled
     return out
 
 
-@njit("float32[:, :, ::1](float32[:, :, :], float32[:, ::1], float32[:, ::1], int64[::1])",
-      fastmath=_FAST, cache=True, nogil=True)
+@njit(
+    "float32[:, :, ::1](float32[:, :, :], float32[:, ::1], float32[:, ::1], int64[::1])",
+    fastmath=_FAST,
+    cache=True,
+    nogil=True,
+)
 def rope(x, cos, sin, positions):  # pragma: no cover - compiled
     """x [n, heads, hd] -> x with adjacent pairs (x[2i], x[2i+1]) rotated by the
     angles of each row's position (cos, sin [context, hd/2]); a new array. x may be
@@ -301,8 +305,10 @@ def _attend_task(q, r, kv, keys_t, values, start, visible, scale, out, r_seg, sc
 # A KV cache holds float32, or (at the integer precisions) float16 as its uint16 bits:
 # half the bytes to read, which bound attention over many long sequences.
 CACHE_TYPES = ("float32", "uint16")
-_ATTEND = [f"float32[:, ::1](float32[:, :, ::1], {c}[:, :, ::1], {c}[:, :, ::1], int64, boolean[:, ::1], float32)"
-           for c in CACHE_TYPES]
+_ATTEND = [
+    f"float32[:, ::1](float32[:, :, ::1], {c}[:, :, ::1], {c}[:, :, ::1], int64, boolean[:, ::1], float32)"
+    for c in CACHE_TYPES
+]
 
 
 @njit(_ATTEND, fastmath=_ORDERED, parallel=True, cache=True, nogil=True)
@@ -333,8 +339,11 @@ def attend(q, keys_t, values, start, visible, scale):  # pragma: no cover - comp
     return out
 
 
-_ATTEND_MANY = [f"float32[:, ::1](float32[:, :, ::1], int64[::1], int64[::1], ListType(boolean[:, ::1]), "
-                f"ListType({c}[:, :, :, ::1]), ListType({c}[:, :, :, ::1]), int64, float32)" for c in CACHE_TYPES]
+_ATTEND_MANY = [
+    f"float32[:, ::1](float32[:, :, ::1], int64[::1], int64[::1], ListType(boolean[:, ::1]), "
+    f"ListType({c}[:, :, :, ::1]), ListType({c}[:, :, :, ::1]), int64, float32)"
+    for c in CACHE_TYPES
+]
 
 
 @njit(_ATTEND_MANY, fastmath=_ORDERED, parallel=True, cache=True, nogil=True)
@@ -360,6 +369,7 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
             kv, row = task // rows, task % rows
             s = np.searchsorted(bounds, row, side="right") - 1
             lo = bounds[s]
-            _attend_task(q, row, kv, keys[s][layer], values[s][layer], starts[s], visible[s], scale, out, row - lo,
-                         scratch)
+            _attend_task(
+                q, row, kv, keys[s][layer], values[s][layer], starts[s], visible[s], scale, out, row - lo, scratch
+            )
     return out

@@ -12,9 +12,9 @@ The engine knows nothing of queues: a caller drives `DecodeSession.step()` (or t
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from time import perf_counter
-from typing import Hashable, Iterator, Sequence
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class Engine:
         resolve_rule(request.accept, request.sampling)
         return DecodeState(request=request)
 
-    def session(self, state: DecodeState) -> "DecodeSession":
+    def session(self, state: DecodeState) -> DecodeSession:
         return DecodeSession(self, state)
 
     def generate(self, state: DecodeState) -> Iterator[DecodeState]:
@@ -58,7 +58,7 @@ class Engine:
 
     def run(self, request: GenerationRequest) -> DecodeState:
         state = self.start(request)
-        for state in self.generate(state):
+        for state in self.generate(state):  # noqa: B007 - the last state is the result
             pass
         return state
 
@@ -67,8 +67,9 @@ class Engine:
         draft model's cache comes on top)."""
         return cache_positions(self.model, state.request) * self.model.kv_bytes_per_position
 
-    def generate_many(self, states: Sequence[DecodeState], *, group_size: int,
-                      kv_budget: int | None = None) -> Iterator[tuple[int, DecodeState]]:
+    def generate_many(
+        self, states: Sequence[DecodeState], *, group_size: int, kv_budget: int | None = None
+    ) -> Iterator[tuple[int, DecodeState]]:
         """Decode several requests together, a decode group: every round, the rows of up to
         `group_size` requests (ragged: prefills, drafts of different lengths) share
         one target forward, and a finished request's place goes to the next one.
@@ -99,8 +100,9 @@ class Engine:
                     group.drop(index)
                     del held[index]
 
-    def run_many(self, requests: Sequence[GenerationRequest], *, group_size: int,
-                 kv_budget: int | None = None) -> list[DecodeState]:
+    def run_many(
+        self, requests: Sequence[GenerationRequest], *, group_size: int, kv_budget: int | None = None
+    ) -> list[DecodeState]:
         states = [self.start(r) for r in requests]
         for index, state in self.generate_many(states, group_size=group_size, kv_budget=kv_budget):
             states[index] = state
@@ -157,8 +159,7 @@ class DecodeGroup:
         active = [(key, s) for key, s in self.sessions.items() if not s.state.finished]
         planned = [session.plan() for _, session in active]
         outputs = self.engine.model.forward([p.segment for p in planned])
-        return [(key, session.finish(p, out, out.seconds))
-                for (key, session), p, out in zip(active, planned, outputs)]
+        return [(key, session.finish(p, out, out.seconds)) for (key, session), p, out in zip(active, planned, outputs)]
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,7 @@ class DecodeSession:
         out = self.model.forward([planned.segment])[0]
         return self.finish(planned, out, perf_counter() - t0)
 
-    def plan(self) -> "PlannedRound":
+    def plan(self) -> PlannedRound:
         """Propose, and lay out this round's rows for the target forward. The
         forward itself may be shared with other sessions' rounds (run_many)."""
         state = self.state
@@ -228,7 +229,7 @@ class DecodeSession:
         segment = Segment(self.cache, (ids[-1],) + draft.tokens, len(ids) - 1, parents=parents)
         return PlannedRound(draft, segment, perf_counter() - t0)
 
-    def finish(self, planned: "PlannedRound", out: SegmentOutput, forward_s: float) -> DecodeState:
+    def finish(self, planned: PlannedRound, out: SegmentOutput, forward_s: float) -> DecodeState:
         """Accept and commit, given the target's output for the planned rows."""
         state = self.state
         req = state.request
@@ -278,8 +279,9 @@ class DecodeSession:
         The cache must get the bits the interrupted decode had, or a near tie could
         break the other way after a resume: the model's rebuild_cache sees to that."""
         t0 = perf_counter()
-        self.last_hidden = self.model.rebuild_cache(self.cache, self.state.all_ids[:-1],
-                                                    len(self.state.request.prompt_ids))
+        self.last_hidden = self.model.rebuild_cache(
+            self.cache, self.state.all_ids[:-1], len(self.state.request.prompt_ids)
+        )
         m = self.state.metrics
         self.state = replace(
             self.state,
@@ -300,8 +302,9 @@ class DecodeSession:
         room = self.model.config.context_length - len(state.all_ids) - 1
         k = req.k
         if req.adaptive:
-            k = choose_k(state.acceptance, req.k, self.engine.proposer.draft_cost,
-                         row_cost=ROW_COSTS[self.model.precision])
+            k = choose_k(
+                state.acceptance, req.k, self.engine.proposer.draft_cost, row_cost=ROW_COSTS[self.model.precision]
+            )
         return max(0, min(k, remaining - 1, room))
 
     def _uniforms(self, n_output: int):
@@ -336,4 +339,3 @@ class DecodeSession:
             stop_text_index=stop_index,
             metrics=metrics,
         )
-

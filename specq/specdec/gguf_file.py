@@ -26,8 +26,19 @@ from specq.errors import ModelFileError
 SUPPORTED_TYPES = frozenset(
     GGMLQuantizationType[name]
     for name in (
-        "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-        "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+        "F32",
+        "F16",
+        "BF16",
+        "Q8_0",
+        "Q4_0",
+        "Q4_1",
+        "Q5_0",
+        "Q5_1",
+        "Q2_K",
+        "Q3_K",
+        "Q4_K",
+        "Q5_K",
+        "Q6_K",
     )
 )
 
@@ -82,9 +93,7 @@ class GGUFFile:
             raise ModelFileError(f"model file not found: {self.path}")
         try:
             self._reader = GGUFReader(self.path, "r")
-            self.metadata: dict[str, Any] = {
-                key: field.contents() for key, field in self._reader.fields.items()
-            }
+            self.metadata: dict[str, Any] = {key: field.contents() for key, field in self._reader.fields.items()}
             self._tensors = {t.name: t for t in self._reader.tensors}
         except (ValueError, OSError, IndexError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise ModelFileError(f"not a readable GGUF file (corrupt or truncated): {self.path} ({exc})") from exc
@@ -96,9 +105,7 @@ class GGUFFile:
         size = os.path.getsize(self.path)
         for t in self._tensors.values():
             if t.data_offset + t.n_bytes > size:
-                raise ModelFileError(
-                    f"GGUF file is truncated: tensor {t.name!r} ends past the end of {self.path}"
-                )
+                raise ModelFileError(f"GGUF file is truncated: tensor {t.name!r} ends past the end of {self.path}")
 
     def sha256(self) -> str:
         """Hex digest of the whole file: identifies the exact weights (heads files and
@@ -154,7 +161,5 @@ class GGUFFile:
     def _supported_tensor(self, name: str) -> Any:
         t = self._tensor(name)
         if t.tensor_type not in SUPPORTED_TYPES:
-            raise ModelFileError(
-                f"unsupported tensor type {t.tensor_type.name} for {name!r} in {self.path}"
-            )
+            raise ModelFileError(f"unsupported tensor type {t.tensor_type.name} for {name!r} in {self.path}")
         return t

@@ -90,7 +90,7 @@ class Int8Matrix:
     split: bool = False  # activations as two int8 halves (the int16 precision; module docstring)
 
     @classmethod
-    def from_quantized(cls, w: QuantizedMatrix, lanes: int = 0, split: bool = False) -> "Int8Matrix":
+    def from_quantized(cls, w: QuantizedMatrix, lanes: int = 0, split: bool = False) -> Int8Matrix:
         """lanes: 8 or 16; 0, this CPU's kernels' (LANES). split: the int16
         precision's products."""
         if w.type_name not in TYPES:
@@ -108,8 +108,16 @@ class Int8Matrix:
         return cls._from_rows(w.type_name, w.shape, ints, d, m, lanes or LANES, split)
 
     @classmethod
-    def _from_rows(cls, type_name: str, shape: tuple[int, int], ints: np.ndarray, d: np.ndarray,
-                   m: np.ndarray, lanes: int, split: bool) -> "Int8Matrix":
+    def _from_rows(
+        cls,
+        type_name: str,
+        shape: tuple[int, int],
+        ints: np.ndarray,
+        d: np.ndarray,
+        m: np.ndarray,
+        lanes: int,
+        split: bool,
+    ) -> Int8Matrix:
         """ints [n_out, blocks, 32] (nibble values, or int8), d and m [n_out, blocks]."""
         pad = -shape[0] % lanes
         if pad:
@@ -166,15 +174,22 @@ class Int8Matrix:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         return self.select_rows(ids % self.shape[0]).dequantize()
 
-    def select_rows(self, ids) -> "Int8Matrix":
+    def select_rows(self, ids) -> Int8Matrix:
         """The matrix of rows `ids` only: a product with it gives the bits that the
         same rows give in a product with the whole matrix."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if not ids.size or ids.min() < 0 or ids.max() >= self.shape[0]:
             raise IndexError(f"row ids out of range for a matrix of {self.shape[0]} rows")
         m = self.block_scales("m") if self.type_name == "Q4_1" else np.zeros((self.shape[0], 1), np.float32)
-        return self._from_rows(self.type_name, (ids.size, self.shape[1]), self.integers()[ids],
-                               self.block_scales("d")[ids], m[ids], self.lanes, self.split)
+        return self._from_rows(
+            self.type_name,
+            (ids.size, self.shape[1]),
+            self.integers()[ids],
+            self.block_scales("d")[ids],
+            m[ids],
+            self.lanes,
+            self.split,
+        )
 
 
 # The largest integer an activation is rounded to: 127 (int8), or 127 * 128 (int16,
@@ -227,7 +242,9 @@ if AVAILABLE:
                 v1 = vec.load_f32(flat, i + 8)
                 v2 = vec.load_f32(flat, i + 16)
                 v3 = vec.load_f32(flat, i + 24)
-                largest = vec.largest_lane(vec.max_abs(vec.max_abs(vec.max_abs(vec.max_abs(vec.zeros_f32(), v0), v1), v2), v3))
+                largest = vec.largest_lane(
+                    vec.max_abs(vec.max_abs(vec.max_abs(vec.max_abs(vec.zeros_f32(), v0), v1), v2), v3)
+                )
                 scale = vec.splat_f32(levels / largest if largest > 0 else np.float32(0.0))
                 q0 = vec.round_scaled(v0, scale)
                 q1 = vec.round_scaled(v1, scale)

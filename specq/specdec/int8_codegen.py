@@ -29,20 +29,26 @@ TARGET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "int8_kernels.
 # A kind ending in "s" is the split form (the int16 precision): each activation comes
 # as two int8 halves, high (xq) and low (xl), q = 128 high + low, and the kernel sums
 # both against the same weights, then combines the sums in int32.
-_ARGS = {"q4_1": "wq, wd, wm, xq, xd, xs", "q8_0": "wq, wd, xq, xd", "q8_0v": "wq, wd, ws, xq, xd",
-         "q4_1s": "wq, wd, wm, xq, xl, xd, xs", "q8_0s": "wq, wd, xq, xl, xd", "q8_0vs": "wq, wd, ws, xq, xl, xd"}
+_ARGS = {
+    "q4_1": "wq, wd, wm, xq, xd, xs",
+    "q8_0": "wq, wd, xq, xd",
+    "q8_0v": "wq, wd, ws, xq, xd",
+    "q4_1s": "wq, wd, wm, xq, xl, xd, xs",
+    "q8_0s": "wq, wd, xq, xl, xd",
+    "q8_0vs": "wq, wd, ws, xq, xl, xd",
+}
 _SIGNATURES = {
     "q4_1": "void(uint8[::1], float32[::1], float32[::1], int8[::1], float32[::1], float32[::1], "
-            "float32[::1], int64, int64, int64, int64, int64)",
+    "float32[::1], int64, int64, int64, int64, int64)",
     "q8_0": "void(int8[::1], float32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)",
     "q8_0v": "void(int8[::1], float32[::1], int32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, "
-             "int64, int64)",
+    "int64, int64)",
     "q4_1s": "void(uint8[::1], float32[::1], float32[::1], int8[::1], int8[::1], float32[::1], float32[::1], "
-             "float32[::1], int64, int64, int64, int64, int64)",
+    "float32[::1], int64, int64, int64, int64, int64)",
     "q8_0s": "void(int8[::1], float32[::1], int8[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, "
-             "int64, int64)",
+    "int64, int64)",
     "q8_0vs": "void(int8[::1], float32[::1], int32[::1], int8[::1], int8[::1], float32[::1], float32[::1], int64, "
-              "int64, int64, int64, int64)",
+    "int64, int64, int64, int64)",
 }
 SPLIT_BLOCKINGS = ((2, 2), (1, 2))  # twice the integer sums in registers: fewer rows at a time
 
@@ -50,10 +56,18 @@ SPLIT_BLOCKINGS = ((2, 2), (1, 2))  # twice the integer sums in registers: fewer
 # Per kernel family: (kind, lanes, blockings). 8 lanes: 256-bit vectors (AVX2, and
 # AVX-VNNI); 16 lanes: 512-bit ones, with AVX-512 VNNI only (q8_0's sign trick has no
 # 512-bit form there; q8_0v needs none).
-FAMILIES = (("q4_1", 8, BLOCKINGS), ("q8_0", 8, BLOCKINGS), ("q8_0v", 8, BLOCKINGS),
-            ("q4_1", 16, ((2, 3),)), ("q8_0v", 16, ((2, 3),)),
-            ("q4_1s", 8, SPLIT_BLOCKINGS), ("q8_0s", 8, SPLIT_BLOCKINGS), ("q8_0vs", 8, SPLIT_BLOCKINGS),
-            ("q4_1s", 16, ((2, 2),)), ("q8_0vs", 16, ((2, 2),)))
+FAMILIES = (
+    ("q4_1", 8, BLOCKINGS),
+    ("q8_0", 8, BLOCKINGS),
+    ("q8_0v", 8, BLOCKINGS),
+    ("q4_1", 16, ((2, 3),)),
+    ("q8_0v", 16, ((2, 3),)),
+    ("q4_1s", 8, SPLIT_BLOCKINGS),
+    ("q8_0s", 8, SPLIT_BLOCKINGS),
+    ("q8_0vs", 8, SPLIT_BLOCKINGS),
+    ("q4_1s", 16, ((2, 2),)),
+    ("q8_0vs", 16, ((2, 2),)),
+)
 
 
 def _name(kind: str, lanes: int) -> str:
@@ -70,7 +84,8 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
         "",
         "",
         "@njit(inline='always')",
-        f"def _{_name(kind, lanes)}_{no}_{nr}({_ARGS[kind]}, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled",
+        f"def _{_name(kind, lanes)}_{no}_{nr}({_ARGS[kind]}, out, c, r0, nb, n_in, n_out):  "
+        "# pragma: no cover - compiled",
     ]
     add = lines.append
     for o in range(no):
@@ -214,9 +229,27 @@ def generate() -> str:
     return "\n".join(lines) + "\n"
 
 
-_NARROW_NAMES = ("broadcast4", "broadcast_f32", "combine7", "dot4", "flip_sign_bits", "fma", "high_nibbles",
-                 "load_bytes", "load_f32", "load_i32", "low_nibbles", "magnitudes", "mul", "signs_of", "store_f32",
-                 "sub_i32", "to_float", "zeros_f32", "zeros_i32")
+_NARROW_NAMES = (
+    "broadcast4",
+    "broadcast_f32",
+    "combine7",
+    "dot4",
+    "flip_sign_bits",
+    "fma",
+    "high_nibbles",
+    "load_bytes",
+    "load_f32",
+    "load_i32",
+    "low_nibbles",
+    "magnitudes",
+    "mul",
+    "signs_of",
+    "store_f32",
+    "sub_i32",
+    "to_float",
+    "zeros_f32",
+    "zeros_i32",
+)
 _NARROW_ONLY = ("magnitudes", "signs_of", "flip_sign_bits")  # unused at 512 bits
 
 

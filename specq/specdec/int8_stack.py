@@ -14,48 +14,84 @@ from numba.typed import List
 
 from specq.specdec import block_ops, int8
 from specq.specdec.int8 import Int8Matrix
-from specq.specdec.layer_stack import HALF_CACHE, KINDS, ROWS, SIZES, VISIBLE, StackedLayers, attention
+from specq.specdec.layer_stack import HALF_CACHE, KINDS, NORMS, ROPE, ROWS, SIZES, VISIBLE, StackedLayers, attention
 
 
 def build(layers) -> tuple[StackedLayers, tuple] | None:
     """(the stack, the layers rebuilt as views into it), or None unless every block
     matrix is a Q4_1 Int8Matrix (the default model's)."""
     if not layers or not all(
-        isinstance(getattr(lw, k), Int8Matrix) and getattr(lw, k).type_name == "Q4_1"
+        isinstance(getattr(lw, k), Int8Matrix)
+        and getattr(lw, k).type_name == "Q4_1"
         and getattr(lw, k).split == layers[0].w_qkv.split
         and getattr(lw, k).n_padded == getattr(lw, k).shape[0]
-        for lw in layers for k in KINDS
+        for lw in layers
+        for k in KINDS
     ):
         return None
-    stacked = {k: tuple(np.stack([getattr(getattr(lw, k), part) for lw in layers]) for part in ("quants", "d", "m"))
-               for k in KINDS}
+    stacked = {
+        k: tuple(np.stack([getattr(getattr(lw, k), part) for lw in layers]) for part in ("quants", "d", "m"))
+        for k in KINDS
+    }
     no_sums = np.empty(0, np.int32)
     split = layers[0].w_qkv.split
-    stack = StackedLayers.of(layers, tuple(a for k in KINDS for a in stacked[k]), (_run, _run_one), (split,), HALF_CACHE)
+    stack = StackedLayers.of(
+        layers, tuple(a for k in KINDS for a in stacked[k]), (_run, _run_one), (split,), HALF_CACHE
+    )
     views = tuple(
-        replace(lw, attn_norm=stack.attn_norm[i], ffn_norm=stack.ffn_norm[i], **{
-            k: Int8Matrix("Q4_1", getattr(lw, k).shape, *(a[i] for a in stacked[k]), no_sums, getattr(lw, k).lanes,
-                          split)
-            for k in KINDS
-        })
+        replace(
+            lw,
+            attn_norm=stack.attn_norm[i],
+            ffn_norm=stack.ffn_norm[i],
+            **{
+                k: Int8Matrix(
+                    "Q4_1", getattr(lw, k).shape, *(a[i] for a in stacked[k]), no_sums, getattr(lw, k).lanes, split
+                )
+                for k in KINDS
+            },
+        )
         for i, lw in enumerate(layers)
     )
     return stack, views
 
 
 _Q = (types.uint8[:, ::1], types.float32[:, ::1], types.float32[:, ::1])  # per kind: quants, d, m
-_WEIGHTS = (types.float32[:, ::1], types.float32[:, ::1], *_Q, *_Q, *_Q, *_Q, types.float32[:, ::1],
-            types.float32[:, ::1])  # norms, the four kinds, rope cos and sin
+WEIGHTS = types.Tuple((*NORMS, *_Q, *_Q, *_Q, *_Q))  # the norms, then each kind's quants, d and m
 # The caches are float16 (model.KVCache) at the integer precisions.
-_SIG = types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), *_WEIGHTS, types.ListType(HALF_CACHE),
-                             types.ListType(HALF_CACHE), *SIZES, types.boolean)
-_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, *_WEIGHTS, HALF_CACHE, HALF_CACHE, *SIZES, types.boolean)
+_SIG = types.float32[:, ::1](
+    *ROWS,
+    types.ListType(VISIBLE),
+    WEIGHTS,
+    *ROPE,
+    types.ListType(HALF_CACHE),
+    types.ListType(HALF_CACHE),
+    *SIZES,
+    types.boolean,
+)
+_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, *ROPE, HALF_CACHE, HALF_CACHE, *SIZES, types.boolean)
 
 
 @njit(_SIG, cache=True, nogil=True)
-def _run(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d, out_m,
-         gu_q, gu_d, gu_m, down_q, down_d, down_m, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale,
-         n_threads, split):  # pragma: no cover - compiled
+def _run(
+    x,
+    positions,
+    starts,
+    bounds,
+    visible,
+    weights,
+    cos,
+    sin,
+    keys,
+    values,
+    n_heads,
+    n_qkv,
+    d_ffn,
+    eps,
+    scale,
+    n_threads,
+    split,
+):  # pragma: no cover - compiled
+    attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d, out_m, gu_q, gu_d, gu_m, down_q, down_d, down_m = weights
     d = x.shape[1]
     for layer in range(qkv_q.shape[0]):
         h = block_ops.rms_norm(x, attn_norm[layer], eps)
@@ -64,20 +100,53 @@ def _run(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_
         x = x + int8.product_q4_1(attn, out_q[layer], out_d[layer], out_m[layer], d, n_threads, split)
         h = block_ops.rms_norm(x, ffn_norm[layer], eps)
         gate_up = int8.product_q4_1(h, gu_q[layer], gu_d[layer], gu_m[layer], 2 * d_ffn, n_threads, split)
-        x = x + int8.product_q4_1(block_ops.silu_gate(gate_up, d_ffn), down_q[layer], down_d[layer], down_m[layer], d,
-                                  n_threads, split)
+        x = x + int8.product_q4_1(
+            block_ops.silu_gate(gate_up, d_ffn), down_q[layer], down_d[layer], down_m[layer], d, n_threads, split
+        )
     return x
 
 
 @njit(_SIG_ONE, cache=True, nogil=True)
-def _run_one(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d, out_m,
-             gu_q, gu_d, gu_m, down_q, down_d, down_m, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale,
-             n_threads, split):  # pragma: no cover - compiled
+def _run_one(
+    x,
+    positions,
+    starts,
+    bounds,
+    visible,
+    weights,
+    cos,
+    sin,
+    keys,
+    values,
+    n_heads,
+    n_qkv,
+    d_ffn,
+    eps,
+    scale,
+    n_threads,
+    split,
+):  # pragma: no cover - compiled
     """_run for one segment, its lists built here rather than from Python."""
     visible_list, keys_list, values_list = List(), List(), List()
     visible_list.append(visible)
     keys_list.append(keys)
     values_list.append(values)
-    return _run(x, positions, starts, bounds, visible_list, attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d,
-                out_m, gu_q, gu_d, gu_m, down_q, down_d, down_m, cos, sin, keys_list, values_list, n_heads, n_qkv,
-                d_ffn, eps, scale, n_threads, split)
+    return _run(
+        x,
+        positions,
+        starts,
+        bounds,
+        visible_list,
+        weights,
+        cos,
+        sin,
+        keys_list,
+        values_list,
+        n_heads,
+        n_qkv,
+        d_ffn,
+        eps,
+        scale,
+        n_threads,
+        split,
+    )

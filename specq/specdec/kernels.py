@@ -39,7 +39,7 @@ def matmul_t(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((n, w.shape[0]), dtype=np.float32)  # [n, n_out]
     for start in range(0, n, KERNEL_MAX_ROWS):
-        _rows_times_weights(x[start:start + KERNEL_MAX_ROWS], w, out[start:start + KERNEL_MAX_ROWS])
+        _rows_times_weights(x[start : start + KERNEL_MAX_ROWS], w, out[start : start + KERNEL_MAX_ROWS])
     return out
 
 

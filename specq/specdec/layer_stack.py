@@ -25,7 +25,7 @@ from numba import config, njit, types
 from numba.typed import List
 
 from specq.specdec import block_ops, vec
-from specq.specdec.qkernels import LANES, QuantizedMatrix, _q4_1_product
+from specq.specdec.qkernels import LANES, QuantizedMatrix, q4_1_product
 
 KINDS = ("w_qkv", "w_out", "w_gate_up", "w_down")
 
@@ -44,28 +44,34 @@ class StackedLayers:
     cache: types.Type = None  # the numba type of the caches it takes (CACHE unless said)
 
     @classmethod
-    def build(cls, layers) -> tuple["StackedLayers", tuple] | None:
+    def build(cls, layers) -> tuple[StackedLayers, tuple] | None:
         """(the stack, the layers rebuilt as views into it), or None when some block
         matrix is not Q4_1. The views keep a single copy of the weights in memory."""
         if not layers or not all(
             isinstance(getattr(lw, k), QuantizedMatrix) and getattr(lw, k).type_name == "Q4_1"
-            for lw in layers for k in KINDS
+            for lw in layers
+            for k in KINDS
         ):
             return None
         quants = tuple(np.stack([getattr(lw, k).quants for lw in layers]) for k in KINDS)
         scales = tuple(np.stack([getattr(lw, k).scales for lw in layers]) for k in KINDS)
         stack = cls.of(layers, tuple(a for pair in zip(quants, scales) for a in pair), (_run, _run_one))
         views = tuple(
-            replace(lw, attn_norm=stack.attn_norm[i], ffn_norm=stack.ffn_norm[i], **{
-                k: QuantizedMatrix("Q4_1", getattr(lw, k).shape, quants[j][i], scales[j][i])
-                for j, k in enumerate(KINDS)
-            })
+            replace(
+                lw,
+                attn_norm=stack.attn_norm[i],
+                ffn_norm=stack.ffn_norm[i],
+                **{
+                    k: QuantizedMatrix("Q4_1", getattr(lw, k).shape, quants[j][i], scales[j][i])
+                    for j, k in enumerate(KINDS)
+                },
+            )
             for i, lw in enumerate(layers)
         )
         return stack, views
 
     @classmethod
-    def of(cls, layers, arrays: tuple, compiled: tuple, extra: tuple = (), cache=None) -> "StackedLayers":
+    def of(cls, layers, arrays: tuple, compiled: tuple, extra: tuple = (), cache=None) -> StackedLayers:
         return cls(
             attn_norm=np.stack([lw.attn_norm for lw in layers]).astype(np.float32),
             ffn_norm=np.stack([lw.ffn_norm for lw in layers]).astype(np.float32),
@@ -76,8 +82,17 @@ class StackedLayers:
             cache=cache or CACHE,
         )
 
-    def run(self, x: np.ndarray, segments, positions: np.ndarray, rope_cos: np.ndarray, rope_sin: np.ndarray,
-            n_heads: int, d_ffn: int, eps: float) -> np.ndarray:
+    def run(
+        self,
+        x: np.ndarray,
+        segments,
+        positions: np.ndarray,
+        rope_cos: np.ndarray,
+        rope_sin: np.ndarray,
+        n_heads: int,
+        d_ffn: int,
+        eps: float,
+    ) -> np.ndarray:
         """x [rows, d]: the embeddings of the segments' rows (model.Segment, each
         shorter than matmul.BULK_ROWS, its own cache), at `positions` -> the last
         block's output [rows, d]. Writes each segment's keys and values into its
@@ -86,31 +101,51 @@ class StackedLayers:
         starts = np.array([seg.start for seg in segments], dtype=np.int64)
         bounds = np.cumsum([0] + [seg.n for seg in segments]).astype(np.int64)
         hd = segments[0].cache.kernel_keys.shape[2]
+        # The weights go in as one tuple (norms, then each kind's arrays), so the
+        # compiled functions' signatures name one structure rather than ten arrays.
         weights = (self.attn_norm, self.ffn_norm, *self.arrays)
-        sizes = (n_heads, self.n_out[0], d_ffn, float(eps), np.float32(1.0 / np.sqrt(hd)), config.NUMBA_NUM_THREADS,
-                 *self.extra)
+        sizes = (
+            n_heads,
+            self.n_out[0],
+            d_ffn,
+            float(eps),
+            np.float32(1.0 / np.sqrt(hd)),
+            config.NUMBA_NUM_THREADS,
+            *self.extra,
+        )
         run_many, run_one = self.compiled
         if len(segments) == 1:
             # A typed list built from Python costs tens of microseconds an element
             # (measured 190 us for the three of a step, 2% of it); a single
             # sequence's are built inside numba instead.
             seg = segments[0]
-            return run_one(x, positions, starts, bounds, seg.visible(), *weights, rope_cos, rope_sin,
-                           seg.cache.kernel_keys, seg.cache.kernel_values, *sizes)
+            return run_one(
+                x,
+                positions,
+                starts,
+                bounds,
+                seg.visible(),
+                weights,
+                rope_cos,
+                rope_sin,
+                seg.cache.kernel_keys,
+                seg.cache.kernel_values,
+                *sizes,
+            )
         keys, values = List.empty_list(self.cache), List.empty_list(self.cache)
         visible = List.empty_list(VISIBLE)
         for seg in segments:
             keys.append(seg.cache.kernel_keys)
             values.append(seg.cache.kernel_values)
             visible.append(seg.visible())
-        return run_many(x, positions, starts, bounds, visible, *weights, rope_cos, rope_sin, keys, values, *sizes)
+        return run_many(x, positions, starts, bounds, visible, weights, rope_cos, rope_sin, keys, values, *sizes)
 
 
 @njit(inline="always")
 def _product(x, quants, scales, n_out, n_threads):  # pragma: no cover - compiled
     """qkernels.qmatmul_t for a Q4_1 matrix, from inside numba."""
     out = np.empty((x.shape[0], quants.shape[0] * LANES), dtype=np.float32)
-    _q4_1_product(x, quants, scales, out, n_threads)
+    q4_1_product(x, quants, scales, out, n_threads)
     if out.shape[1] == n_out:
         return out
     return np.ascontiguousarray(out[:, :n_out])
@@ -132,18 +167,21 @@ _Q = (types.uint8[:, :, :, :, ::1], types.uint16[:, :, :, :, ::1])
 CACHE = types.float32[:, :, :, ::1]  # KVCache.kernel_keys / kernel_values
 HALF_CACHE = types.uint16[:, :, :, ::1]  # the same, float16 bits (the integer precisions)
 VISIBLE = types.boolean[:, ::1]
-_WEIGHTS = (types.float32[:, ::1], types.float32[:, ::1], *_Q, *_Q, *_Q, *_Q, types.float32[:, ::1],
-            types.float32[:, ::1])  # norms, the four kinds' blocks, rope cos and sin
+NORMS = (types.float32[:, ::1], types.float32[:, ::1])  # attn_norm, ffn_norm: [L, d] each
+WEIGHTS = types.Tuple((*NORMS, *_Q, *_Q, *_Q, *_Q))  # the norms, then each kind's quants and scales
+ROPE = (types.float32[:, ::1], types.float32[:, ::1])  # cos, sin
 SIZES = (types.int64, types.int64, types.int64, types.float64, types.float32, types.int64)
 ROWS = (types.float32[:, ::1], types.int64[::1], types.int64[::1], types.int64[::1])  # x, positions, starts, bounds
-_SIG = types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), *_WEIGHTS, types.ListType(CACHE),
-                             types.ListType(CACHE), *SIZES)
-_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, *_WEIGHTS, CACHE, CACHE, *SIZES)
+_SIG = types.float32[:, ::1](
+    *ROWS, types.ListType(VISIBLE), WEIGHTS, *ROPE, types.ListType(CACHE), types.ListType(CACHE), *SIZES
+)
+_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, *ROPE, CACHE, CACHE, *SIZES)
 
 
 @njit(inline="always")
-def attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values, layer, n_heads,
-              scale):  # pragma: no cover - compiled
+def attention(
+    x, qkv, positions, starts, bounds, visible, cos, sin, keys, values, layer, n_heads, scale
+):  # pragma: no cover - compiled
     """The attention of one block, from its q|k|v product [rows, *]: RoPE, the keys and
     values written into each segment's cache, then every segment's attention in one
     parallel loop (block_ops.attend_many's docstring). [rows, n_heads * hd]."""
@@ -165,9 +203,10 @@ def attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values
 # No fastmath: the only arithmetic of its own is the residual additions, which must
 # round as numpy's do in the Python loop.
 @njit(_SIG, cache=True, nogil=True)
-def _run(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_s, out_q, out_s, gu_q, gu_s,
-         down_q, down_s, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale,
-         n_threads):  # pragma: no cover - compiled
+def _run(
+    x, positions, starts, bounds, visible, weights, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale, n_threads
+):  # pragma: no cover - compiled
+    attn_norm, ffn_norm, qkv_q, qkv_s, out_q, out_s, gu_q, gu_s, down_q, down_s = weights
     d = x.shape[1]
     for layer in range(qkv_q.shape[0]):
         h = block_ops.rms_norm(x, attn_norm[layer], eps)
@@ -183,14 +222,29 @@ def _run(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_
 
 
 @njit(_SIG_ONE, cache=True, nogil=True)
-def _run_one(x, positions, starts, bounds, visible, attn_norm, ffn_norm, qkv_q, qkv_s, out_q, out_s, gu_q, gu_s,
-             down_q, down_s, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale,
-             n_threads):  # pragma: no cover - compiled
+def _run_one(
+    x, positions, starts, bounds, visible, weights, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale, n_threads
+):  # pragma: no cover - compiled
     """_run for one segment, its lists built here rather than from Python."""
     visible_list, keys_list, values_list = List(), List(), List()
     visible_list.append(visible)
     keys_list.append(keys)
     values_list.append(values)
-    return _run(x, positions, starts, bounds, visible_list, attn_norm, ffn_norm, qkv_q, qkv_s, out_q, out_s,
-                gu_q, gu_s, down_q, down_s, cos, sin, keys_list, values_list, n_heads, n_qkv, d_ffn, eps, scale,
-                n_threads)
+    return _run(
+        x,
+        positions,
+        starts,
+        bounds,
+        visible_list,
+        weights,
+        cos,
+        sin,
+        keys_list,
+        values_list,
+        n_heads,
+        n_qkv,
+        d_ffn,
+        eps,
+        scale,
+        n_threads,
+    )

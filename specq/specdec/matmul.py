@@ -20,7 +20,7 @@ of a batched forward, so a row's bits still do not depend on its companions.
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import numba
 import numpy as np
@@ -31,7 +31,7 @@ from specq.specdec.qkernels import QuantizedMatrix, qmatmul_t
 
 # A weight matrix [n_out, n_in] in GGUF's layout: quantized blocks (for the float32
 # kernel, or for the int8 one at the int8 precision), or float32.
-Weight = Union[QuantizedMatrix, Int8Matrix, np.ndarray]
+Weight = QuantizedMatrix | Int8Matrix | np.ndarray
 
 # Segments at least this long go through BLAS. Measured on the default model, prefills
 # from position 0 (docs/performance.md): 52 rows take 197 ms through the kernel and

@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 
 from specq.errors import ModelFileError, ParameterError
-from specq.specdec.gguf_file import GGUFFile
 from specq.specdec import block_ops
+from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.layer_stack import StackedLayers
+from specq.specdec.matmul import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
 from specq.specdec.model_config import LlamaConfig
 from specq.specdec.precision import INTEGER, PRECISIONS
-from specq.specdec.matmul import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
 from specq.specdec.qkernels import TYPES as QUANTIZED_TYPES
 from specq.specdec.qkernels import QuantizedMatrix
 
@@ -57,7 +57,7 @@ class LlamaWeights:
     output_norm: np.ndarray  # [d]
     w_output: Weight  # [vocab, d]; the embedding itself when tied (no copy)
 
-    def dequantized(self) -> "LlamaWeights":
+    def dequantized(self) -> LlamaWeights:
         """The same model with every matrix in float32 (the reference for the
         quantized products; about 4 to 6 times the memory)."""
         tied = self.w_output is self.token_embedding
@@ -148,8 +148,10 @@ def _for_int8(weights: LlamaWeights, split: bool) -> LlamaWeights:
             return int8.Int8Matrix.from_quantized(w, split=split)
         return w
 
-    layers = tuple(replace(lw, **{k: convert(getattr(lw, k)) for k in ("w_qkv", "w_out", "w_gate_up", "w_down")})
-                   for lw in weights.layers)
+    layers = tuple(
+        replace(lw, **{k: convert(getattr(lw, k)) for k in ("w_qkv", "w_out", "w_gate_up", "w_down")})
+        for lw in weights.layers
+    )
     return replace(weights, layers=layers, w_output=convert(weights.w_output))
 
 
@@ -171,8 +173,11 @@ class KVCache:
         self._cfg = cfg
         self.dtype = np.dtype(dtype)
         self.capacity = 0
-        self._set(np.zeros((cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 0), dtype=self.dtype),
-                  np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=self.dtype), 0)
+        self._set(
+            np.zeros((cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 0), dtype=self.dtype),
+            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=self.dtype),
+            0,
+        )
         self.reserve(min(capacity, cfg.context_length))
 
     def _set(self, keys: np.ndarray, values: np.ndarray, capacity: int) -> None:
@@ -185,8 +190,7 @@ class KVCache:
     def reserve(self, n_positions: int) -> None:
         if n_positions > self._cfg.context_length:
             raise ParameterError(
-                f"sequence of {n_positions} tokens exceeds the model's context of "
-                f"{self._cfg.context_length}"
+                f"sequence of {n_positions} tokens exceeds the model's context of {self._cfg.context_length}"
             )
         if n_positions <= self.capacity:
             return
@@ -262,7 +266,7 @@ class _Rope:
     sin: np.ndarray  # [context, hd/2]
 
     @classmethod
-    def build(cls, cfg: LlamaConfig) -> "_Rope":
+    def build(cls, cfg: LlamaConfig) -> _Rope:
         inv_freq = cfg.rope_base ** (-np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim)
         angles = np.outer(np.arange(cfg.context_length, dtype=np.float64), inv_freq)
         return cls(cos=np.cos(angles).astype(np.float32), sin=np.sin(angles).astype(np.float32))
@@ -275,7 +279,12 @@ class _Rope:
 
 class LlamaModel:
     def __init__(
-        self, config: LlamaConfig, weights: LlamaWeights, *, path: str = "", fingerprint: str = "",
+        self,
+        config: LlamaConfig,
+        weights: LlamaWeights,
+        *,
+        path: str = "",
+        fingerprint: str = "",
         precision: str = "f32",
     ) -> None:
         if precision not in PRECISIONS:
@@ -303,11 +312,11 @@ class LlamaModel:
             self.weights = replace(weights, layers=layers)
 
     @classmethod
-    def load(cls, path: str, precision: str = "f32") -> "LlamaModel":
+    def load(cls, path: str, precision: str = "f32") -> LlamaModel:
         return cls.from_gguf(GGUFFile(path), precision)
 
     @classmethod
-    def from_gguf(cls, f: GGUFFile, precision: str = "f32") -> "LlamaModel":
+    def from_gguf(cls, f: GGUFFile, precision: str = "f32") -> LlamaModel:
         cfg = LlamaConfig.from_gguf(f)
         return cls(cfg, load_weights(f, cfg), path=f.path, fingerprint=f.sha256(), precision=precision)
 
@@ -315,24 +324,25 @@ class LlamaModel:
     def n_parameters(self) -> int:
         w = self.weights
         layers = sum(
-            n_values(x) for lw in w.layers for x in (lw.attn_norm, lw.w_qkv, lw.w_out, lw.ffn_norm, lw.w_gate_up, lw.w_down)
+            n_values(x)
+            for lw in w.layers
+            for x in (lw.attn_norm, lw.w_qkv, lw.w_out, lw.ffn_norm, lw.w_gate_up, lw.w_down)
         )
         head = 0 if self._tied else n_values(w.w_output)
         return n_values(w.token_embedding) + layers + w.output_norm.size + head
 
-    def dequantized(self) -> "LlamaModel":
+    def dequantized(self) -> LlamaModel:
         """This model computing in float32 from the same values (for comparisons)."""
         return LlamaModel(self.config, self.weights.dequantized(), path=self.path, fingerprint=self.fingerprint)
 
-    def at_precision(self, precision: str) -> "LlamaModel":
+    def at_precision(self, precision: str) -> LlamaModel:
         """The same weights computing at another precision (the int8 layout is built
         from the quantized blocks, so this model must be at f32)."""
         if precision == self.precision:
             return self
         if self.precision != "f32":
             raise ParameterError("a model is converted from the f32 precision only")
-        return LlamaModel(self.config, self.weights, path=self.path, fingerprint=self.fingerprint,
-                          precision=precision)
+        return LlamaModel(self.config, self.weights, path=self.path, fingerprint=self.fingerprint, precision=precision)
 
     @property
     def kv_bytes_per_position(self) -> int:
@@ -395,8 +405,9 @@ class LlamaModel:
 
         x = embed(w.token_embedding, ids)  # [rows, d]
         if self._stack is not None and all(seg.n < BULK_ROWS for seg in segments):
-            x = self._stack.run(x, segments, positions, self._rope.cos, self._rope.sin,
-                                cfg.n_heads, cfg.d_ffn, cfg.rms_eps)
+            x = self._stack.run(
+                x, segments, positions, self._rope.cos, self._rope.sin, cfg.n_heads, cfg.d_ffn, cfg.rms_eps
+            )
         elif self.precision in INTEGER:
             # The int8 products run on numba's threads and a prompt's attention on
             # BLAS's; two pools taking turns on two cores spin against each other
@@ -411,18 +422,26 @@ class LlamaModel:
         # The output head's rows of all segments in one product (a prefill wants only
         # its last row), so a batched round reads the 49152-row head once, not once
         # a request.
-        head_rows = [np.arange(bounds[i], bounds[i + 1]) if seg.all_logits else np.array([bounds[i + 1] - 1])
-                     for i, seg in enumerate(segments)]
+        head_rows = [
+            np.arange(bounds[i], bounds[i + 1]) if seg.all_logits else np.array([bounds[i + 1] - 1])
+            for i, seg in enumerate(segments)
+        ]
         head_plan = RowPlan([len(r) for r in head_rows])
         logits = head_plan.linear(hidden[np.concatenate(head_rows)], w.w_output)  # [head rows, vocab]
         head_bounds = np.cumsum([0] + [len(r) for r in head_rows])
         seconds = time.perf_counter() - started
-        return [SegmentOutput(logits=logits[head_bounds[i] : head_bounds[i + 1]],
-                              hidden=hidden[bounds[i] : bounds[i + 1]], seconds=seconds)
-                for i in range(len(segments))]
+        return [
+            SegmentOutput(
+                logits=logits[head_bounds[i] : head_bounds[i + 1]],
+                hidden=hidden[bounds[i] : bounds[i + 1]],
+                seconds=seconds,
+            )
+            for i in range(len(segments))
+        ]
 
-    def _blocks(self, segments: Sequence[Segment], x: np.ndarray, positions: np.ndarray,
-                bounds: np.ndarray) -> np.ndarray:
+    def _blocks(
+        self, segments: Sequence[Segment], x: np.ndarray, positions: np.ndarray, bounds: np.ndarray
+    ) -> np.ndarray:
         """The blocks, one numpy or numba call at a time: any weight types, any
         number of segments, BLAS for prompts. Gives a row the same bits as
         layer_stack does."""
@@ -446,8 +465,9 @@ class LlamaModel:
             x = x + plan.linear(block_ops.silu_gate(gate_up, cfg.d_ffn), lw.w_down)  # [rows, d]
         return x
 
-    def _attend(self, seg: Segment, visible: np.ndarray, layer: int, q: np.ndarray, k: np.ndarray,
-                v: np.ndarray) -> np.ndarray:
+    def _attend(
+        self, seg: Segment, visible: np.ndarray, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
+    ) -> np.ndarray:
         """Attention of the segment's rows over its cache; q [n, Hq, hd], k and v
         [n, Hkv, hd], visible [n, n] (Segment.visible). Returns [n, Hq * hd].
 
@@ -461,14 +481,21 @@ class LlamaModel:
         cache_v[:, seg.start : end] = v.transpose(1, 0, 2)
         scale = np.float32(1.0 / np.sqrt(cfg.head_dim))
         if n < BULK_ROWS:
-            return block_ops.attend(q, seg.cache.kernel_keys[layer], seg.cache.kernel_values[layer], seg.start, visible,
-                                scale)
+            return block_ops.attend(
+                q, seg.cache.kernel_keys[layer], seg.cache.kernel_values[layer], seg.start, visible, scale
+            )
         # BLAS multiplies float32: a float16 cache is widened (exactly) first.
-        return self._attend_prompt(seg, visible, q * scale, cache_k[:, :, :end].astype(np.float32, copy=False),
-                                   cache_v[:, :end].astype(np.float32, copy=False))
+        return self._attend_prompt(
+            seg,
+            visible,
+            q * scale,
+            cache_k[:, :, :end].astype(np.float32, copy=False),
+            cache_v[:, :end].astype(np.float32, copy=False),
+        )
 
-    def _attend_prompt(self, seg: Segment, visible: np.ndarray, q_scaled: np.ndarray, cache_k: np.ndarray,
-                       cache_v: np.ndarray) -> np.ndarray:
+    def _attend_prompt(
+        self, seg: Segment, visible: np.ndarray, q_scaled: np.ndarray, cache_k: np.ndarray, cache_v: np.ndarray
+    ) -> np.ndarray:
         """_attend for a long segment, whose keys and values are in the cache already;
         q_scaled [n, Hq, hd] is q over sqrt(hd)."""
         cfg = self.config

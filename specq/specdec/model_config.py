@@ -4,8 +4,8 @@ kernels)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
@@ -27,12 +27,10 @@ class LlamaConfig:
     context_length: int
 
     @classmethod
-    def from_gguf(cls, f: GGUFFile) -> "LlamaConfig":
+    def from_gguf(cls, f: GGUFFile) -> LlamaConfig:
         arch = f.get("general.architecture")
         if arch != ARCHITECTURE:
-            raise ModelFileError(
-                f"unsupported architecture {arch!r} in {f.path} (specq runs 'llama' models)"
-            )
+            raise ModelFileError(f"unsupported architecture {arch!r} in {f.path} (specq runs 'llama' models)")
         d_model = int(f.require("llama.embedding_length"))
         n_heads = int(f.require("llama.attention.head_count"))
         head_dim = d_model // n_heads

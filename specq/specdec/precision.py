@@ -32,7 +32,9 @@ def integer_available() -> bool:
 
 def require_integer() -> None:
     if not integer_available():
-        raise ParameterError("this CPU has no AVX2 with FMA, which the int8 and int16 precisions need; use --precision f32")
+        raise ParameterError(
+            "this CPU has no AVX2 with FMA, which the int8 and int16 precisions need; use --precision f32"
+        )
 
 
 def resolve(precision: str) -> str:

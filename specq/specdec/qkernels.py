@@ -106,7 +106,7 @@ class QuantizedMatrix:
     scales: np.ndarray  # [n_chunks, n_blocks, 2 | 1, LANES] uint16: fp16 d (and m)
 
     @classmethod
-    def from_gguf_bytes(cls, raw: np.ndarray, type_name: str, shape: tuple[int, int]) -> "QuantizedMatrix":
+    def from_gguf_bytes(cls, raw: np.ndarray, type_name: str, shape: tuple[int, int]) -> QuantizedMatrix:
         """raw: a GGUF tensor's data, uint8 [n_out, bytes per row]; shape: (n_out, n_in)
         in numpy order."""
         if type_name not in TYPES:
@@ -127,14 +127,16 @@ class QuantizedMatrix:
         return cls._from_rows(type_name, (n_out, n_in), quants, scales)
 
     @classmethod
-    def concat(cls, parts: list["QuantizedMatrix"]) -> "QuantizedMatrix":
+    def concat(cls, parts: list[QuantizedMatrix]) -> QuantizedMatrix:
         """The parts' rows stacked in order (fusing q|k|v or gate|up into one product)."""
         if not parts:
             raise ValueError("nothing to concatenate")
         first = parts[0]
         for p in parts[1:]:
             if p.type_name != first.type_name or p.shape[1] != first.shape[1]:
-                raise ValueError(f"cannot stack a {p.type_name} {p.shape} matrix under a {first.type_name} {first.shape} one")
+                raise ValueError(
+                    f"cannot stack a {p.type_name} {p.shape} matrix under a {first.type_name} {first.shape} one"
+                )
         rows = [p._rows_layout() for p in parts]
         return cls._from_rows(
             first.type_name,
@@ -176,11 +178,12 @@ class QuantizedMatrix:
     def to_gguf_bytes(self) -> np.ndarray:
         """The inverse of from_gguf_bytes: uint8 [n_out, bytes per row], gguf's blocks."""
         quants, scales = self._rows_layout()
-        blocks = np.concatenate([np.ascontiguousarray(scales).view(np.uint8),
-                                 np.ascontiguousarray(quants).view(np.uint8)], axis=2)
+        blocks = np.concatenate(
+            [np.ascontiguousarray(scales).view(np.uint8), np.ascontiguousarray(quants).view(np.uint8)], axis=2
+        )
         return np.ascontiguousarray(blocks.reshape(self.shape[0], -1))
 
-    def select_rows(self, ids) -> "QuantizedMatrix":
+    def select_rows(self, ids) -> QuantizedMatrix:
         """The matrix of rows `ids` only, still quantized: a product with it gives the
         bits that the same rows give in a product with the whole matrix."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -190,7 +193,9 @@ class QuantizedMatrix:
         return self._from_rows(self.type_name, (ids.size, self.shape[1]), quants[ids], scales[ids])
 
     @classmethod
-    def _from_rows(cls, type_name: str, shape: tuple[int, int], quants: np.ndarray, scales: np.ndarray) -> "QuantizedMatrix":
+    def _from_rows(
+        cls, type_name: str, shape: tuple[int, int], quants: np.ndarray, scales: np.ndarray
+    ) -> QuantizedMatrix:
         """From gguf's row-major blocks: quants [n_out, n_blocks, bytes], scales [n_out, n_blocks, k]."""
         n_chunks = -(-shape[0] // LANES)
         pad = n_chunks * LANES - shape[0]
@@ -224,7 +229,7 @@ def qmatmul_t(x: np.ndarray, w: QuantizedMatrix) -> np.ndarray:
     out = np.empty((x.shape[0], w.quants.shape[0] * LANES), dtype=np.float32)
     # One slice of chunks per thread of numba's pool; with fewer active threads (after
     # numba.set_num_threads) the slices are shared out among them.
-    product = _q4_1_product if w.type_name == "Q4_1" else _q8_0_product
+    product = q4_1_product if w.type_name == "Q4_1" else _q8_0_product
     product(x, w.quants, w.scales, out, config.NUMBA_NUM_THREADS)
     return out if out.shape[1] == n_out else np.ascontiguousarray(out[:, :n_out])
 
@@ -322,8 +327,12 @@ def _nibble_float(bits):  # pragma: no cover - compiled
 def _q4_1_weights(qa, qb, o):  # pragma: no cover - compiled
     """Lane o of two Q4_1 bytes: 1 + q/16 for the low and the high nibble of each."""
     va, vb = np.uint32(qa[o]), np.uint32(qb[o])
-    return (_nibble_float(va << np.uint32(19)), _nibble_float(va << np.uint32(15)),
-            _nibble_float(vb << np.uint32(19)), _nibble_float(vb << np.uint32(15)))
+    return (
+        _nibble_float(va << np.uint32(19)),
+        _nibble_float(va << np.uint32(15)),
+        _nibble_float(vb << np.uint32(19)),
+        _nibble_float(vb << np.uint32(15)),
+    )
 
 
 @njit(inline="always")
@@ -383,7 +392,7 @@ def _q4_1_sums(q, x, b, r, g, s):  # pragma: no cover - compiled
 
 
 @njit(_PRODUCT.format(_Q4_1), parallel=True, fastmath=_FASTMATH, cache=True, nogil=True)
-def _q4_1_product(x, quants, scales, out, n_slices):  # pragma: no cover - compiled
+def q4_1_product(x, quants, scales, out, n_slices):  # pragma: no cover - compiled
     n = x.shape[0]
     n_chunks, n_blocks = quants.shape[0], quants.shape[1]
     x_sum = np.empty((n_blocks, n), dtype=np.float32)  # per block and row, for m - 16d

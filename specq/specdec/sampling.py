@@ -44,7 +44,7 @@ class SamplingParams:
         return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SamplingParams":
+    def from_dict(cls, d: dict) -> SamplingParams:
         return cls(temperature=d["temperature"], top_k=d["top_k"], top_p=d["top_p"], seed=d["seed"])
 
 

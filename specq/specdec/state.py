@@ -50,7 +50,7 @@ class GenerationRequest:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "GenerationRequest":
+    def from_dict(cls, d: dict[str, Any]) -> GenerationRequest:
         return cls(
             prompt_ids=tuple(d["prompt_ids"]),
             max_tokens=d["max_tokens"],
@@ -93,7 +93,7 @@ class Metrics:
 
     def after_round(
         self, *, n_drafted: int, n_accepted: int, n_emitted: int, propose_s: float, verify_s: float
-    ) -> "Metrics":
+    ) -> Metrics:
         width = max(len(self.drafted_per_position), n_drafted)
         drafted = _pad(self.drafted_per_position, width)
         accepted = _pad(self.accepted_per_position, width)
@@ -130,7 +130,7 @@ class Metrics:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Metrics":
+    def from_dict(cls, d: dict[str, Any]) -> Metrics:
         return cls(
             target_forwards=d["target_forwards"],
             emitted=d["emitted"],
@@ -180,7 +180,7 @@ class DecodeState:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "DecodeState":
+    def from_dict(cls, d: dict[str, Any]) -> DecodeState:
         if d.get("version") != STATE_VERSION:
             raise InputError(f"decode state version {d.get('version')!r} is not {STATE_VERSION}")
         state = cls(

@@ -3,7 +3,7 @@ and streamed text never shows a prefix of one that might still complete."""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 
 def earliest_stop(text: str, stops: Sequence[str], search_from: int = 0) -> int | None:

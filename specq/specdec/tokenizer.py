@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import codecs
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import AddedToken, Regex
+from tokenizers import AddedToken, Regex, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, pre_tokenizers
 
 from specq.errors import InputError, ModelFileError
 from specq.specdec.gguf_file import GGUFFile
@@ -24,9 +24,7 @@ from specq.specdec.gguf_file import GGUFFile
 # tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
-END_OF_TURN_NAMES = frozenset(
-    {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<end_of_turn>"}
-)
+END_OF_TURN_NAMES = frozenset({"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<end_of_turn>"})
 ROLES = ("system", "user", "assistant")
 
 # llama.cpp's LLAMA_VOCAB_PRE_TYPE_LLAMA3 split, as in Llama 3's tokenizer.json.
@@ -49,8 +47,7 @@ def _gpt2_byte_to_unicode() -> dict[int, str]:
     """GPT-2's reversible map from bytes to printable characters (openai/gpt-2
     encoder.py): printable Latin-1 bytes stand for themselves, the other 68 bytes
     for U+0100 onwards (so space is 'Ġ' and newline 'Ċ')."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     table = {b: chr(b) for b in printable}
     for n, b in enumerate(b for b in range(256) if b not in table):
         table[b] = chr(256 + n)
@@ -65,15 +62,19 @@ def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
     """Pre-tokenization for llama.cpp's pre-tokenizer name. Names not listed here get
     GPT-2's regex, which is also llama.cpp's default for BPE vocabularies."""
     if pre == "smollm":  # llama.cpp: "\p{N}" (every digit alone), then the GPT-2 regex
-        return pre_tokenizers.Sequence([
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ])
+        return pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Digits(individual_digits=True),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            ]
+        )
     if pre in LLAMA3_PRE:
-        return pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ])
+        return pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
 
 
@@ -87,17 +88,14 @@ def _token_bytes(text: str, token_type: int) -> bytes:
         return bytes([int(m.group(1), 16)])
     # A character outside GPT-2's table cannot come from a byte-level vocabulary;
     # keep it as its own UTF-8 rather than fail on an odd file.
-    return b"".join(
-        bytes([_UNICODE_TO_BYTE[c]]) if c in _UNICODE_TO_BYTE else c.encode("utf-8")
-        for c in text
-    )
+    return b"".join(bytes([_UNICODE_TO_BYTE[c]]) if c in _UNICODE_TO_BYTE else c.encode("utf-8") for c in text)
 
 
 def _merge_pair(merge: str, vocab: dict[str, int]) -> tuple[str, str]:
     """("Ġ", "t") for "Ġ t". Checked here because tokenizers panics (a BaseException,
     not an Exception) on a merge whose parts or result are not in the vocabulary."""
     cut = merge.find(" ", 1)  # from 1, as llama.cpp does, so a token " " still parses
-    left, right = merge[:cut], merge[cut + 1:]
+    left, right = merge[:cut], merge[cut + 1 :]
     if cut < 0 or left not in vocab or right not in vocab or left + right not in vocab:
         raise ModelFileError(f"BPE merge {merge!r} does not fit the vocabulary")
     return left, right
@@ -145,8 +143,7 @@ class Tokenizer:
         self.vocab_size = len(self._tokens)
         self.bos_id, self.eos_id, self._add_bos = bos_id, eos_id, add_bos
         self.end_of_turn_ids = frozenset(
-            [i for i, t in enumerate(self._tokens) if t in END_OF_TURN_NAMES]
-            + ([eos_id] if eos_id is not None else [])
+            [i for i, t in enumerate(self._tokens) if t in END_OF_TURN_NAMES] + ([eos_id] if eos_id is not None else [])
         )
         self._token_bytes = tuple(_token_bytes(t, k) for t, k in zip(self._tokens, token_types))
 
@@ -159,10 +156,13 @@ class Tokenizer:
         self._hf = HFTokenizer(bpe)
         self._hf.pre_tokenizer = _pre_tokenizer(pre)
         # Control and user-defined tokens are matched whole wherever they occur in text.
-        self._hf.add_special_tokens([
-            AddedToken(t, special=True, normalized=False)
-            for t, k in zip(self._tokens, token_types) if k in (CONTROL, USER_DEFINED)
-        ])
+        self._hf.add_special_tokens(
+            [
+                AddedToken(t, special=True, normalized=False)
+                for t, k in zip(self._tokens, token_types)
+                if k in (CONTROL, USER_DEFINED)
+            ]
+        )
 
         env = ImmutableSandboxedEnvironment(
             trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
@@ -174,13 +174,12 @@ class Tokenizer:
             raise ModelFileError(f"the model's chat template does not parse: {exc}") from exc
 
     @classmethod
-    def from_gguf(cls, f: GGUFFile) -> "Tokenizer":
+    def from_gguf(cls, f: GGUFFile) -> Tokenizer:
         """Raises ModelFileError unless the file holds a `gpt2` vocabulary with merges."""
         model = f.require("tokenizer.ggml.model")
         if model != "gpt2":
             raise ModelFileError(
-                f"unsupported tokenizer model {model!r} in {f.path}"
-                " (specq supports 'gpt2', byte-level BPE)"
+                f"unsupported tokenizer model {model!r} in {f.path} (specq supports 'gpt2', byte-level BPE)"
             )
         tokens = list(f.require("tokenizer.ggml.tokens"))
         if not tokens:

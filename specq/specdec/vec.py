@@ -50,8 +50,13 @@ class Vec(types.Type):
         super().__init__(name=f"vec_{kind}x{n}")
 
 
-_ELEMENT = {"i8": ir.IntType(8), "i16": ir.IntType(16), "i32": ir.IntType(32), "f32": ir.FloatType(),
-            "f64": ir.DoubleType()}
+_ELEMENT = {
+    "i8": ir.IntType(8),
+    "i16": ir.IntType(16),
+    "i32": ir.IntType(32),
+    "f32": ir.FloatType(),
+    "f64": ir.DoubleType(),
+}
 
 
 @register_model(Vec)
@@ -106,22 +111,27 @@ def _width(lanes: int) -> dict:
     @intrinsic
     def load_bytes(typingctx, array, i):  # pragma: no cover - compiled
         """The 4 x lanes bytes at array[i:] (a 1-D int8 or uint8 array)."""
+
         def codegen(context, builder, sig, args):
             return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], bytes_t), align=1)
+
         return B(array, i), codegen
 
     @intrinsic
     def broadcast4(typingctx, array, i):  # pragma: no cover - compiled
         """The 4 bytes at array[i:] in each int32 lane (vpbroadcastd)."""
+
         def codegen(context, builder, sig, args):
             word = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _I32), align=1)
             return builder.bitcast(_splat(builder, word, ints_t), bytes_t)
+
         return B(array, i), codegen
 
     @intrinsic
     def low_nibbles(typingctx, v):  # pragma: no cover - compiled
         def codegen(context, builder, sig, args):
             return builder.and_(args[0], ir.Constant(bytes_t, [0x0F] * (4 * lanes)))
+
         return B(B), codegen
 
     @intrinsic
@@ -129,69 +139,83 @@ def _width(lanes: int) -> dict:
         def codegen(context, builder, sig, args):
             shifted = builder.lshr(builder.bitcast(args[0], words_t), ir.Constant(words_t, [4] * (2 * lanes)))
             return builder.and_(builder.bitcast(shifted, bytes_t), ir.Constant(bytes_t, [0x0F] * (4 * lanes)))
+
         return B(B), codegen
 
     @intrinsic
     def dot4(typingctx, acc, unsigned, signed):  # pragma: no cover - compiled
         def codegen(context, builder, sig, args):
             return _dot4(builder, *args)
+
         return I(I, B, B), codegen
 
     @intrinsic
     def flip_sign_bits(typingctx, v):  # pragma: no cover - compiled
         """x + 128 as unsigned bytes, for signed bytes x (an xor of the top bit)."""
+
         def codegen(context, builder, sig, args):
             return builder.xor(args[0], ir.Constant(bytes_t, [0x80] * (4 * lanes)))
+
         return B(B), codegen
 
     @intrinsic
     def load_i32(typingctx, array, i):  # pragma: no cover - compiled
         def codegen(context, builder, sig, args):
             return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], ints_t), align=4)
+
         return I(array, i), codegen
 
     @intrinsic
     def sub_i32(typingctx, a, b):  # pragma: no cover - compiled
         def codegen(context, builder, sig, args):
             return builder.sub(args[0], args[1])
+
         return I(I, I), codegen
 
     @intrinsic
     def combine7(typingctx, high, low):  # pragma: no cover - compiled
         """high * 128 + low per lane: the two halves of a split activation's sum."""
+
         def codegen(context, builder, sig, args):
             return builder.add(builder.shl(args[0], ir.Constant(ints_t, [7] * lanes)), args[1])
+
         return I(I, I), codegen
 
     @intrinsic
     def zeros_i32(typingctx):  # pragma: no cover - compiled
         def codegen(context, builder, sig, args):
             return ir.Constant(ints_t, [0] * lanes)
+
         return I(), codegen
 
     @intrinsic
     def zeros_f32(typingctx):  # pragma: no cover - compiled
         def codegen(context, builder, sig, args):
             return ir.Constant(floats_t, [0.0] * lanes)
+
         return F(), codegen
 
     @intrinsic
     def to_float(typingctx, v):  # pragma: no cover - compiled
         """int32 -> float32 lanes; exact for block sums (below 2**24)."""
+
         def codegen(context, builder, sig, args):
             return builder.sitofp(args[0], floats_t)
+
         return F(I), codegen
 
     @intrinsic
     def load_f32(typingctx, array, i):  # pragma: no cover - compiled
         """float32 lanes from array[i:]: a float32 array, or a float16 one held as its
         uint16 bits (a KV cache at the integer precisions; vcvtph2ps, exact)."""
+
         def codegen(context, builder, sig, args):
             if sig.args[0].dtype == types.uint16:
                 halves_t = ir.VectorType(ir.IntType(16), lanes)
                 bits = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], halves_t), align=2)
                 return builder.fpext(builder.bitcast(bits, ir.VectorType(ir.HalfType(), lanes)), floats_t)
             return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], floats_t), align=4)
+
         return F(array, i), codegen
 
     @intrinsic
@@ -199,44 +223,99 @@ def _width(lanes: int) -> dict:
         def codegen(context, builder, sig, args):
             builder.store(args[2], _pointer(context, builder, sig.args[0], args[0], args[1], floats_t), align=4)
             return context.get_dummy_value()
+
         return types.void(array, i, F), codegen
 
     @intrinsic
     def broadcast_f32(typingctx, array, i):  # pragma: no cover - compiled
         """array[i] in every lane (vbroadcastss; no negative-index code, which numba's
         array[i] adds and which costs registers in a micro-kernel)."""
+
         def codegen(context, builder, sig, args):
             data = context.make_array(sig.args[0])(context, builder, args[0]).data
             return _splat(builder, builder.load(builder.gep(data, [args[1]])), floats_t)
+
         return F(array, i), codegen
 
     @intrinsic
     def mul(typingctx, a, b):  # pragma: no cover - compiled
         def codegen(context, builder, sig, args):
             return builder.fmul(args[0], args[1])  # no fast-math flags: one rounding, always
+
         return F(F, F), codegen
 
     @intrinsic
     def fma(typingctx, a, b, c):  # pragma: no cover - compiled
         """a * b + c with one rounding (llvm.fma: never split, never reordered)."""
+
         def codegen(context, builder, sig, args):
             return _call(builder, f"llvm.fma.v{lanes}f32", floats_t, list(args))
+
         return F(F, F, F), codegen
 
     return {name: value for name, value in locals().items() if name in _PER_WIDTH}
 
 
-_PER_WIDTH = ("load_bytes", "broadcast4", "low_nibbles", "high_nibbles", "dot4", "flip_sign_bits", "load_i32",
-              "sub_i32", "combine7", "zeros_i32", "zeros_f32", "to_float", "load_f32", "store_f32", "broadcast_f32",
-              "mul", "fma")
+_PER_WIDTH = (
+    "load_bytes",
+    "broadcast4",
+    "low_nibbles",
+    "high_nibbles",
+    "dot4",
+    "flip_sign_bits",
+    "load_i32",
+    "sub_i32",
+    "combine7",
+    "zeros_i32",
+    "zeros_f32",
+    "to_float",
+    "load_f32",
+    "store_f32",
+    "broadcast_f32",
+    "mul",
+    "fma",
+)
 
 
 _NARROW, _WIDE = _width(8), _width(16)
-(load_bytes, broadcast4, low_nibbles, high_nibbles, dot4, flip_sign_bits, load_i32, sub_i32, combine7, zeros_i32,
- zeros_f32, to_float, load_f32, store_f32, broadcast_f32, mul, fma) = (_NARROW[k] for k in _PER_WIDTH)
-(load_bytes_w, broadcast4_w, low_nibbles_w, high_nibbles_w, dot4_w, flip_sign_bits_w, load_i32_w, sub_i32_w,
- combine7_w, zeros_i32_w, zeros_f32_w, to_float_w, load_f32_w, store_f32_w, broadcast_f32_w, mul_w,
- fma_w) = (_WIDE[k] for k in _PER_WIDTH)
+(
+    load_bytes,
+    broadcast4,
+    low_nibbles,
+    high_nibbles,
+    dot4,
+    flip_sign_bits,
+    load_i32,
+    sub_i32,
+    combine7,
+    zeros_i32,
+    zeros_f32,
+    to_float,
+    load_f32,
+    store_f32,
+    broadcast_f32,
+    mul,
+    fma,
+) = (_NARROW[k] for k in _PER_WIDTH)
+(
+    load_bytes_w,
+    broadcast4_w,
+    low_nibbles_w,
+    high_nibbles_w,
+    dot4_w,
+    flip_sign_bits_w,
+    load_i32_w,
+    sub_i32_w,
+    combine7_w,
+    zeros_i32_w,
+    zeros_f32_w,
+    to_float_w,
+    load_f32_w,
+    store_f32_w,
+    broadcast_f32_w,
+    mul_w,
+    fma_w,
+) = (_WIDE[k] for k in _PER_WIDTH)
 
 
 @intrinsic
@@ -244,17 +323,21 @@ def magnitudes(typingctx, w):  # pragma: no cover - compiled
     """|w| per byte (vpabsb); with `signs_of` below, a signed product through dot4:
     |w| x (x with w's sign) = w x, llama.cpp's way onto the unsigned-by-signed
     instruction. Exact for w, x in [-127, 127]."""
+
     def codegen(context, builder, sig, args):
         negative = builder.icmp_signed("<", args[0], ir.Constant(_V8, [0] * 32))
         return builder.select(negative, builder.neg(args[0]), args[0])
+
     return I8(I8), codegen
 
 
 @intrinsic
 def signs_of(typingctx, x, w):  # pragma: no cover - compiled
     """x with w's sign per byte, 0 where w is 0 (vpsignb)."""
+
     def codegen(context, builder, sig, args):
         return _call(builder, "llvm.x86.avx2.psign.b", _V8, [args[0], args[1]])
+
     return I8(I8, I8), codegen
 
 
@@ -262,14 +345,17 @@ def signs_of(typingctx, x, w):  # pragma: no cover - compiled
 def splat_f32(typingctx, x):  # pragma: no cover - compiled
     def codegen(context, builder, sig, args):
         return _splat(builder, args[0], _VF)
+
     return F32(types.float32), codegen
 
 
 @intrinsic
 def fma1(typingctx, a, b, c):  # pragma: no cover - compiled
     """a * b + c for float32 scalars, one rounding (the vector fma's lane, alone)."""
+
     def codegen(context, builder, sig, args):
         return _call(builder, "llvm.fma.f32", ir.FloatType(), list(args))
+
     return types.float32(types.float32, types.float32, types.float32), codegen
 
 
@@ -281,8 +367,10 @@ _VD = ir.VectorType(ir.DoubleType(), 4)
 def max_f32(typingctx, a, b):  # pragma: no cover - compiled
     """The larger of a and b lane by lane (vmaxps). A maximum is the same whatever
     order its values come in, so it may be taken lane-wise."""
+
     def codegen(context, builder, sig, args):
         return _call(builder, "llvm.x86.avx.max.ps.256", _VF, list(args))
+
     return F32(F32, F32), codegen
 
 
@@ -290,6 +378,7 @@ def max_f32(typingctx, a, b):  # pragma: no cover - compiled
 def zeros_f64(typingctx):  # pragma: no cover - compiled
     def codegen(context, builder, sig, args):
         return ir.Constant(_VD, [0.0] * 4)
+
     return F64(), codegen
 
 
@@ -297,10 +386,15 @@ def _add_widened(first: int):
     @intrinsic
     def add(typingctx, acc, v):  # pragma: no cover - compiled
         def codegen(context, builder, sig, args):
-            half = builder.shuffle_vector(args[1], ir.Constant(_VF, ir.Undefined),
-                                          ir.Constant(ir.VectorType(_I32, 4), list(range(first, first + 4))))
+            half = builder.shuffle_vector(
+                args[1],
+                ir.Constant(_VF, ir.Undefined),
+                ir.Constant(ir.VectorType(_I32, 4), list(range(first, first + 4))),
+            )
             return builder.fadd(args[0], builder.fpext(half, _VD))
+
         return F64(F64, F32), codegen
+
     return add
 
 
@@ -314,10 +408,12 @@ add_low, add_high = _add_widened(0), _add_widened(4)
 def total_f64(typingctx, low, high):  # pragma: no cover - compiled
     """((l0 + h0) + (l1 + h1)) + ((l2 + h2) + (l3 + h3)): the sums add_low and add_high keep,
     in one fixed order (test_fused's reference spells it out)."""
+
     def codegen(context, builder, sig, args):
         pairs = builder.fadd(args[0], args[1])
         lane = [builder.extract_element(pairs, ir.Constant(_I32, j)) for j in range(4)]
         return builder.fadd(builder.fadd(lane[0], lane[1]), builder.fadd(lane[2], lane[3]))
+
     return types.float64(F64, F64), codegen
 
 
@@ -331,6 +427,7 @@ def as_f32(typingctx, x):  # pragma: no cover - compiled
 
     def codegen(context, builder, sig, args):
         return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
     return types.float32(x), codegen
 
 
@@ -346,16 +443,19 @@ def as_element(typingctx, array, x):  # pragma: no cover - compiled
 
     def codegen(context, builder, sig, args):
         return builder.bitcast(builder.fptrunc(args[1], ir.HalfType()), ir.IntType(16))
+
     return types.uint16(array, x), codegen
 
 
 @intrinsic
 def max_abs(typingctx, a, b):  # pragma: no cover - compiled
     """max(a, |b|) lane by lane."""
+
     def codegen(context, builder, sig, args):
         as_int = ir.VectorType(_I32, 8)
         magnitude = builder.and_(builder.bitcast(args[1], as_int), ir.Constant(as_int, [0x7FFFFFFF] * 8))
         return _call(builder, "llvm.x86.avx.max.ps.256", _VF, [args[0], builder.bitcast(magnitude, _VF)])
+
     return F32(F32, F32), codegen
 
 
@@ -367,51 +467,63 @@ def largest_lane(typingctx, a):  # pragma: no cover - compiled
             e = builder.extract_element(args[0], ir.Constant(_I32, k))
             best = builder.select(builder.fcmp_ordered(">", e, best), e, best)
         return best
+
     return types.float32(F32), codegen
 
 
 @intrinsic
 def round_scaled(typingctx, a, scale):  # pragma: no cover - compiled
     """rint(a * scale) as int32 (vcvtps2dq rounds half to even, as np.rint does)."""
+
     def codegen(context, builder, sig, args):
         return _call(builder, "llvm.x86.avx.cvt.ps2dq.256", _V32, [builder.fmul(args[0], args[1])])
+
     return I32(F32, F32), codegen
 
 
 @intrinsic
 def high7(typingctx, q):  # pragma: no cover - compiled
     """(q + 64) >> 7 per lane (arithmetic shift): q / 128 rounded, for |q| <= 16256."""
+
     def codegen(context, builder, sig, args):
         return builder.ashr(builder.add(args[0], ir.Constant(_V32, [64] * 8)), ir.Constant(_V32, [7] * 8))
+
     return I32(I32), codegen
 
 
 @intrinsic
 def low7(typingctx, q, high):  # pragma: no cover - compiled
     """q - high * 128 per lane: in [-64, 63] for high = high7(q)."""
+
     def codegen(context, builder, sig, args):
         return builder.sub(args[0], builder.shl(args[1], ir.Constant(_V32, [7] * 8)))
+
     return I32(I32, I32), codegen
 
 
 @intrinsic
 def store_i8(typingctx, array, i, v):  # pragma: no cover - compiled
     """The 8 int32 lanes of v, truncated to bytes, at array[i:] (an int8 array)."""
+
     def codegen(context, builder, sig, args):
         narrow = ir.VectorType(ir.IntType(8), 8)
-        builder.store(builder.trunc(args[2], narrow),
-                      _pointer(context, builder, sig.args[0], args[0], args[1], narrow), align=1)
+        builder.store(
+            builder.trunc(args[2], narrow), _pointer(context, builder, sig.args[0], args[0], args[1], narrow), align=1
+        )
         return context.get_dummy_value()
+
     return types.void(array, i, I32), codegen
 
 
 @intrinsic
 def lane_sum(typingctx, a, b, c, d):  # pragma: no cover - compiled
     """The sum of all lanes of four int32 vectors (exact)."""
+
     def codegen(context, builder, sig, args):
         v = builder.add(builder.add(args[0], args[1]), builder.add(args[2], args[3]))
         total = builder.extract_element(v, ir.Constant(_I32, 0))
         for k in range(1, 8):
             total = builder.add(total, builder.extract_element(v, ir.Constant(_I32, k)))
         return total
+
     return types.int32(I32, I32, I32, I32), codegen

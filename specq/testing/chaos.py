@@ -28,9 +28,9 @@ from pathlib import Path
 
 import redis
 
-from specq.testing import toy_gguf
 from specq.queue.connection import EmbeddedRedis
 from specq.queue.store import BatchStore
+from specq.testing import toy_gguf
 
 
 @dataclass
@@ -72,10 +72,17 @@ class Chaos:
         # Every acknowledged write survives a SIGKILL of Redis, so the token counters
         # can be checked exactly (with everysec, the last second of them can be lost).
         self._client().config_set("appendfsync", "always")
-        self.env = {**os.environ, "SPECQ_REDIS_URL": self.url, "SPECQ_HOME": str(self.dir / "home"),
-                    "SPECQ_LOG_LEVEL": "ERROR", "SPECQ_LEASE_TTL_MS": str(config.lease_ms),
-                    "SPECQ_HEARTBEAT_S": str(config.heartbeat_s), "NUMBA_NUM_THREADS": "1",
-                    "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        self.env = {
+            **os.environ,
+            "SPECQ_REDIS_URL": self.url,
+            "SPECQ_HOME": str(self.dir / "home"),
+            "SPECQ_LOG_LEVEL": "ERROR",
+            "SPECQ_LEASE_TTL_MS": str(config.lease_ms),
+            "SPECQ_HEARTBEAT_S": str(config.heartbeat_s),
+            "NUMBA_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+        }
         self.faults: list[Fault] = []
         self.workers: list[tuple[subprocess.Popen, float, float | None]] = []  # process, start, death time
         self.stopped: dict[int, float] = {}  # pid -> when to SIGCONT
@@ -92,8 +99,11 @@ class Chaos:
         self.prompts = self.dir / "prompts.jsonl"
         with open(self.prompts, "w") as fh:
             for i in range(self.cfg.requests):
-                line = {"custom_id": f"c{i:05d}", "prompt": f"chaos {i} " * (1 + i % 5),
-                        "max_tokens": 8 + (i * 7919) % self.cfg.max_tokens}
+                line = {
+                    "custom_id": f"c{i:05d}",
+                    "prompt": f"chaos {i} " * (1 + i % 5),
+                    "max_tokens": 8 + (i * 7919) % self.cfg.max_tokens,
+                }
                 if i % 2:
                     line.update(temperature=0.8, seed=i)
                 fh.write(json.dumps(line) + "\n")
@@ -108,16 +118,34 @@ class Chaos:
 
     def _submit(self) -> None:
         batch_id = f"chaos-{len(self.batches) + 1}"
-        self._specq(["submit", str(self.prompts), "--batch-id", batch_id, "--model", self.model,
-                     "--checkpoint-tokens", "6", "--checkpoint-seconds", "0.5", "--batch-size", "4"])
+        self._specq(
+            [
+                "submit",
+                str(self.prompts),
+                "--batch-id",
+                batch_id,
+                "--model",
+                self.model,
+                "--checkpoint-tokens",
+                "6",
+                "--checkpoint-seconds",
+                "0.5",
+                "--batch-size",
+                "4",
+            ]
+        )
         self.batches.append(batch_id)
 
     # --- faults ---------------------------------------------------------------
     def _spawn(self, spared: bool = False) -> tuple[subprocess.Popen, float, float | None]:
         """A worker with its time of death drawn uniformly from its start; a spared
         one is never killed (its memory is watched for leaks)."""
-        proc = subprocess.Popen([sys.executable, "-m", "specq", "worker"], env=self.env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specq", "worker"],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         start = time.monotonic()
         return proc, start, None if spared else start + self.rng.uniform(0, self.cfg.worker_life_s)
 
@@ -223,7 +251,7 @@ class Chaos:
                     if now >= wake:
                         os.kill(pid, signal.SIGCONT)
                         del self.stopped[pid]
-                for i, (proc, _, dies) in enumerate(self.workers):
+                for i, (_, _, dies) in enumerate(self.workers):
                     if dies is not None and now >= dies:
                         self._kill_worker(i)
                 if now >= next_stop:
@@ -287,15 +315,22 @@ class Chaos:
             lost += len(ids) - len(results)
             mismatched += sum(results[r]["token_ids"] != self.expected[r] for r in results)
             token_diff += int(store.stats().get("tokens", 0)) - sum(len(v["token_ids"]) for v in results.values())
-        times = {kind: sorted(t for f in self.faults if f.kind == kind for t in f.recovered.values())
-                 for kind in ("sigkill", "sigstop", "redis_kill")}
+        times = {
+            kind: sorted(t for f in self.faults if f.kind == kind for t in f.recovered.values())
+            for kind in ("sigkill", "sigstop", "redis_kill")
+        }
         unrecovered = sum(len(f.held) - len(f.recovered) for f in self.faults)
         return {
-            "requests": len(self.batches) * self.cfg.requests, "batches": len(self.batches),
-            "workers": self.cfg.workers, "lease_s": self.cfg.lease_ms / 1000,
+            "requests": len(self.batches) * self.cfg.requests,
+            "batches": len(self.batches),
+            "workers": self.cfg.workers,
+            "lease_s": self.cfg.lease_ms / 1000,
             "faults": {kind: sum(f.kind == kind for f in self.faults) for kind in times},
-            "lost": lost, "not_completed": not_completed, "mismatched_outputs": mismatched,
-            "tokens_counted_minus_results": token_diff, "held_never_recovered": unrecovered,
+            "lost": lost,
+            "not_completed": not_completed,
+            "mismatched_outputs": mismatched,
+            "tokens_counted_minus_results": token_diff,
+            "held_never_recovered": unrecovered,
             "recovery_seconds": {kind: _summary(ts) for kind, ts in times.items()},
             "spared_worker_rss_mb": getattr(self, "rss", []),
         }
@@ -304,5 +339,9 @@ class Chaos:
 def _summary(times: list[float]) -> dict:
     if not times:
         return {"n": 0}
-    return {"n": len(times), "median": round(statistics.median(times), 2),
-            "p90": round(times[int(0.9 * (len(times) - 1))], 2), "worst": round(times[-1], 2)}
+    return {
+        "n": len(times),
+        "median": round(statistics.median(times), 2),
+        "p90": round(times[int(0.9 * (len(times) - 1))], 2),
+        "worst": round(times[-1], 2),
+    }

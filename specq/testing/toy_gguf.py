@@ -47,12 +47,70 @@ FIRST_MERGE_ID = len(SPECIAL_TOKENS) + N_BYTE_TOKENS  # 259
 # The first merges of SmolLM2's tokenizer, in rank order; each merges two tokens that
 # exist before it.
 MERGES = (
-    "Ġ t", "Ġ a", "i n", "h e", "Ġ Ġ", "r e", "o n", "e r", "Ġt he", "a t", "Ġ s", "Ġ o",
-    "e n", "Ġ c", "e s", "Ġ w", "n d", "i t", "o r", "i s", "a l", "Ġ p", "in g", "Ġ f",
-    "a n", "e d", "Ġ b", "o u", "a r", "Ġ in", "Ġo f", "Ġ m", "Ġa nd", "i on", "i c", "Ġ d",
-    "Ġt o", "ĠĠ ĠĠ", "l e", "r o", "a s", "en t", "Ġ h", "Ġt h", "c t", "Ġ e", "Ġ re", "e l",
-    "o m", "i l", "s t", "Ġ l", "Ġ n", "e t", "i m", "v e", "o l", "at ion", "Ġ g", "i d",
-    "Ġ T", "s e", "Ġ is", "u r",
+    "Ġ t",
+    "Ġ a",
+    "i n",
+    "h e",
+    "Ġ Ġ",
+    "r e",
+    "o n",
+    "e r",
+    "Ġt he",
+    "a t",
+    "Ġ s",
+    "Ġ o",
+    "e n",
+    "Ġ c",
+    "e s",
+    "Ġ w",
+    "n d",
+    "i t",
+    "o r",
+    "i s",
+    "a l",
+    "Ġ p",
+    "in g",
+    "Ġ f",
+    "a n",
+    "e d",
+    "Ġ b",
+    "o u",
+    "a r",
+    "Ġ in",
+    "Ġo f",
+    "Ġ m",
+    "Ġa nd",
+    "i on",
+    "i c",
+    "Ġ d",
+    "Ġt o",
+    "ĠĠ ĠĠ",
+    "l e",
+    "r o",
+    "a s",
+    "en t",
+    "Ġ h",
+    "Ġt h",
+    "c t",
+    "Ġ e",
+    "Ġ re",
+    "e l",
+    "o m",
+    "i l",
+    "s t",
+    "Ġ l",
+    "Ġ n",
+    "e t",
+    "i m",
+    "v e",
+    "o l",
+    "at ion",
+    "Ġ g",
+    "i d",
+    "Ġ T",
+    "s e",
+    "Ġ is",
+    "u r",
 )
 DEFAULT_N_MERGES = 48
 
@@ -63,11 +121,7 @@ _RANDOM_BLOCK_SCALE_OFFSET = {"IQ2_XXS": 0, "IQ2_XS": 0, "IQ3_XXS": 0, "TQ2_0": 
 
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map (openai/gpt-2 encoder.py)."""
-    bs = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -170,10 +224,7 @@ def encode_tensor(array: np.ndarray, type_name: str, *, seed: int = 0) -> np.nda
         return quantize(array, qtype)
     block_size, type_size = GGML_QUANT_SIZES[qtype]
     if array.shape[-1] % block_size:
-        raise ValueError(
-            f"rows of {array.shape[-1]} values cannot be stored as {type_name} "
-            f"(block size {block_size})"
-        )
+        raise ValueError(f"rows of {array.shape[-1]} values cannot be stored as {type_name} (block size {block_size})")
     # gguf (0.17-0.19) can dequantize but not quantize the K-quants: ours follow
     # ggml's block layouts (exact inverses of gguf's unpacking).
     if type_name == "Q4_K":
@@ -212,7 +263,7 @@ def _quantize_q6_k(x: np.ndarray) -> np.ndarray:
     low = (q & 0x0F).reshape(n, 2, 2, 64)
     ql = (low[:, :, 0, :] | (low[:, :, 1, :] << 4)).reshape(n, 128)
     high = (q >> 4).reshape(n, 2, 4, 32)
-    qh = (high[:, :, 0] | (high[:, :, 1] << 2) | (high[:, :, 2] << 4) | (high[:, :, 3] << 6))
+    qh = high[:, :, 0] | (high[:, :, 1] << 2) | (high[:, :, 2] << 4) | (high[:, :, 3] << 6)
     qh = qh.reshape(n, 64)
     return np.concatenate([ql, qh, scales.view(np.uint8), _f16_bytes(d)], axis=1)
 
@@ -283,8 +334,16 @@ def write_toy_model(
         as llama.cpp does ("gpt2" makes a file specq must refuse).
     """
     weights = toy_weights(
-        seed=seed, n_layers=n_layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
-        d_ffn=d_ffn, tied=tied, logit_scale=logit_scale, n_merges=n_merges, quiet_end=quiet_end,
+        seed=seed,
+        n_layers=n_layers,
+        d_model=d_model,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        d_ffn=d_ffn,
+        tied=tied,
+        logit_scale=logit_scale,
+        n_merges=n_merges,
+        quiet_end=quiet_end,
     )
     tokens, token_types, merges = toy_vocab(n_merges)
     path = os.fspath(path)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from specq.jsonl import dumps_line
 from specq.specdec.engine import Engine
@@ -64,8 +64,17 @@ def distill(
                 continue
             cid, cat, req = todo[index]
             answer = Answer(cid, cat, tuple(req.prompt_ids), tuple(state.output_ids))
-            out.write(dumps_line({"custom_id": cid, "category": cat, "prompt_ids": list(answer.prompt_ids),
-                                  "output_ids": list(answer.output_ids)}) + "\n")
+            out.write(
+                dumps_line(
+                    {
+                        "custom_id": cid,
+                        "category": cat,
+                        "prompt_ids": list(answer.prompt_ids),
+                        "output_ids": list(answer.output_ids),
+                    }
+                )
+                + "\n"
+            )
             out.flush()
             have[cid] = answer
             progress(len(have), len(requests))

@@ -10,8 +10,8 @@ state (the row after, within the same answer).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -28,7 +28,7 @@ class Features:
     answer: np.ndarray  # [rows] index of the answer a row comes from
     tokens: np.ndarray  # [rows] int64: token t+1, the target's own prediction from the row
 
-    def subset(self, mask: np.ndarray) -> "Features":
+    def subset(self, mask: np.ndarray) -> Features:
         return Features(self.hidden[mask], self.labels[mask], self.answer[mask], self.tokens[mask])
 
     def next_rows(self) -> np.ndarray:

@@ -26,8 +26,9 @@ class GateChoice:
     ungated_tokens_per_cost: float  # the best fixed chain length without a gate, for comparison
 
 
-def rate(confidence: np.ndarray, right: np.ndarray, gate: tuple[float, float], row_cost: float,
-         draft_cost: float, depth: int) -> tuple[float, float]:
+def rate(
+    confidence: np.ndarray, right: np.ndarray, gate: tuple[float, float], row_cost: float, draft_cost: float, depth: int
+) -> tuple[float, float]:
     """(tokens per round, tokens per unit of cost) of rounds drafting up to `depth`."""
     n = len(confidence)
     tokens, cost = np.ones(n), np.ones(n)

@@ -8,14 +8,15 @@ sample of rows, full vocabulary). Without those, a token that never occurs as a
 label is never pushed down and can win the proposer's argmax (measured on a toy
 model: loss 1.3 on the labels' vocabulary, full-vocabulary top-1 still 0.32). The
 full 49,152-way softmax would cost several times more per step. Accuracy is always
-measured over the full vocabulary, as the proposer sees it. W and b start at zero, where every head predicts what the target itself
-predicts next: a sensible start that the gradient moves away from.
+measured over the full vocabulary, as the proposer sees it. W and b start at zero,
+where every head predicts what the target itself predicts next: a sensible start that
+the gradient moves away from.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -68,8 +69,9 @@ class Adam:
             p -= self.lr * lr_scale * ((m / c1) / (np.sqrt(v / c2) + eps) + self.decay * p)
 
 
-def loss_and_grads(h: np.ndarray, target: np.ndarray, w: np.ndarray, b: np.ndarray,
-                   head_rows: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+def loss_and_grads(
+    h: np.ndarray, target: np.ndarray, w: np.ndarray, b: np.ndarray, head_rows: np.ndarray
+) -> tuple[float, np.ndarray, np.ndarray]:
     """Mean cross-entropy of one head over rows h [r, d] with labels `target` (indices
     into head_rows [S, d]), and its gradients with respect to w and b."""
     z = h @ w + b
@@ -125,8 +127,9 @@ def train_heads(
     return w, b
 
 
-def top_tokens(h: np.ndarray, output_head: np.ndarray, w: np.ndarray, b: np.ndarray, top: int,
-               chunk_rows: int = 1024) -> np.ndarray:
+def top_tokens(
+    h: np.ndarray, output_head: np.ndarray, w: np.ndarray, b: np.ndarray, top: int, chunk_rows: int = 1024
+) -> np.ndarray:
     """The distinct tokens among each head's `top` best for rows h, full vocabulary."""
     found = []
     for i in range(w.shape[0]):
@@ -136,8 +139,9 @@ def top_tokens(h: np.ndarray, output_head: np.ndarray, w: np.ndarray, b: np.ndar
     return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
 
 
-def label_ranks(features: Features, output_head: np.ndarray, w: np.ndarray, b: np.ndarray,
-                chunk_rows: int = 1024) -> np.ndarray:
+def label_ranks(
+    features: Features, output_head: np.ndarray, w: np.ndarray, b: np.ndarray, chunk_rows: int = 1024
+) -> np.ndarray:
     """[rows, n_heads]: where each head ranks its label over the full vocabulary (0 =
     its argmax; ties to the lower id, as the proposer orders them), NO_LABEL where
     the row has no label for that head."""

@@ -16,13 +16,13 @@ stored (Q8_0) head and the proposer's own products.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from specq.specdec.model import LlamaModel
 from specq.specdec.matmul import embed, linear
+from specq.specdec.model import LlamaModel
 from specq.specdec.proposers.recurrent import RecurrentHead, draft_output_head, sigmoid
 from specq.training.features import NO_LABEL, Features
 from specq.training.heads import Adam
@@ -142,16 +142,30 @@ def train_recurrent(
             rows = order[start : start + config.batch_rows]
             p = params.as_list()
             loss1, s1, g1 = step_loss_and_grads(
-                train.hidden[rows], embedding[train.tokens[rows]], local[rows, 0], hidden_at(nxt[rows]),
-                *p, head_rows, config.regression_weight, reg_scale)
+                train.hidden[rows],
+                embedding[train.tokens[rows]],
+                local[rows, 0],
+                hidden_at(nxt[rows]),
+                *p,
+                head_rows,
+                config.regression_weight,
+                reg_scale,
+            )
             # The second step starts from the head's own s_1, where token t+2 exists.
             second = train.labels[rows, 0] != NO_LABEL
             loss2, g2 = 0.0, [np.zeros_like(x) for x in p]
             if second.any():
                 r2 = rows[second]
                 loss2, _, g2 = step_loss_and_grads(
-                    s1[second], embedding[train.labels[r2, 0]], local[r2, 1], hidden_at(nxt2[r2]),
-                    *p, head_rows, config.regression_weight, reg_scale)
+                    s1[second],
+                    embedding[train.labels[r2, 0]],
+                    local[r2, 1],
+                    hidden_at(nxt2[r2]),
+                    *p,
+                    head_rows,
+                    config.regression_weight,
+                    reg_scale,
+                )
             grads = [(a + b) / 2 for a, b in zip(g1, g2)]
             adam.step(p, grads, 0.5 * (1 + np.cos(np.pi * step / steps)))
             step += 1
@@ -159,8 +173,9 @@ def train_recurrent(
     return params.w_in, params.b_in, params.w_out, vocab
 
 
-def chain_ranks(held_out: Features, model: LlamaModel, head: RecurrentHead, depth: int,
-                chunk_rows: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+def chain_ranks(
+    held_out: Features, model: LlamaModel, head: RecurrentHead, depth: int, chunk_rows: int = 2048
+) -> tuple[np.ndarray, np.ndarray]:
     """[rows, depth]: where the head ranks each label within its draft vocabulary (0 =
     its draft), drafting from h_t and token t+1 with each step fed the true previous
     token (a draft is only judged when the earlier ones were right, and then the true

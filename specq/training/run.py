@@ -9,26 +9,26 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Callable
 
 import numpy as np
 
 from specq.errors import InputError
 from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
+from specq.specdec.adaptive import ROW_COST
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import file_sha256
 from specq.specdec.matmul import dequantized
-from specq.specdec.adaptive import ROW_COST
 from specq.specdec.proposers import MedusaHeads, MedusaProposer, NoProposer
 from specq.specdec.proposers.medusa import format_tree
 from specq.specdec.proposers.recurrent import RecurrentHead, RecurrentHeadProposer
 from specq.specdec.sampling import SamplingParams
 from specq.training.distill import distill
 from specq.training.features import Features, collect_features
+from specq.training.gate import choose_gate
 from specq.training.heads import TrainConfig, accuracy, label_ranks, train_heads
 from specq.training.recurrent import RecurrentConfig, chain_accuracy, chain_ranks, train_recurrent
-from specq.training.gate import choose_gate
 from specq.training.tree_shape import choose_tree
 
 FEATURES_FORMAT = 2  # 2: with each row's next token
@@ -76,8 +76,9 @@ def train_heads_file(
 
     answers_path = os.path.join(work_dir, "answers.jsonl")
     plain = Engine(engine.model, engine.tokenizer, NoProposer())  # greedy output is the same either way
-    answers = distill(plain, requests, answers_path, batch_size=batch_size,
-                      progress=_every(50, lambda d, t: say(f"answers: {d}/{t}")))
+    answers = distill(
+        plain, requests, answers_path, batch_size=batch_size, progress=_every(50, lambda d, t: say(f"answers: {d}/{t}"))
+    )
     say(f"answers: {len(answers)} ({sum(len(a.output_ids) for a in answers)} tokens) in {answers_path}")
 
     # A recurrent head trains two steps, so it needs the labels of two positions.
@@ -100,22 +101,33 @@ def train_heads_file(
         "held_out_rows": str(len(held_out)),
     }
     train_kind = _train_recurrent if kind == "recurrent" else _train_medusa
-    top1, top5, detail = train_kind(engine, train, held_out, out_path, metadata, n_heads,
-                                    config or (RecurrentConfig() if kind == "recurrent" else TrainConfig()), say)
+    top1, top5, detail = train_kind(
+        engine,
+        train,
+        held_out,
+        out_path,
+        metadata,
+        n_heads,
+        config or (RecurrentConfig() if kind == "recurrent" else TrainConfig()),
+        say,
+    )
     return TrainingReport(kind, len(answers), len(train), len(held_out), top1, top5, detail)
 
 
 def _train_medusa(engine, train, held_out, out_path, metadata, n_heads, config: TrainConfig, say):
     output_head = dequantized(engine.model.weights.w_output)
-    w, b = train_heads(train, output_head, config,
-                       progress=_every(200, lambda s, n, loss: say(f"step {s}/{n}: loss {loss:.3f}")))
+    w, b = train_heads(
+        train, output_head, config, progress=_every(200, lambda s, n, loss: say(f"step {s}/{n}: loss {loss:.3f}"))
+    )
     ranks = label_ranks(held_out, output_head, w, b)
     scores = accuracy(ranks)
     for i, (t1, t5) in enumerate(zip(scores.top1, scores.top5)):
         say(f"head {i}: held-out top-1 {t1:.3f}, top-5 {t5:.3f} ({scores.rows[i]} rows)")
     tree = choose_tree(ranks, ROW_COST, MedusaProposer.draft_cost)
-    say(f"tree: {len(tree.paths)} nodes, {tree.tokens_per_round:.2f} tokens a round expected, "
-        f"{tree.tokens_per_cost:.2f} per step-cost against {tree.chain_tokens_per_cost:.2f} for the best chain")
+    say(
+        f"tree: {len(tree.paths)} nodes, {tree.tokens_per_round:.2f} tokens a round expected, "
+        f"{tree.tokens_per_cost:.2f} per step-cost against {tree.chain_tokens_per_cost:.2f} for the best chain"
+    )
     metadata = {
         **metadata,
         "held_out_top1": ",".join(f"{x:.4f}" for x in scores.top1),
@@ -137,19 +149,27 @@ def _train_recurrent(engine, train, held_out, out_path, metadata, depth, config:
     tied = engine.model.weights.w_output is engine.model.weights.token_embedding
     output_head = embedding if tied else dequantized(engine.model.weights.w_output)
     w_in, b_in, w_out, vocab = train_recurrent(
-        train, embedding, output_head, config,
-        progress=_every(200, lambda s, n, loss: say(f"step {s}/{n}: loss {loss:.3f}")))
+        train,
+        embedding,
+        output_head,
+        config,
+        progress=_every(200, lambda s, n, loss: say(f"step {s}/{n}: loss {loss:.3f}")),
+    )
     head = RecurrentHead.from_float(w_in, b_in, w_out, vocab, engine.model.fingerprint)
     ranks, confidence = chain_ranks(held_out, engine.model, head, depth)
     scores = chain_accuracy(ranks, len(vocab))
     say(f"draft vocabulary: {len(vocab)} tokens, {scores.vocab_coverage:.3f} of held-out labels inside")
     for j, (t1, t5, c) in enumerate(zip(scores.top1, scores.top5, scores.chain)):
-        say(f"draft {j + 1}: held-out top-1 {t1:.3f}, top-5 {t5:.3f} given the earlier right; "
-            f"all {j + 1} right {c:.3f} ({scores.rows[j]} rows)")
+        say(
+            f"draft {j + 1}: held-out top-1 {t1:.3f}, top-5 {t5:.3f} given the earlier right; "
+            f"all {j + 1} right {c:.3f} ({scores.rows[j]} rows)"
+        )
     gate = choose_gate(confidence, ranks == 0, ROW_COST, RecurrentHeadProposer.draft_cost)
-    say(f"gate: confidence {gate.gate[0]:.2f} for the first draft, {gate.gate[1]:.2f} after; "
+    say(
+        f"gate: confidence {gate.gate[0]:.2f} for the first draft, {gate.gate[1]:.2f} after; "
         f"{gate.tokens_per_round:.2f} tokens a round expected, {gate.tokens_per_cost:.3f} per step-cost "
-        f"against {gate.ungated_tokens_per_cost:.3f} without the gate")
+        f"against {gate.ungated_tokens_per_cost:.3f} without the gate"
+    )
     metadata = {
         **metadata,
         "gate": ",".join(f"{g:.2f}" for g in gate.gate),
@@ -176,8 +196,9 @@ def _features(engine, answers, answers_path, work_dir, n_heads, say) -> Features
     if os.path.exists(path):
         with np.load(path) as data:
             return Features(data["hidden"], data["labels"], data["answer"], data["tokens"])
-    features = collect_features(engine.model, answers, n_heads,
-                                progress=_every(50, lambda d, t: say(f"features: {d}/{t} answers")))
+    features = collect_features(
+        engine.model, answers, n_heads, progress=_every(50, lambda d, t: say(f"features: {d}/{t} answers"))
+    )
     tmp = path + ".tmp.npz"
     np.savez(tmp, hidden=features.hidden, labels=features.labels, answer=features.answer, tokens=features.tokens)
     os.replace(tmp, path)  # a kill mid-write leaves no half file to be trusted later
@@ -186,7 +207,9 @@ def _features(engine, answers, answers_path, work_dir, n_heads, say) -> Features
 
 def _every(n: int, report: Callable) -> Callable:
     """Pass on every n-th progress call, and the last."""
+
     def progress(done, total, *rest):
         if done % n == 0 or done == total:
             report(done, total, *rest)
+
     return progress

@@ -42,8 +42,9 @@ def path_frequencies(ranks: np.ndarray, max_rank: int) -> Counter:
     return counts
 
 
-def choose_tree(ranks: np.ndarray, row_cost: float, head_cost: float, max_nodes: int = 24,
-                max_rank: int = 8) -> TreeChoice:
+def choose_tree(
+    ranks: np.ndarray, row_cost: float, head_cost: float, max_nodes: int = 24, max_rank: int = 8
+) -> TreeChoice:
     """The tree of at most max_nodes nodes with the most expected tokens per unit of
     cost; head_cost is the cost of one head's product, per depth level used."""
     n = len(ranks)

@@ -21,17 +21,16 @@ import redis
 from rq.timeouts import JobTimeoutException
 
 from specq.errors import SpecqError
-from specq.worker import checkpoint
 from specq.queue.histograms import PendingCounts
-from specq.requests.config import BatchConfig, kv_memory
-from specq.queue.timing import HEARTBEAT_S, LEASE_TTL_MS, MAX_ATTEMPTS
-from specq.worker.context import LoadedEngine, WorkerContext
 from specq.queue.store import BatchStore, Lease
+from specq.queue.timing import HEARTBEAT_S, LEASE_TTL_MS, MAX_ATTEMPTS
+from specq.queue.vocabulary import Counter, FailureKind, Flag, RequestState
+from specq.requests.config import BatchConfig, kv_memory
+from specq.requests.result import Result
 from specq.specdec.engine import DecodeGroup, Engine
 from specq.specdec.state import DecodeState, GenerationRequest
-from specq.requests.result import Result
-from specq.queue.vocabulary import Counter, FailureKind, Flag, RequestState
-
+from specq.worker import checkpoint
+from specq.worker.context import LoadedEngine, WorkerContext
 
 FLAG_CHECK_S = 0.25  # pause and cancel take effect within this, plus one round
 # Redis restarting, failing over or cut off: the call may or may not have reached it.
@@ -82,8 +81,9 @@ def result_payload(engine: Engine, custom_id: str, state: DecodeState, worker_id
 
 
 class BatchRunner:
-    def __init__(self, store: BatchStore, config: BatchConfig, loaded: LoadedEngine, runtime: WorkerContext,
-                 *, deadline: float) -> None:
+    def __init__(
+        self, store: BatchStore, config: BatchConfig, loaded: LoadedEngine, runtime: WorkerContext, *, deadline: float
+    ) -> None:
         self.store = store
         self.config = config
         self.engine = loaded.engine
@@ -167,8 +167,11 @@ class BatchRunner:
         one taken over meanwhile is left alone. Waiting past the lease's lifetime is
         pointless (every lease has expired: the reaper hands the requests back from
         their last checkpoints), and so is waiting once asked to stop."""
-        log.warning("lost Redis mid-job (%s); waiting to hand %d requests back", exc.__class__.__name__,
-                    len(self.owned) + len(self._claimed))
+        log.warning(
+            "lost Redis mid-job (%s); waiting to hand %d requests back",
+            exc.__class__.__name__,
+            len(self.owned) + len(self._claimed),
+        )
         deadline = time.monotonic() + LEASE_TTL_MS / 1000
         delay = 0.1
         while not _answers(self.store.client):
@@ -220,12 +223,16 @@ class BatchRunner:
                 payload = result_payload(self.engine, rid, state, self.runtime.worker_id)
                 written = self._settle(rid, RequestState.COMPLETED, payload, state)
                 self.summary["completed" if written else "lost"] += 1
-            elif (len(state.output_ids) - len(owned.written.output_ids) >= self.config.checkpoint_tokens
-                  or now - owned.written_at >= self.config.checkpoint_seconds):
+            elif (
+                len(state.output_ids) - len(owned.written.output_ids) >= self.config.checkpoint_tokens
+                or now - owned.written_at >= self.config.checkpoint_seconds
+            ):
                 payload = checkpoint.encode(state, self.fingerprint)
                 t_write = time.perf_counter()
                 with self._redis_time():
-                    written = self.store.checkpoint(owned.lease, payload, self._deltas(owned.written, state), LEASE_TTL_MS)
+                    written = self.store.checkpoint(
+                        owned.lease, payload, self._deltas(owned.written, state), LEASE_TTL_MS
+                    )
                 # Counted with the next write (this one's latency is known only now).
                 self.pending_counts.add(Counter.CHECKPOINT_WRITES)
                 self.pending_counts.observe("checkpoint_write_seconds", time.perf_counter() - t_write)
@@ -277,7 +284,12 @@ class BatchRunner:
         owned = self.owned[rid]
         message = f"{exc.__class__.__name__}: {exc}"
         if self.store.bump_attempts(rid) >= MAX_ATTEMPTS:
-            error = {"custom_id": rid, "line": owned.spec.get("line"), "reason": FailureKind.ENGINE_ERROR, "message": message}
+            error = {
+                "custom_id": rid,
+                "line": owned.spec.get("line"),
+                "reason": FailureKind.ENGINE_ERROR,
+                "message": message,
+            }
             self.pending_counts.add(Counter.FAILED_ENGINE_ERROR)
             self._settle(rid, RequestState.FAILED, json.dumps(error, ensure_ascii=False), owned.written)
             self.summary["failed"] += 1
@@ -312,7 +324,11 @@ class BatchRunner:
             except (SpecqError, KeyError, TypeError, ValueError, AttributeError) as exc:
                 # A record the worker cannot read (corrupt, or written by hand into
                 # Redis) fails that request alone; it must not fail the worker.
-                reason = FailureKind.CHECKPOINT if isinstance(exc, checkpoint.CheckpointError) else FailureKind.INVALID_REQUEST
+                reason = (
+                    FailureKind.CHECKPOINT
+                    if isinstance(exc, checkpoint.CheckpointError)
+                    else FailureKind.INVALID_REQUEST
+                )
                 message = str(exc) if isinstance(exc, SpecqError) else f"unreadable request record ({exc!r})"
                 self._fail(lease, reason, message)
                 del self._claimed[rid]
@@ -328,8 +344,13 @@ class BatchRunner:
                 return
             self._kv_wanted = 0
             if need > self.kv_budget:
-                log.warning("request %s needs %d bytes of KV cache, more than the budget of %d (--kv-memory): "
-                            "decoding it alone", rid, need, self.kv_budget)
+                log.warning(
+                    "request %s needs %d bytes of KV cache, more than the budget of %d (--kv-memory): "
+                    "decoding it alone",
+                    rid,
+                    need,
+                    self.kv_budget,
+                )
             if saved is not None:
                 # Resuming re-runs a prefill over everything committed but the last token.
                 self.pending_counts.add(Counter.RECOMPUTED_TOKENS, len(state.all_ids) - 1)
@@ -393,7 +414,9 @@ class BatchRunner:
         spec_line = self.store.spec_line(lease.request_id)
         if spec_line is not None:
             error["line"] = spec_line
-        self.store.settle(lease, RequestState.FAILED, json.dumps(error, ensure_ascii=False), {Counter.failed(reason): 1})
+        self.store.settle(
+            lease, RequestState.FAILED, json.dumps(error, ensure_ascii=False), {Counter.failed(reason): 1}
+        )
         self.runtime.release(self.store.batch_id, lease.request_id)
         self.summary["failed"] += 1
 

@@ -17,13 +17,13 @@ import uuid
 from dataclasses import dataclass
 
 from specq.errors import ModelFileError, SpecqError
-from specq.worker.breaker import Breaker
-from specq.worker.checkpoint import fingerprint
-from specq.requests.config import BatchConfig
-from specq.worker.guarded_proposer import GuardedProposer
 from specq.queue.store import BatchStore, Lease
+from specq.requests.config import BatchConfig
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import file_sha256
+from specq.worker.breaker import Breaker
+from specq.worker.checkpoint import fingerprint
+from specq.worker.guarded_proposer import GuardedProposer
 
 
 @dataclass(frozen=True)
@@ -114,9 +114,13 @@ def load_for_batch(config: BatchConfig) -> LoadedEngine:
     model, tokenizer = load_model_and_tokenizer(config.model_path or default_model_path(), config.precision)
     degraded = ""
     try:
-        proposer = make_proposer(config.proposer, model, tokenizer,
-                                 draft_model_path=config.draft_model_path or None,
-                                 medusa_heads_path=config.medusa_heads_path or None)
+        proposer = make_proposer(
+            config.proposer,
+            model,
+            tokenizer,
+            draft_model_path=config.draft_model_path or None,
+            medusa_heads_path=config.medusa_heads_path or None,
+        )
     except SpecqError as exc:
         proposer, degraded = NoProposer(), f"proposer {config.proposer!r} unavailable ({exc}); decoding without it"
     guard = None if degraded or config.proposer == "none" else GuardedProposer(proposer)

@@ -29,8 +29,9 @@ class GuardedProposer:
             return _GuardedSession(self, None)
 
     def failed(self, exc: Exception) -> None:
-        log.warning("proposer %s failed (%s: %s); this request continues without drafts",
-                    self.name, exc.__class__.__name__, exc)
+        log.warning(
+            "proposer %s failed (%s: %s); this request continues without drafts", self.name, exc.__class__.__name__, exc
+        )
         with self._lock:
             self._failures += 1
 

@@ -16,12 +16,12 @@ from rq import get_current_job
 from rq.job import Job
 
 from specq.errors import SpecqError
-from specq.worker import context as context_mod
-from specq.worker.batch_runner import BatchRunner
-from specq.requests.config import BatchConfig
-from specq.queue.timing import JOB_SECONDS
 from specq.queue.rq_glue import FORMER_JOB_FUNCTIONS, JOB_FUNCTION, enqueue_batch_jobs
 from specq.queue.store import BatchStore
+from specq.queue.timing import JOB_SECONDS
+from specq.requests.config import BatchConfig
+from specq.worker import context as context_mod
+from specq.worker.batch_runner import BatchRunner
 
 log = logging.getLogger("specq.worker")
 

@@ -14,27 +14,27 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rq import SimpleWorker
 
+from specq.errors import SpecqError
 from specq.queue import keys
-from specq.worker import context as context_mod
-from specq.queue.timing import HEARTBEAT_S, LEASE_TTL_MS, WORKER_ALIVE_S
 from specq.queue.connection import RedisUnavailable
 from specq.queue.control import reap_all, sweep
 from specq.queue.liveness import fresh_workers, worker_is_alive
 from specq.queue.rq_glue import make_queue
-from specq.worker.job import SpecqJob
-from specq.worker.context import WorkerContext
-from specq.errors import SpecqError
 from specq.queue.server_checks import require_noeviction
 from specq.queue.status import read_batch
 from specq.queue.store import BatchStore, _text
+from specq.queue.timing import HEARTBEAT_S, LEASE_TTL_MS, WORKER_ALIVE_S
 from specq.queue.vocabulary import Flag, RequestState
+from specq.worker import context as context_mod
+from specq.worker.context import WorkerContext
+from specq.worker.job import SpecqJob
 
 # specq's own calls (checkpoints, leases, the reaper) are short: a Redis cut off by
 # the network must not hold one for minutes (RQ gives its connections 415 s, for its
@@ -91,12 +91,19 @@ class Heartbeat(threading.Thread):
         self.runtime.renew_all(LEASE_TTL_MS)
         pipe = self.client.pipeline(transaction=False)
         pipe.zadd(keys.WORKERS, {self.runtime.worker_id: now})
-        pipe.hset(keys.worker(self.runtime.worker_id), mapping={
-            "host": socket.gethostname(), "pid": os.getpid(), "queues": ",".join(self.queues),
-            "beat": f"{now:.3f}", "jobs_done": self.runtime.jobs_done,
-            "held": len(self.runtime.held()),
-            "breaker": self.runtime.breaker.state, "last_error": self.runtime.breaker.last_error[:500],
-        })
+        pipe.hset(
+            keys.worker(self.runtime.worker_id),
+            mapping={
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "queues": ",".join(self.queues),
+                "beat": f"{now:.3f}",
+                "jobs_done": self.runtime.jobs_done,
+                "held": len(self.runtime.held()),
+                "breaker": self.runtime.breaker.state,
+                "last_error": self.runtime.breaker.last_error[:500],
+            },
+        )
         pipe.expire(keys.worker(self.runtime.worker_id), int(WORKER_ALIVE_S * 4))
         # Forget workers silent for an hour, so the set does not grow forever.
         pipe.zremrangebyscore(keys.WORKERS, "-inf", now - 3600)
@@ -182,8 +189,11 @@ def burst_work_left(client: redis.Redis, queues: Sequence[str]) -> bool:
     scripts are atomic and a spare job is harmless), so work re-queued meanwhile
     has a job."""
     wanted = set(queues)
-    mine = [b for b in (_text(x) for x in client.zrange(keys.BATCHES, 0, -1))
-            if (_text(client.hget(keys.BatchKeys(b).meta, "queue")) or "") in wanted]
+    mine = [
+        b
+        for b in (_text(x) for x in client.zrange(keys.BATCHES, 0, -1))
+        if (_text(client.hget(keys.BatchKeys(b).meta, "queue")) or "") in wanted
+    ]
     sweep(client, mine)
     fresh = fresh_workers(client)
     for batch_id in mine:
@@ -234,7 +244,9 @@ def _redis_answers(client: redis.Redis) -> bool:
     try:
         return bool(client.ping())
     except redis.AuthenticationError:
-        raise RedisUnavailable(f"Redis at {_where(client)} refused the password (check the URL or SPECQ_REDIS_URL)") from None
+        raise RedisUnavailable(
+            f"Redis at {_where(client)} refused the password (check the URL or SPECQ_REDIS_URL)"
+        ) from None
     except redis.ResponseError as exc:
         if "AUTH" in str(exc).upper():
             raise RedisUnavailable(f"Redis at {_where(client)} refused the credentials: {exc}") from None

@@ -17,31 +17,41 @@ from specq.queue.connection import EmbeddedRedis, RedisUnavailable, client_for, 
 # --- redact -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url, shown", [
-    ("redis://:secret@queue.example:6380/0", "redis://:***@queue.example:6380/0"),
-    ("rediss://worker:secret@queue.example:6380/0", "rediss://worker:***@queue.example:6380/0"),
-    ("redis://:sec@ret@queue.example/0", "redis://:***@queue.example/0"),
-    ("redis://:se/cret@queue.example/0", "redis://:***@queue.example/0"),
-    ("unix://:secret@/run/redis.sock", "unix://:***@/run/redis.sock"),
-    ("unix://user:secret@/run/redis.sock?db=1", "unix://user:***@/run/redis.sock?db=1"),
-    ("redis://queue.example/0?password=secret", "redis://queue.example/0?password=***"),
-    ("redis://queue.example/0?db=1&password=secret&socket_timeout=5",
-     "redis://queue.example/0?db=1&password=***&socket_timeout=5"),
-    ("redis://queue.example/0?PASSWORD=secret", "redis://queue.example/0?PASSWORD=***"),
-    ("redis://queue.example/0?password=se&cret", "redis://queue.example/0?password=***"),
-    ("redis://queue.example/0?password=se#cret", "redis://queue.example/0?password=***"),
-    ("unix:///run/redis.sock?password=secret", "unix:///run/redis.sock?password=***"),
-    ("redis://:secret@[::1/0", "redis://:***@[::1/0"),
-    ("redis://:secret@queue.example/0?password=secret", "redis://:***@queue.example/0?password=***"),
-])
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("redis://:secret@queue.example:6380/0", "redis://:***@queue.example:6380/0"),
+        ("rediss://worker:secret@queue.example:6380/0", "rediss://worker:***@queue.example:6380/0"),
+        ("redis://:sec@ret@queue.example/0", "redis://:***@queue.example/0"),
+        ("redis://:se/cret@queue.example/0", "redis://:***@queue.example/0"),
+        ("unix://:secret@/run/redis.sock", "unix://:***@/run/redis.sock"),
+        ("unix://user:secret@/run/redis.sock?db=1", "unix://user:***@/run/redis.sock?db=1"),
+        ("redis://queue.example/0?password=secret", "redis://queue.example/0?password=***"),
+        (
+            "redis://queue.example/0?db=1&password=secret&socket_timeout=5",
+            "redis://queue.example/0?db=1&password=***&socket_timeout=5",
+        ),
+        ("redis://queue.example/0?PASSWORD=secret", "redis://queue.example/0?PASSWORD=***"),
+        ("redis://queue.example/0?password=se&cret", "redis://queue.example/0?password=***"),
+        ("redis://queue.example/0?password=se#cret", "redis://queue.example/0?password=***"),
+        ("unix:///run/redis.sock?password=secret", "unix:///run/redis.sock?password=***"),
+        ("redis://:secret@[::1/0", "redis://:***@[::1/0"),
+        ("redis://:secret@queue.example/0?password=secret", "redis://:***@queue.example/0?password=***"),
+    ],
+)
 def test_redact_hides_every_form_of_password(url, shown):
     assert redact(url) == shown
 
 
-@pytest.mark.parametrize("url", [
-    "redis://queue.example:6380/0", "unix:///run/redis.sock?db=2", "redis://user@queue.example/0",
-    "rediss://[::1]:6380/0",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://queue.example:6380/0",
+        "unix:///run/redis.sock?db=2",
+        "redis://user@queue.example/0",
+        "rediss://[::1]:6380/0",
+    ],
+)
 def test_redact_leaves_urls_without_a_password_alone(url):
     assert redact(url) == url
 
@@ -54,13 +64,16 @@ def test_redact_hides_passwords_inside_a_message():
 # --- URLs that cannot be parsed or reached --------------------------------------------
 
 
-@pytest.mark.parametrize("url", [
-    "redis://:secret@[::1/0",
-    "redis://:secret\uff20@127.0.0.1:6379/0",  # urlsplit's NFKC check quotes the netloc
-    "redis://:secret@127.0.0.1:99999/0",
-    "redis://:secret@127.0.0.1:port/0",
-    "ftp://:secret@127.0.0.1/0",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:secret@[::1/0",
+        "redis://:secret\uff20@127.0.0.1:6379/0",  # urlsplit's NFKC check quotes the netloc
+        "redis://:secret@127.0.0.1:99999/0",
+        "redis://:secret@127.0.0.1:port/0",
+        "ftp://:secret@127.0.0.1/0",
+    ],
+)
 def test_a_url_that_cannot_be_parsed_is_redis_unavailable_without_the_password(url):
     with pytest.raises(RedisUnavailable) as excinfo:
         client_for(resolve_url(url))
@@ -69,11 +82,14 @@ def test_a_url_that_cannot_be_parsed_is_redis_unavailable_without_the_password(u
     assert "Redis URL" in message
 
 
-@pytest.mark.parametrize("url", [
-    "redis://127.0.0.1:1/0?password=secret",
-    "unix:///nonexistent/specq.sock?password=secret",
-    "unix://:secret@/nonexistent/specq.sock",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:1/0?password=secret",
+        "unix:///nonexistent/specq.sock?password=secret",
+        "unix://:secret@/nonexistent/specq.sock",
+    ],
+)
 def test_an_unreachable_url_is_redis_unavailable_without_the_password(url):
     with pytest.raises(RedisUnavailable) as excinfo:
         connect(url)

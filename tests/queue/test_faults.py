@@ -4,16 +4,15 @@ is byte-identical to an uninterrupted local decode."""
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import random
 import signal
 import time
 
+import pytest
 import redis
-
 from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
+
 from specq.queue.store import BatchStore
 
 CHUNK = ["--checkpoint-tokens", "5", "--checkpoint-seconds", "0.3", "--batch-size", "3"]

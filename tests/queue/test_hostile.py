@@ -14,15 +14,15 @@ import time
 
 import pytest
 import redis
+from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
 from rq.job import Job
 
-from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
 from specq.queue.connection import EmbeddedRedis
 from specq.queue.liveness import is_stalled
 from specq.queue.rq_glue import make_queue
 from specq.queue.store import BatchStore
-from specq.worker.process import SpecqWorker
 from specq.worker.context import WorkerContext
+from specq.worker.process import SpecqWorker
 
 CHUNK = ["--checkpoint-tokens", "6", "--checkpoint-seconds", "0.5", "--batch-size", "8"]
 # Two requests at a time, long ones, on the slow toy model: seconds of decoding.
@@ -60,8 +60,13 @@ def take_job_and_die(client: redis.Redis, queue: str) -> Job:
     import socket
 
     name = f"{socket.gethostname()}.{dead_pid()}.abcdef.0"
-    worker = SpecqWorker([make_queue(client, queue)], connection=client, name=name, runtime=WorkerContext(),
-                         serializer=make_queue(client, queue).serializer)
+    worker = SpecqWorker(
+        [make_queue(client, queue)],
+        connection=client,
+        name=name,
+        runtime=WorkerContext(),
+        serializer=make_queue(client, queue).serializer,
+    )
     worker.register_birth()
     job, q = worker.dequeue_job_and_maintain_ttl(timeout=1)
     worker.prepare_execution(job)
@@ -70,8 +75,8 @@ def take_job_and_die(client: redis.Redis, queue: str) -> Job:
     return job
 
 
-def test_a_worker_dead_between_dequeue_and_claim_does_not_stall_the_batch(client, queue_env, tmp_path,
-                                                                          long_model_path):
+@pytest.mark.slow
+def test_a_worker_dead_between_dequeue_and_claim_does_not_stall_the_batch(client, queue_env, tmp_path, long_model_path):
     # 7 requests with a batch size of 8: one RQ job, which the dead worker holds.
     expected = submit_with_expected(queue_env, tmp_path, long_model_path, 7, "st", max_tokens=30)
     take_job_and_die(client, "specq")
@@ -99,8 +104,12 @@ def test_a_worker_killed_while_loading_the_model_does_not_stall_the_batch(client
     job_id = client.lrange("rq:queue:specq", 0, -1)[0].decode()
     first = start_worker(queue_env)
     try:
-        wait_until(lambda: Job.fetch(job_id, connection=client).get_status(refresh=True) == "started", 60,
-                   "the job taken", interval=0.02)
+        wait_until(
+            lambda: Job.fetch(job_id, connection=client).get_status(refresh=True) == "started",
+            60,
+            "the job taken",
+            interval=0.02,
+        )
         assert store.counts()["running"] == 0, "the kill must land before the first claim"
     finally:
         first.send_signal(signal.SIGKILL)
@@ -137,8 +146,13 @@ def test_redis_killed_past_the_lease_mid_decode_leaves_no_request_held(own_redis
         wait_until(lambda: store.counts()["completed"] == n, 240, "the batch to finish after the outage")
         # Idle, the worker holds nothing (it used to renew the leases of requests its
         # failed job had given up, forever).
-        wait_until(lambda: all(client.hget(f"specq:worker:{w.decode()}", "held") == b"0"
-                               for w in client.zrange("specq:workers", 0, -1)), 10, "the worker to hold nothing")
+        wait_until(
+            lambda: all(
+                client.hget(f"specq:worker:{w.decode()}", "held") == b"0" for w in client.zrange("specq:workers", 0, -1)
+            ),
+            10,
+            "the worker to hold nothing",
+        )
     finally:
         stop_process(worker)
     assert outputs(store) == expected
@@ -173,6 +187,7 @@ def test_a_short_redis_outage_hands_the_work_back_with_its_progress(own_redis, t
     assert store.stats().get("failed_abandoned", 0) == 0
 
 
+@pytest.mark.slow
 def test_a_burst_worker_finishes_work_reaped_from_a_killed_worker(client, queue_env, tmp_path, slow_model_path):
     # Two requests, one job: the killed worker held it, so the queue is empty when
     # the burst worker starts; the work is only in the killed worker's requests.
@@ -196,14 +211,23 @@ def test_a_burst_worker_finishes_work_reaped_from_a_killed_worker(client, queue_
 
 
 def forge_job(client: redis.Redis, job_id: str, data: str, queue: str = "specq") -> None:
-    client.hset(f"rq:job:{job_id}", mapping={
-        "status": "queued", "data": data, "origin": queue, "description": "hand-written",
-        "created_at": "2026-12-01T00:00:00.000000Z", "enqueued_at": "2026-12-01T00:00:00.000000Z", "timeout": "60",
-    })
+    client.hset(
+        f"rq:job:{job_id}",
+        mapping={
+            "status": "queued",
+            "data": data,
+            "origin": queue,
+            "description": "hand-written",
+            "created_at": "2026-12-01T00:00:00.000000Z",
+            "enqueued_at": "2026-12-01T00:00:00.000000Z",
+            "timeout": "60",
+        },
+    )
     client.rpush(f"rq:queue:{queue}", job_id)
     client.sadd("rq:queues", f"rq:queue:{queue}")
 
 
+@pytest.mark.slow
 def test_a_forged_job_is_refused_and_never_runs(client, queue_env, tmp_path):
     marker = tmp_path / "pwned.txt"
     forge_job(client, "evil1", json.dumps(["os.system", None, [f"touch {marker}"], {}]))
@@ -229,15 +253,18 @@ def password_redis(tmp_path):
     redis.Redis(unix_socket_path=str(server.socket), password="right").shutdown(nosave=True)
 
 
+@pytest.mark.slow
 def test_a_worker_with_a_wrong_password_says_so_and_exits(password_redis, queue_env):
     env = {**queue_env, "SPECQ_REDIS_URL": f"unix://:Xq7-not-it@{password_redis.socket}"}
-    proc = subprocess.run([sys.executable, "-m", "specq", "worker"], env=env, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specq", "worker"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode != 0
     assert "refused the password" in proc.stderr and "Xq7-not-it" not in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_hand_written_records_fail_their_request_or_batch_not_the_worker(client, queue_env, tmp_path, long_model_path):
     """Garbage where a request's record or a batch's configuration should be: that
     request fails (reason invalid_request), that batch is skipped, and the worker,

@@ -12,9 +12,10 @@ import sys
 import time
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
 from queue_helpers import N_REQUESTS, setup_batch, stop_after_rounds, stop_process, wait_until
+
 from specq.worker.batch_runner import BatchRunner
 from specq.worker.context import WorkerContext
 
@@ -34,6 +35,7 @@ def scrape(port: int) -> dict[tuple[str, tuple], float]:
     return samples
 
 
+@pytest.mark.slow
 def test_metrics_match_a_known_batch_with_a_crash_and_a_preemption(client, queue_env, tmp_path, long_model_path):
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path, temperature=0.8)
     # A worker is preempted (SIGTERM) after 2 rounds: its requests are handed back.
@@ -55,8 +57,13 @@ def test_metrics_match_a_known_batch_with_a_crash_and_a_preemption(client, queue
     assert len(results) == N_REQUESTS
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "specq", "metrics", "--port", str(port)], env=queue_env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "specq", "metrics", "--port", str(port)],
+        env=queue_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until(lambda: _answers(port), 60, "the metrics endpoint")
         m = scrape(port)
@@ -72,8 +79,9 @@ def test_metrics_match_a_known_batch_with_a_crash_and_a_preemption(client, queue
     metrics = [r["metrics"] for r in results]
     assert value("specq_spec_decode_num_draft_tokens_total") == sum(x["drafted"] for x in metrics) > 0
     assert value("specq_spec_decode_num_accepted_tokens_total") == sum(x["accepted"] for x in metrics)
-    assert value("specq_spec_decode_num_drafts_total") == sum(x["drafted_per_position"][0] for x in metrics
-                                                              if x["drafted_per_position"])
+    assert value("specq_spec_decode_num_drafts_total") == sum(
+        x["drafted_per_position"][0] for x in metrics if x["drafted_per_position"]
+    )
     width = max(len(x["accepted_per_position"]) for x in metrics)
     for pos in range(width):
         expected = sum(x["accepted_per_position"][pos] for x in metrics if pos < len(x["accepted_per_position"]))
@@ -111,6 +119,10 @@ def test_every_metric_the_dashboard_queries_exists(client):
         suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(family.type, [""])
         names |= {family.name + s for s in suffixes}
     dashboard = json.loads((Path(__file__).parents[2] / "docs" / "grafana" / "specq-dashboard.json").read_text())
-    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
-               for name in re.findall(r"specq_[a-z_]+", target["expr"])}
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"specq_[a-z_]+", target["expr"])
+    }
     assert queried and queried <= names, sorted(queried - names)

@@ -21,8 +21,8 @@ import uuid
 
 import pytest
 import redis
-
 from queue_helpers import specq, wait_until, write_prompts
+
 from specq.queue.connection import server_binary
 from specq.queue.store import BatchStore
 
@@ -104,9 +104,32 @@ def test_a_worker_cut_off_from_redis_for_a_minute(network, queue_env, tmp_path, 
     address = network.hosts["redis"][1]
     data = tmp_path / "redis"
     data.mkdir()
-    subprocess.run(["ip", "netns", "exec", redis_ns, server_binary(), "--port", "6391", "--bind", address,
-                    "--protected-mode", "no", "--dir", str(data), "--appendonly", "yes", "--daemonize", "yes",
-                    "--pidfile", str(data / "pid"), "--logfile", str(data / "log")], check=True)
+    subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            redis_ns,
+            server_binary(),
+            "--port",
+            "6391",
+            "--bind",
+            address,
+            "--protected-mode",
+            "no",
+            "--dir",
+            str(data),
+            "--appendonly",
+            "yes",
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(data / "pid"),
+            "--logfile",
+            str(data / "log"),
+        ],
+        check=True,
+    )
     url = f"redis://{address}:6391/0"
     env = {**queue_env, "SPECQ_REDIS_URL": url, "SPECQ_LEASE_TTL_MS": str(int(LEASE_S * 1000))}
     client = redis.Redis.from_url(url, socket_timeout=5)
@@ -117,8 +140,22 @@ def test_a_worker_cut_off_from_redis_for_a_minute(network, queue_env, tmp_path, 
         common = ["--model", slow_model_path, "--max-tokens", "700", "--temperature", "0.8", "--seed", "9"]
         local = specq(["generate", "--input", str(path), "--json", *common], env)
         expected = {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"] for line in local.stdout.splitlines()}
-        specq(["submit", str(path), "--batch-id", "part", *common, "--batch-size", "2", "--checkpoint-tokens", "6",
-               "--checkpoint-seconds", "0.5"], env)
+        specq(
+            [
+                "submit",
+                str(path),
+                "--batch-id",
+                "part",
+                *common,
+                "--batch-size",
+                "2",
+                "--checkpoint-tokens",
+                "6",
+                "--checkpoint-seconds",
+                "0.5",
+            ],
+            env,
+        )
         store = BatchStore(client, "part")
         worker_a = _start_in(ns_a, env, tmp_path / "a.log")
         wait_until(lambda: store.counts()["running"] >= 1, 120, "worker a to claim", interval=0.02)
@@ -130,8 +167,11 @@ def test_a_worker_cut_off_from_redis_for_a_minute(network, queue_env, tmp_path, 
         cut_at = time.monotonic()
         # Taken over within the lease (plus a heartbeat): back in the pending list, or
         # decoded under another lease, or done.
-        wait_until(lambda: all(_moved_on(store, rid, value) for rid, value in a_held.items()), LEASE_S + 10,
-                   "worker a's requests taken over")
+        wait_until(
+            lambda: all(_moved_on(store, rid, value) for rid, value in a_held.items()),
+            LEASE_S + 10,
+            "worker a's requests taken over",
+        )
         takeover_s = time.monotonic() - cut_at
         time.sleep(max(0.0, CUT_S - (time.monotonic() - cut_at)))
         assert worker_a.poll() is None, "the cut-off worker must still be running"
@@ -140,8 +180,11 @@ def test_a_worker_cut_off_from_redis_for_a_minute(network, queue_env, tmp_path, 
         # not hang forever on a socket that the partition cut).
         worker_a_id = _worker_id(client, worker_a.pid)
         healed = time.time()
-        wait_until(lambda: float(client.zscore("specq:workers", worker_a_id) or 0) > healed, 70,
-                   "worker a's heartbeat after healing")
+        wait_until(
+            lambda: float(client.zscore("specq:workers", worker_a_id) or 0) > healed,
+            70,
+            "worker a's heartbeat after healing",
+        )
         wait_until(lambda: store.counts()["completed"] == n, 300, "the batch to finish")
         # Read before the finally stops Redis (reading after it raced the shutdown).
         ids = store.request_ids()
@@ -174,7 +217,8 @@ def _owner_pid(lease_value: bytes) -> int:
 def _moved_on(store: BatchStore, rid: str, value: bytes) -> bool:
     state = store.state(rid)
     return state in ("queued", "completed") or (
-        state == "running" and store.client.get(store.keys.lease(rid)) not in (None, value))
+        state == "running" and store.client.get(store.keys.lease(rid)) not in (None, value)
+    )
 
 
 def _worker_id(client: redis.Redis, pid: int) -> str:
@@ -186,5 +230,9 @@ def _worker_id(client: redis.Redis, pid: int) -> str:
 
 def _start_in(namespace: str, env: dict[str, str], log_path) -> subprocess.Popen:
     log = open(log_path, "w")
-    return subprocess.Popen(["ip", "netns", "exec", namespace, sys.executable, "-m", "specq", "worker"], env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        ["ip", "netns", "exec", namespace, sys.executable, "-m", "specq", "worker"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import tracemalloc
 
+import pytest
 from queue_helpers import make_batch
+
 from specq.queue.results import atomic_writer, export
 from specq.queue.store import BatchStore
-
 
 N = 10_000
 
@@ -27,8 +28,14 @@ def _finish_all(client, store: BatchStore, n_failed: int) -> None:
             pipe.hset(k.state, rid, "failed")
             pipe.hset(k.error, rid, json.dumps({"reason": "engine_error", "message": f"boom {i}"}))
             continue
-        result = {"custom_id": rid, "text": f"{i} {text}", "finish_reason": "length", "token_ids": [i % 50] * 8,
-                  "usage": {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11}, "metrics": {}}
+        result = {
+            "custom_id": rid,
+            "text": f"{i} {text}",
+            "finish_reason": "length",
+            "token_ids": [i % 50] * 8,
+            "usage": {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11},
+            "metrics": {},
+        }
         pipe.hset(k.state, rid, "completed")
         pipe.hset(k.result, rid, json.dumps(result))
         if i % 1000 == 999:
@@ -36,6 +43,7 @@ def _finish_all(client, store: BatchStore, n_failed: int) -> None:
     pipe.execute()
 
 
+@pytest.mark.slow
 def test_a_10000_request_batch_exports_in_order_in_bounded_memory(client, tmp_path):
     store = make_batch(client, N)
     _finish_all(client, store, n_failed=7)
@@ -51,8 +59,9 @@ def test_a_10000_request_batch_exports_in_order_in_bounded_memory(client, tmp_pa
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(7, N)]
     assert lines[0]["text"].startswith("7 word")
-    assert [json.loads(line)["error"]["message"] for line in err.read_text().splitlines()] == \
-        [f"boom {i}" for i in range(7)]
+    assert [json.loads(line)["error"]["message"] for line in err.read_text().splitlines()] == [
+        f"boom {i}" for i in range(7)
+    ]
     total = out.stat().st_size
     assert total > 35e6
     # Holding every line (as the export did before it streamed) peaks above the file's size.

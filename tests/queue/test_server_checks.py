@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import redis
 from click.testing import CliRunner
-
 from queue_helpers import specq, write_prompts
+
 from specq.cli import main
 from specq.queue import keys
-from specq.requests.config import BatchConfig
 from specq.queue.connection import EmbeddedRedis, RedisUnavailable
 from specq.queue.metrics import SpecqCollector
 from specq.queue.server_checks import require_noeviction
 from specq.queue.submit import submit
+from specq.requests.config import BatchConfig
 from specq.specdec.gguf_file import GGUFFile
 
 
@@ -52,24 +52,34 @@ def assert_refused_in_one_line(proc, private: redis.Redis) -> None:
     assert private.keys("*") == []  # nothing written: no batch, no job, no queue
 
 
+@pytest.mark.slow
 def test_submit_refuses_an_evicting_redis_and_writes_nothing(evicting, queue_env, tmp_path, long_model_path):
     url, private = evicting
     path = write_prompts(tmp_path / "p.jsonl", 3)
-    proc = specq(["submit", str(path), "--model", long_model_path, "--batch-id", "ev1"],
-                 {**queue_env, "SPECQ_REDIS_URL": url}, check=False)
+    proc = specq(
+        ["submit", str(path), "--model", long_model_path, "--batch-id", "ev1"],
+        {**queue_env, "SPECQ_REDIS_URL": url},
+        check=False,
+    )
     assert_refused_in_one_line(proc, private)
 
 
+@pytest.mark.slow
 def test_run_refuses_an_evicting_redis_and_writes_nothing(evicting, queue_env, tmp_path, long_model_path):
     url, private = evicting
     path = write_prompts(tmp_path / "p.jsonl", 3, max_tokens=4)
     out = tmp_path / "out.jsonl"
-    proc = specq(["run", str(path), "--model", long_model_path, "-o", str(out)],
-                 {**queue_env, "SPECQ_REDIS_URL": url}, check=False, timeout=120)
+    proc = specq(
+        ["run", str(path), "--model", long_model_path, "-o", str(out)],
+        {**queue_env, "SPECQ_REDIS_URL": url},
+        check=False,
+        timeout=120,
+    )
     assert_refused_in_one_line(proc, private)
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_worker_refuses_an_evicting_redis_before_taking_work(evicting, queue_env):
     url, private = evicting
     proc = specq(["worker", "--burst"], {**queue_env, "SPECQ_REDIS_URL": url}, check=False, timeout=60)
@@ -94,8 +104,10 @@ DAMAGE = {
     "meta": (lambda c, k: c.delete(k.meta), "meta hash missing"),
     "counts": (lambda c, k: c.delete(k.counts), "counts hash missing"),
     "ids": (lambda c, k: c.delete(k.ids), "ids list missing"),
-    "results": (lambda c, k: c.hset(k.counts, mapping={"queued": 1, "completed": 1}),
-                "no result for 1 of 1 completed requests"),
+    "results": (
+        lambda c, k: c.hset(k.counts, mapping={"queued": 1, "completed": 1}),
+        "no result for 1 of 1 completed requests",
+    ),
     "config": (lambda c, k: c.hset(k.meta, "config", "{not json"), "config"),
     "counts-unparsable": (lambda c, k: c.hset(k.counts, "queued", "many"), "counts"),
 }

@@ -6,9 +6,8 @@ import json
 import time
 
 import pytest
-
 from queue_helpers import make_batch
-from specq.queue import keys
+
 from specq.queue.store import BatchStore
 from specq.queue.vocabulary import RequestState
 
@@ -79,7 +78,7 @@ def test_reaper_leaves_live_leases_and_fails_a_poison_request(client):
     store = make_batch(client, 1)
     lease = store.claim("w", 5000)
     assert store.reap("r0", max_attempts=2) == 0  # lease alive
-    for attempt in range(2):
+    for _ in range(2):
         client.delete(store.keys.lease("r0"))
         assert store.reap("r0", max_attempts=2) == 1
         lease = store.claim("w", 5000)

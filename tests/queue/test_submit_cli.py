@@ -8,8 +8,8 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from queue_helpers import write_prompts
+
 from specq.cli import main
 from specq.queue.keys import BatchKeys
 from specq.queue.rq_glue import make_queue
@@ -90,9 +90,16 @@ def test_status_reads_without_changing_anything(client, queue_env, tmp_path, lon
 def test_openai_batch_lines_come_back_in_openai_shape_in_input_order(client, queue_env, tmp_path, long_model_path):
     path = tmp_path / "openai.jsonl"
     lines = [
-        {"custom_id": f"task-{i}", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"model": "smol", "messages": [{"role": "user", "content": f"tell me {i}"}],
-                  "max_completion_tokens": 6 + i}}
+        {
+            "custom_id": f"task-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": "smol",
+                "messages": [{"role": "user", "content": f"tell me {i}"}],
+                "max_completion_tokens": 6 + i,
+            },
+        }
         for i in range(4)
     ]
     path.write_text("".join(json.dumps(l) + "\n" for l in lines))
@@ -155,8 +162,11 @@ BAD_FILES = {
     "too many output tokens": ('{"prompt": "a"}\n{"prompt": "b", "max_tokens": 4097}\n', "line 2", "limit of 4096"),
     "not JSONL": ("prompt,max_tokens\nhello,5\n", "line 1", "not valid JSON"),
     "a JSON array line": ('[{"prompt": "a"}]\n', "line 1", "JSON object"),
-    "bad OpenAI url": ('{"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {"messages": []}}\n',
-                       "line 1", "'url'"),
+    "bad OpenAI url": (
+        '{"custom_id": "a", "method": "POST", "url": "/v1/embeddings", "body": {"messages": []}}\n',
+        "line 1",
+        "'url'",
+    ),
 }
 
 
@@ -241,8 +251,7 @@ def test_hostile_lines_with_skip_invalid_become_failed_requests(client, queue_en
     hostile = [HOSTILE_LINES[case][0] for case in sorted(HOSTILE_LINES)]
     good = ['{"custom_id": "ok1", "prompt": "fine"}', '{"custom_id": "ok2", "prompt": "b"}']
     path.write_text("\n".join([good[0], *hostile, good[1]]) + "\n", encoding="utf-8")
-    cli("submit", str(path), "--model", long_model_path, "--skip-invalid", "--batch-id", "hostile",
-        "--max-tokens", "3")
+    cli("submit", str(path), "--model", long_model_path, "--skip-invalid", "--batch-id", "hostile", "--max-tokens", "3")
     st = json.loads(cli("status", "hostile", "--json").output)
     assert st["counts"]["queued"] == 2 and st["counts"]["failed"] == len(hostile)
     run_worker(client, ["specq"], burst=True)
@@ -295,8 +304,9 @@ def test_an_int8_batch_gives_what_generate_gives_at_int8(client, queue_env, tmp_
     assert got == expected  # exact at the same precision, whatever the batching
 
 
-def test_a_batch_submitted_before_the_precision_option_is_still_the_same_batch(client, queue_env, tmp_path,
-                                                                              long_model_path):
+def test_a_batch_submitted_before_the_precision_option_is_still_the_same_batch(
+    client, queue_env, tmp_path, long_model_path
+):
     path = write_prompts(tmp_path / "p.jsonl", 3)
     cli("submit", str(path), "--model", long_model_path, "--batch-id", "old", "--precision", "f32")
     meta = BatchKeys("old").meta
@@ -307,22 +317,27 @@ def test_a_batch_submitted_before_the_precision_option_is_still_the_same_batch(c
     again = cli("submit", str(path), "--model", long_model_path, "--batch-id", "old", "--precision", "f32", "--json")
     assert json.loads(again.output.strip().splitlines()[-1])["added"] == 0
     for precision in ("int8", "auto") if int8.AVAILABLE else ("int8",):  # auto: int16, not the batch's f32
-        other = cli("submit", str(path), "--model", long_model_path, "--batch-id", "old", "--precision", precision,
-                    ok=False)
+        other = cli(
+            "submit", str(path), "--model", long_model_path, "--batch-id", "old", "--precision", precision, ok=False
+        )
         assert other.exit_code == 1 and "different options" in other.output
 
 
-def test_a_worker_decodes_together_only_what_its_kv_memory_holds(client, queue_env, tmp_path, long_model_path,
-                                                                   monkeypatch):
+def test_a_worker_decodes_together_only_what_its_kv_memory_holds(
+    client, queue_env, tmp_path, long_model_path, monkeypatch
+):
     """SPECQ_KV_MEMORY below --batch-size's worth of caches: a request that does not
     fit beside the others goes back to the front of the pending list untouched, and
     is claimed again once caches are freed; every result as `generate` gives it."""
     from specq.specdec import engine as engine_module
 
     path = write_prompts(tmp_path / "p.jsonl", 6, max_tokens=12)
-    expected = {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"]
-                for line in cli("generate", "--input", str(path), "--json", "--model", long_model_path,
-                                "--batch-size", "1").stdout.splitlines()}
+    expected = {
+        (r := json.loads(line))["custom_id"]: r["specq"]["token_ids"]
+        for line in cli(
+            "generate", "--input", str(path), "--json", "--model", long_model_path, "--batch-size", "1"
+        ).stdout.splitlines()
+    }
     cli("submit", str(path), "--model", long_model_path, "--batch-id", "kv", "--batch-size", "4")
     rounds = []
     original = engine_module.DecodeGroup.round
@@ -336,8 +351,10 @@ def test_a_worker_decodes_together_only_what_its_kv_memory_holds(client, queue_e
     from specq.specdec.loader import load_engine
 
     engine = load_engine(model_path=long_model_path, proposer="auto", precision="int16" if int8.AVAILABLE else "f32")
-    needs = sorted(engine.kv_bytes(engine.start(to_request(spec, engine.tokenizer, GenerationDefaults())))
-                   for spec in read_jsonl(str(path)))
+    needs = sorted(
+        engine.kv_bytes(engine.start(to_request(spec, engine.tokenizer, GenerationDefaults())))
+        for spec in read_jsonl(str(path))
+    )
     budget = needs[-1] + needs[-2]  # any two, never three
     monkeypatch.setenv("SPECQ_KV_MEMORY", str(budget))
     run_worker(client, ["specq"], burst=True)
@@ -353,8 +370,11 @@ def test_a_malformed_kv_memory_stops_the_worker_in_one_line(queue_env, tmp_path,
     malformed value is a usage error before anything runs."""
     path = write_prompts(tmp_path / "p.jsonl", 1)
     monkeypatch.setenv("SPECQ_KV_MEMORY", "plenty")
-    for args in (["worker", "--burst"], ["run", str(path)],
-                 ["generate", "--input", str(path), "--model", long_model_path]):
+    for args in (
+        ["worker", "--burst"],
+        ["run", str(path)],
+        ["generate", "--input", str(path), "--model", long_model_path],
+    ):
         result = cli(*args, ok=False)
         assert result.exit_code == 2 and "'plenty' is not a size" in result.output, args
         assert "Traceback" not in result.output
@@ -372,4 +392,3 @@ def test_run_on_a_missing_file_is_one_line(queue_env, tmp_path, monkeypatch):
     assert not (tmp_path / "home").exists() or not list((tmp_path / "home").iterdir())
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.strip().splitlines()[-1] == f"Error: input file not found: {tmp_path / 'absent.jsonl'}"
-

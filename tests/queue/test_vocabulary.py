@@ -9,9 +9,36 @@ from specq.queue import lua
 from specq.queue.vocabulary import Counter, FailureKind, Flag, RequestState
 
 # What else a script may quote: Redis commands and the one JSON field it writes.
-REDIS_COMMANDS = {"GET", "SET", "DEL", "EXISTS", "HGET", "HSET", "HDEL", "HINCRBY", "HINCRBYFLOAT", "HEXISTS",
-                  "HMGET", "SADD", "SREM", "SISMEMBER", "LPUSH", "RPUSH", "LPOP", "RPOP", "LTRIM", "LRANGE", "PEXPIRE",
-                  "PTTL", "EXPIRE", "INCR", "LREM", "LLEN", "SMEMBERS", "HLEN"}
+REDIS_COMMANDS = {
+    "GET",
+    "SET",
+    "DEL",
+    "EXISTS",
+    "HGET",
+    "HSET",
+    "HDEL",
+    "HINCRBY",
+    "HINCRBYFLOAT",
+    "HEXISTS",
+    "HMGET",
+    "SADD",
+    "SREM",
+    "SISMEMBER",
+    "LPUSH",
+    "RPUSH",
+    "LPOP",
+    "RPOP",
+    "LTRIM",
+    "LRANGE",
+    "PEXPIRE",
+    "PTTL",
+    "EXPIRE",
+    "INCR",
+    "LREM",
+    "LLEN",
+    "SMEMBERS",
+    "HLEN",
+}
 
 
 def _quoted_words() -> set[str]:

@@ -11,13 +11,20 @@ import pytest
 from specq.errors import ParameterError
 from specq.requests.config import BatchConfig
 from specq.requests.inputs import GenerationDefaults
-from specq.worker.context import load_for_batch
 from specq.specdec import int8
+from specq.worker.context import load_for_batch
 
 
 def config(**fields) -> BatchConfig:
-    return BatchConfig(**{"model_path": "/m.gguf", "model_sha256": "ab" * 32, "proposer": "ngram",
-                          "defaults": GenerationDefaults(max_tokens=9, stop=("x",)), **fields})
+    return BatchConfig(
+        **{
+            "model_path": "/m.gguf",
+            "model_sha256": "ab" * 32,
+            "proposer": "ngram",
+            "defaults": GenerationDefaults(max_tokens=9, stop=("x",)),
+            **fields,
+        }
+    )
 
 
 def test_the_precision_survives_the_round_trip_through_json():

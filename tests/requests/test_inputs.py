@@ -8,15 +8,22 @@ import json
 
 import pytest
 
-from specq.testing import toy_gguf
 from specq.errors import InputError, ParameterError
 from specq.requests.ids import check_batch_id, check_request_id
 from specq.requests.inputs import (
-    MAX_STOP_STRINGS, GenerationDefaults, OptionError, PromptSpec, check_option, parse_jsonl, parse_jsonl_lenient,
-    read_jsonl, to_request,
+    MAX_STOP_STRINGS,
+    GenerationDefaults,
+    OptionError,
+    PromptSpec,
+    check_option,
+    parse_jsonl,
+    parse_jsonl_lenient,
+    read_jsonl,
+    to_request,
 )
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.tokenizer import Tokenizer
+from specq.testing import toy_gguf
 
 
 def lines(*objs) -> list[str]:
@@ -36,17 +43,33 @@ def refused(*objs) -> str:
 
 def test_prompt_and_messages_lines_parse():
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
-    specs = parse_jsonl(lines(
-        {"custom_id": "a", "prompt": "Hello", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
-         "top_k": 40, "seed": 11, "stop": ["\n", "END"]},
-        {"custom_id": "b", "messages": messages},
-    ))
+    specs = parse_jsonl(
+        lines(
+            {
+                "custom_id": "a",
+                "prompt": "Hello",
+                "max_tokens": 7,
+                "temperature": 0.5,
+                "top_p": 0.9,
+                "top_k": 40,
+                "seed": 11,
+                "stop": ["\n", "END"],
+            },
+            {"custom_id": "b", "messages": messages},
+        )
+    )
     assert [s.custom_id for s in specs] == ["a", "b"]
     assert [s.line for s in specs] == [1, 2]
     a, b = specs
     assert a.prompt == "Hello" and a.messages is None
-    assert a.overrides == {"max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 11,
-                           "stop": ("\n", "END")}
+    assert a.overrides == {
+        "max_tokens": 7,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "top_k": 40,
+        "seed": 11,
+        "stop": ("\n", "END"),
+    }
     assert b.prompt is None
     assert b.messages == tuple(messages)
     assert b.overrides == {}
@@ -58,10 +81,19 @@ def test_a_single_stop_string_becomes_a_tuple():
 
 
 def test_boundary_values_are_accepted():
-    (spec,) = parse_jsonl(lines(
-        {"prompt": "x", "max_tokens": 1, "temperature": 0, "top_p": 1, "top_k": 0, "seed": 0,
-         "stop": ["s"] * MAX_STOP_STRINGS},
-    ))
+    (spec,) = parse_jsonl(
+        lines(
+            {
+                "prompt": "x",
+                "max_tokens": 1,
+                "temperature": 0,
+                "top_p": 1,
+                "top_k": 0,
+                "seed": 0,
+                "stop": ["s"] * MAX_STOP_STRINGS,
+            },
+        )
+    )
     assert spec.overrides["max_tokens"] == 1 and spec.overrides["top_p"] == 1
     assert len(spec.overrides["stop"]) == MAX_STOP_STRINGS
     (spec,) = parse_jsonl(lines({"prompt": "x", "seed": 2**63 - 1, "temperature": 2.5}))
@@ -184,7 +216,7 @@ def test_absurd_option_values_are_refused(name, value):
 @pytest.mark.parametrize("name", ["temperature", "top_p"])
 def test_non_finite_numbers_that_python_json_accepts_are_refused(name, literal):
     # Python's json module parses NaN and Infinity although strict JSON has neither.
-    msg = refused('{"prompt": "x", "%s": %s}' % (name, literal))
+    msg = refused(f'{{"prompt": "x", "{name}": {literal}}}')
     assert "line 1" in msg and f"'{name}'" in msg
 
 
@@ -217,7 +249,7 @@ def test_read_jsonl_reads_a_file_and_names_it_in_errors(tmp_path):
 
 def test_read_jsonl_accepts_non_ascii_and_crlf(tmp_path):
     path = tmp_path / "in.jsonl"
-    path.write_bytes('{"prompt": "Größe? 東京"}\r\n\r\n{"prompt": "b"}\r\n'.encode("utf-8"))
+    path.write_bytes('{"prompt": "Größe? 東京"}\r\n\r\n{"prompt": "b"}\r\n'.encode())
     specs = read_jsonl(str(path))
     assert [s.prompt for s in specs] == ["Größe? 東京", "b"]
     assert [s.custom_id for s in specs] == ["request-1", "request-3"]
@@ -276,8 +308,9 @@ def tokenizer(toy_model_path) -> Tokenizer:
 
 
 def test_to_request_uses_defaults_without_overrides(tokenizer):
-    defaults = GenerationDefaults(max_tokens=9, temperature=0.7, top_p=0.8, top_k=5, seed=42,
-                                  stop=("END",), accept="sample", k=3)
+    defaults = GenerationDefaults(
+        max_tokens=9, temperature=0.7, top_p=0.8, top_k=5, seed=42, stop=("END",), accept="sample", k=3
+    )
     req = to_request(PromptSpec(custom_id="a", line=1, prompt="hello"), tokenizer, defaults)
     assert req.max_tokens == 9
     assert (req.sampling.temperature, req.sampling.top_p, req.sampling.top_k, req.sampling.seed) == (0.7, 0.8, 5, 42)
@@ -287,9 +320,9 @@ def test_to_request_uses_defaults_without_overrides(tokenizer):
 
 def test_to_request_overrides_win_over_defaults(tokenizer):
     defaults = GenerationDefaults(max_tokens=9, temperature=0.7, top_p=0.8, top_k=5, seed=42, stop=("END",))
-    (spec,) = parse_jsonl(lines(
-        {"prompt": "hello", "max_tokens": 3, "temperature": 0, "top_p": 0.5, "top_k": 2, "seed": 7, "stop": "!"}
-    ))
+    (spec,) = parse_jsonl(
+        lines({"prompt": "hello", "max_tokens": 3, "temperature": 0, "top_p": 0.5, "top_k": 2, "seed": 7, "stop": "!"})
+    )
     req = to_request(spec, tokenizer, defaults)
     assert req.max_tokens == 3
     assert (req.sampling.temperature, req.sampling.top_p, req.sampling.top_k, req.sampling.seed) == (0.0, 0.5, 2, 7)
@@ -328,8 +361,12 @@ def test_to_request_errors_name_the_request_and_line(tokenizer):
 
 
 def openai_line(custom_id="o", content="Hi", **body) -> dict:
-    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
-            "body": {"messages": [{"role": "user", "content": content}], **body}}
+    return {
+        "custom_id": custom_id,
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"messages": [{"role": "user", "content": content}], **body},
+    }
 
 
 # JSON's \ud800 escape decodes to a lone surrogate: a str Python holds but cannot
@@ -355,14 +392,14 @@ def test_a_lone_surrogate_is_refused_naming_the_field(line, field):
 
 def test_a_valid_surrogate_pair_escape_is_accepted():
     (spec,) = parse_jsonl(lines('{"prompt": "\\ud83d\\ude00", "stop": "\\ud83d\\ude00"}'))
-    assert spec.prompt == "\U0001F600" and spec.overrides["stop"] == ("\U0001F600",)
+    assert spec.prompt == "\U0001f600" and spec.overrides["stop"] == ("\U0001f600",)
 
 
 @pytest.mark.parametrize("name", ["seed", "max_tokens", "top_k", "temperature", "custom_id"])
 def test_an_integer_with_thousands_of_digits_is_refused_naming_the_field(name):
     # Python refuses to convert integer strings of more than 4300 digits (a ValueError
     # that json.loads let escape).
-    msg = refused('{"prompt": "a", "%s": %s}' % (name, "9" * 5000))
+    msg = refused(f'{{"prompt": "a", "{name}": {"9" * 5000}}}')
     assert msg.startswith("line 1: ") and f"'{name}'" in msg and "5000 digits" in msg
     assert len(msg) < 200
 
@@ -386,8 +423,10 @@ def test_deep_nesting_that_json_accepts_is_a_field_error():
 
 def test_hostile_lines_become_invalid_lines_and_the_rest_goes_ahead():
     hostile = [line for line, _ in LONE_SURROGATE_LINES] + [
-        '{"prompt": "a", "seed": %s}' % ("9" * 5000), "[" * 100_000,
-        {"prompt": "a", "custom_id": "abc\n"}, {"prompt": "a", "custom_id": "x" * 257},
+        '{"prompt": "a", "seed": %s}' % ("9" * 5000),
+        "[" * 100_000,
+        {"prompt": "a", "custom_id": "abc\n"},
+        {"prompt": "a", "custom_id": "x" * 257},
     ]
     specs, invalid = parse_jsonl_lenient(lines({"prompt": "ok", "custom_id": "good"}, *hostile))
     assert [s.custom_id for s in specs] == ["good"]
@@ -403,15 +442,18 @@ def test_hostile_lines_become_invalid_lines_and_the_rest_goes_ahead():
 # --- request ids and batch ids --------------------------------------------------------
 
 
-@pytest.mark.parametrize("custom_id, fragment", [
-    ("abc\n", "control character"),
-    ("a\x00b", "control character"),
-    ("tab\there", "control character"),
-    ("del\x7f", "control character"),
-    ("\r", "control character"),
-    ("x" * 257, "256"),
-    ("", "non-empty"),
-])
+@pytest.mark.parametrize(
+    "custom_id, fragment",
+    [
+        ("abc\n", "control character"),
+        ("a\x00b", "control character"),
+        ("tab\there", "control character"),
+        ("del\x7f", "control character"),
+        ("\r", "control character"),
+        ("x" * 257, "256"),
+        ("", "non-empty"),
+    ],
+)
 @pytest.mark.parametrize("openai", [False, True], ids=["plain", "openai"])
 def test_a_bad_custom_id_is_refused_naming_the_line_and_field(custom_id, fragment, openai):
     line = openai_line(custom_id=custom_id) if openai else {"prompt": "a", "custom_id": custom_id}
@@ -453,10 +495,15 @@ def test_check_batch_id_accepts_ids_within_the_rule(batch_id):
 # --- bounds on numeric options --------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, value, bound", [
-    ("temperature", 100.5, "100"), ("temperature", 1e308, "100"), ("top_k", 1_000_001, "1000000"),
-    ("top_k", 10**30, "1000000"),
-])
+@pytest.mark.parametrize(
+    "name, value, bound",
+    [
+        ("temperature", 100.5, "100"),
+        ("temperature", 1e308, "100"),
+        ("top_k", 1_000_001, "1000000"),
+        ("top_k", 10**30, "1000000"),
+    ],
+)
 def test_numeric_options_above_their_bound_are_refused_saying_so(name, value, bound):
     with pytest.raises(OptionError) as excinfo:
         check_option(name, value)

@@ -8,8 +8,16 @@ import pytest
 
 from specq.requests.result import Result, error_line
 
-RESULT = Result("req-1", "Paris.", "stop", [5, 6, 2], [1, 9, 9, 4], {"tau": 1.5, "target_forwards": 2},
-                1_800_000_000.25, "host.1.abc")
+RESULT = Result(
+    "req-1",
+    "Paris.",
+    "stop",
+    [5, 6, 2],
+    [1, 9, 9, 4],
+    {"tau": 1.5, "target_forwards": 2},
+    1_800_000_000.25,
+    "host.1.abc",
+)
 
 
 @pytest.mark.parametrize("openai", [False, True])
@@ -34,6 +42,9 @@ def test_the_batch_request_id_is_stable_and_differs_by_batch():
 
 def test_error_lines_of_both_shapes():
     assert error_line("r", "engine_error", "boom", line=3) == {
-        "custom_id": "r", "error": {"code": "engine_error", "message": "boom"}, "line": 3}
+        "custom_id": "r",
+        "error": {"code": "engine_error", "message": "boom"},
+        "line": 3,
+    }
     batch = error_line("r", "cancelled", "cancelled before it completed", openai=True, batch_id="b")
     assert batch["response"] is None and batch["error"]["code"] == "cancelled"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from stats import chi_square, chi_square_critical
 
 from specq.errors import ParameterError
 from specq.specdec.acceptance import Verdict, accept, accept_greedy, accept_sample, accept_typical, resolve_rule
 from specq.specdec.sampling import SamplingParams, probabilities, sample
-from stats import chi_square, chi_square_critical
 
 V = 6  # a small vocabulary keeps every cell of the joint distribution well populated
 TEMP1 = SamplingParams(temperature=1.0)

@@ -60,8 +60,7 @@ def test_attention_matches_softmax_attention_with_a_tree_mask(n_kv):
     visible = Segment(None, [0] * n, start, parents=parents).visible()
     keys_t = np.ascontiguousarray(keys.transpose(0, 2, 1))  # the cache's layout: positions last
     got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25))
-    np.testing.assert_allclose(got, _reference_attention(q, keys, values, start, visible, 0.25), rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(got, _reference_attention(q, keys, values, start, visible, 0.25), rtol=1e-5, atol=1e-5)
 
 
 @njit(fastmath={"nnan", "ninf", "contract"}, cache=True)
@@ -167,13 +166,33 @@ def test_numba_rounds_a_cache_value_to_float16_as_numpy_does():
     """The compiled block loop writes keys and values into a float16 cache, the Python
     loop by numpy's cast: the same bits, or a row's result would depend on its path.
     Ties, subnormals, overflow, signed zeros and NaN-free extremes included."""
-    tiny = np.float32(2.0 ** -24)
-    x = np.concatenate([
-        RNG.standard_normal(100_000).astype(np.float32) * np.float32(10.0) ** RNG.integers(-8, 5, 100_000),
-        np.array([0.0, -0.0, 65504.0, 65520.0, 65519.99, -1e9, 1e9, tiny, tiny / 2, tiny * 1.5, 3 * tiny / 2,
-                  1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, np.inf, -np.inf], dtype=np.float32),
-        (np.arange(-2048, 2048, dtype=np.float32) + np.float32(0.5)) * np.float32(2.0 ** -10),  # ties
-    ]).astype(np.float32)
+    tiny = np.float32(2.0**-24)
+    x = np.concatenate(
+        [
+            RNG.standard_normal(100_000).astype(np.float32) * np.float32(10.0) ** RNG.integers(-8, 5, 100_000),
+            np.array(
+                [
+                    0.0,
+                    -0.0,
+                    65504.0,
+                    65520.0,
+                    65519.99,
+                    -1e9,
+                    1e9,
+                    tiny,
+                    tiny / 2,
+                    tiny * 1.5,
+                    3 * tiny / 2,
+                    1.0 + 2.0**-11,
+                    1.0 + 3 * 2.0**-11,
+                    np.inf,
+                    -np.inf,
+                ],
+                dtype=np.float32,
+            ),
+            (np.arange(-2048, 2048, dtype=np.float32) + np.float32(0.5)) * np.float32(2.0**-10),  # ties
+        ]
+    ).astype(np.float32)
     bits = np.empty(x.shape, np.uint16)
     _written_by_numba(x, bits)
     with np.errstate(over="ignore"):
@@ -209,23 +228,28 @@ def test_attention_of_many_segments_in_one_loop_has_each_segments_bits(cache_dty
 
     rng = np.random.default_rng(3)
     layers, n_kv, n_q, hd = 2, 2, 4, 8
-    shapes = [(5, 1, np.ones((1, 1), bool)),  # start, rows, visible
-              (0, 3, np.tril(np.ones((3, 3), bool))),
-              (17, 4, np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], bool))]
+    shapes = [
+        (5, 1, np.ones((1, 1), bool)),  # start, rows, visible
+        (0, 3, np.tril(np.ones((3, 3), bool))),
+        (17, 4, np.array([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], bool)),
+    ]
     keys, values, visible = List(), List(), List()
     for start, n, mask in shapes:
-        keys.append(_as_cache(rng.standard_normal((layers, n_kv, hd, start + n + 2)).astype(np.float32),
-                              cache_dtype)[0])
-        values.append(_as_cache(rng.standard_normal((layers, n_kv, start + n + 2, hd)).astype(np.float32),
-                                cache_dtype)[0])
+        keys.append(
+            _as_cache(rng.standard_normal((layers, n_kv, hd, start + n + 2)).astype(np.float32), cache_dtype)[0]
+        )
+        values.append(
+            _as_cache(rng.standard_normal((layers, n_kv, start + n + 2, hd)).astype(np.float32), cache_dtype)[0]
+        )
         visible.append(np.ascontiguousarray(mask))
     starts = np.array([s for s, _, _ in shapes], dtype=np.int64)
     bounds = np.cumsum([0] + [n for _, n, _ in shapes]).astype(np.int64)
     q = rng.standard_normal((int(bounds[-1]), n_q, hd)).astype(np.float32)
     for layer in range(layers):
         many = block_ops.attend_many(q, starts, bounds, visible, keys, values, layer, np.float32(0.3))
-        for s, (start, n, _) in enumerate(shapes):
+        for s, (start, _, _) in enumerate(shapes):
             lo, hi = bounds[s], bounds[s + 1]
-            alone = block_ops.attend(np.ascontiguousarray(q[lo:hi]), keys[s][layer], values[s][layer], start, visible[s],
-                                 np.float32(0.3))
+            alone = block_ops.attend(
+                np.ascontiguousarray(q[lo:hi]), keys[s][layer], values[s][layer], start, visible[s], np.float32(0.3)
+            )
             assert np.array_equal(many[lo:hi], alone)

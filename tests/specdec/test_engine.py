@@ -8,20 +8,26 @@ import json
 
 import numpy as np
 import pytest
+from stats import chi_square, chi_square_critical
 
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_engine, load_model_and_tokenizer
+from specq.specdec.matmul import BULK_ROWS
+from specq.specdec.model import Segment
 from specq.specdec.proposers import (
-    DraftModelProposer, HybridProposer, MedusaHeads, MedusaProposer, NgramProposer, NoProposer, RecurrentHead,
+    DraftModelProposer,
+    HybridProposer,
+    MedusaHeads,
+    MedusaProposer,
+    NgramProposer,
+    NoProposer,
+    RecurrentHead,
     RecurrentHeadProposer,
 )
-from specq.specdec.model import Segment
-from specq.specdec.matmul import BULK_ROWS
 from specq.specdec.proposers.base import ProposeContext
 from specq.specdec.sampling import SamplingParams, probabilities
 from specq.specdec.state import DecodeState, GenerationRequest
-from stats import chi_square, chi_square_critical
 
 PROMPTS = [
     "the cat sat on the mat and the cat",
@@ -102,8 +108,20 @@ def plain_greedy(model, prompt_ids, n):
     return out
 
 
-@pytest.mark.parametrize("name", ["none", "ngram", "draft_same", "draft_other", "medusa", "hybrid", "recurrent",
-                                  "recurrent_gated", "hybrid_recurrent"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "none",
+        "ngram",
+        "draft_same",
+        "draft_other",
+        "medusa",
+        "hybrid",
+        "recurrent",
+        "recurrent_gated",
+        "hybrid_recurrent",
+    ],
+)
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_speculative_greedy_equals_plain_greedy(toy, other_toy, name, k):
     model, tokenizer = toy
@@ -141,8 +159,9 @@ def test_a_draft_identical_to_the_target_accepts_every_drafted_token(toy):
         assert m.drafted > 0 and m.accepted == m.drafted, params
 
 
-@pytest.mark.parametrize("name", ["none", "ngram", "draft_other", "medusa", "hybrid", "recurrent", "recurrent_gated",
-                                  "hybrid_recurrent"])
+@pytest.mark.parametrize(
+    "name", ["none", "ngram", "draft_other", "medusa", "hybrid", "recurrent", "recurrent_gated", "hybrid_recurrent"]
+)
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_resume_after_every_round_equals_an_uninterrupted_run(toy, other_toy, name, temperature):
     model, tokenizer = toy
@@ -196,7 +215,9 @@ def test_seeded_sampling_is_reproducible_and_seed_dependent(toy):
     engine = Engine(model, tokenizer, NgramProposer())
 
     def run(seed):
-        return engine.run(request(tokenizer, PROMPTS[2], sampling=SamplingParams(temperature=1.0, seed=seed))).output_ids
+        return engine.run(
+            request(tokenizer, PROMPTS[2], sampling=SamplingParams(temperature=1.0, seed=seed))
+        ).output_ids
 
     assert run(5) == run(5)
     assert len({run(s) for s in range(6)}) > 1
@@ -300,8 +321,14 @@ def test_recurrent_head_file_round_trip_target_check_and_loading(toy, other_toy,
     for name in ("b_in", "vocab"):
         np.testing.assert_array_equal(getattr(loaded, name), getattr(head, name))
     # A float32 head (quantize=False) round-trips too.
-    flt = RecurrentHead.from_float(np.ones((2 * model.config.d_model, 8)), np.zeros(8), np.ones((8, model.config.d_model)),
-                                   head.vocab, model.fingerprint, quantize=False)
+    flt = RecurrentHead.from_float(
+        np.ones((2 * model.config.d_model, 8)),
+        np.zeros(8),
+        np.ones((8, model.config.d_model)),
+        head.vocab,
+        model.fingerprint,
+        quantize=False,
+    )
     flt.save(str(tmp_path / "f.gguf"))
     np.testing.assert_array_equal(RecurrentHead.load(str(tmp_path / "f.gguf")).w_in, flt.w_in)
     assert loaded.target_fingerprint == model.fingerprint and loaded.metadata == {"made_by": "test"}
@@ -314,6 +341,7 @@ def test_recurrent_head_file_round_trip_target_check_and_loading(toy, other_toy,
     hybrid = load_engine(model_path=toy_model_path, proposer="hybrid", medusa_heads_path=path).proposer
     assert isinstance(hybrid, HybridProposer) and isinstance(hybrid.medusa, RecurrentHeadProposer)
     from dataclasses import replace
+
     bad = str(tmp_path / "bad.gguf")
     replace(head, vocab=np.array([0, model.config.vocab_size])).save(bad)
     with pytest.raises(ModelFileError, match="draft vocabulary"):
@@ -327,10 +355,17 @@ def test_recurrent_drafts_follow_the_head_through_the_draft_vocabulary(toy):
     head = random_recurrent_head(model, scale=0.5)
     ids = tokenizer.encode("the cat sat on the")
     out = model.forward([Segment(model.new_cache(), ids, 0)])[0]
-    ctx = ProposeContext(tokens=ids, n_output=0, last_hidden=out.hidden[-1], params=SamplingParams(),
-                         stochastic=False, want_p_draft=False)
+    ctx = ProposeContext(
+        tokens=ids,
+        n_output=0,
+        last_hidden=out.hidden[-1],
+        params=SamplingParams(),
+        stochastic=False,
+        want_p_draft=False,
+    )
     draft = RecurrentHeadProposer(model, head).propose(ctx, 4)
     from specq.specdec.matmul import dequantized
+
     emb = dequantized(model.weights.token_embedding).astype(np.float64)
     rows = dequantized(model.weights.w_output).astype(np.float64)[head.vocab]
     w_in, w_out = head.w_in.dequantize().astype(np.float64), head.w_out.dequantize().astype(np.float64)
@@ -348,13 +383,15 @@ def test_the_confidence_gate_cuts_the_chain_where_the_head_is_unsure(toy):
     head = random_recurrent_head(model)
     ids = tokenizer.encode("the cat sat on the")
     hidden = model.forward([Segment(model.new_cache(), ids, 0)])[0].hidden[-1]
-    ctx = ProposeContext(tokens=ids, n_output=0, last_hidden=hidden, params=SamplingParams(),
-                         stochastic=False, want_p_draft=False)
+    ctx = ProposeContext(
+        tokens=ids, n_output=0, last_hidden=hidden, params=SamplingParams(), stochastic=False, want_p_draft=False
+    )
     free = RecurrentHeadProposer(model, head)  # no gate in the file: every draft
     assert free.gate == (0.0,) and len(free.propose(ctx, 4).tokens) == 4
     assert RecurrentHeadProposer(model, head, gate=(1.0,)).propose(ctx, 4).tokens == ()  # nothing is that sure
     # The head's own confidences along the chain, from its products.
     from specq.specdec.matmul import embed, linear
+
     state, token, confidence = hidden[None, :], ids[-1], []
     for _ in range(4):
         state = head.step(state, embed(model.weights.token_embedding, np.array([token])))
@@ -368,6 +405,7 @@ def test_the_confidence_gate_cuts_the_chain_where_the_head_is_unsure(toy):
     assert 1 <= length < 4 and gated == free.propose(ctx, 4).tokens[:length]
     # From the file: the training run stores the gate in the metadata.
     from dataclasses import replace
+
     stored = RecurrentHeadProposer(model, replace(head, metadata={"gate": "0.25,0.5"}))
     assert stored.gate == (0.25, 0.5)
     with pytest.raises(ModelFileError, match="confidence gate"):
@@ -389,6 +427,7 @@ def test_load_engine_refuses_mismatched_proposers(toy_model_path, toy_model_file
         load_engine(model_path=toy_model_path, proposer="draft")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["draft_other", "ngram", "medusa", "hybrid", "recurrent", "hybrid_recurrent"])
 def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(toy, other_toy, name):
     """End to end through the engine (seeded draws, draft rows, warping of both
@@ -413,10 +452,11 @@ def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(t
     counts = np.zeros(len(cells))
     drafted = 0
     for seed in range(3000):
-        req = GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, k=3, adaptive=False,
-                                sampling=SamplingParams(seed=seed, **params))
-        state = DecodeState(request=req, output_ids=context[len(prompt_ids):])
-        for state in engine.generate(state):
+        req = GenerationRequest(
+            prompt_ids=prompt_ids, max_tokens=3, k=3, adaptive=False, sampling=SamplingParams(seed=seed, **params)
+        )
+        state = DecodeState(request=req, output_ids=context[len(prompt_ids) :])
+        for state in engine.generate(state):  # noqa: B007 - the last state is the result
             pass
         pair = state.output_ids[1:3]
         assert pair in cells, f"emitted {pair}, which the target gives zero probability"
@@ -427,8 +467,9 @@ def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(t
     assert stat < chi_square_critical(dof), f"chi-square {stat:.1f} on {dof} dof"
 
 
-@pytest.mark.parametrize("name", ["ngram", "draft_other", "medusa", "hybrid", "recurrent", "recurrent_gated",
-                                  "hybrid_recurrent"])
+@pytest.mark.parametrize(
+    "name", ["ngram", "draft_other", "medusa", "hybrid", "recurrent", "recurrent_gated", "hybrid_recurrent"]
+)
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_batched_decoding_equals_each_request_alone(toy, other_toy, name, temperature):
     """Ragged batches (prefills beside verification rounds of different lengths, slots
@@ -437,8 +478,14 @@ def test_batched_decoding_equals_each_request_alone(toy, other_toy, name, temper
     engine = Engine(model, tokenizer, proposers(toy, other_toy)[name])
     prompts = PROMPTS + ["a", "is the end of the mat the cat"]
     requests = [
-        request(tokenizer, p, max_tokens=12 + 7 * i, k=2 + i % 3, adaptive=i % 2 == 0,
-                sampling=SamplingParams(temperature=temperature, seed=i))
+        request(
+            tokenizer,
+            p,
+            max_tokens=12 + 7 * i,
+            k=2 + i % 3,
+            adaptive=i % 2 == 0,
+            sampling=SamplingParams(temperature=temperature, seed=i),
+        )
         for i, p in enumerate(prompts)
     ]
     alone = [engine.run(r) for r in requests]

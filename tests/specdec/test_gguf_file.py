@@ -12,10 +12,10 @@ from gguf import GGMLQuantizationType, GGUFReader
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize
 
-from specq.testing import toy_gguf
 from specq.errors import ModelFileError
 from specq.specdec.gguf_file import SUPPORTED_TYPES, GGUFFile
 from specq.specdec.model import LlamaModel
+from specq.testing import toy_gguf
 
 K_QUANT_DIMS = dict(d_model=256, d_ffn=512, n_heads=4, n_kv_heads=2)
 
@@ -161,9 +161,19 @@ def _garbage(kind: str, data: bytes, data_offset: int) -> bytes:
 
 @pytest.mark.parametrize(
     "kind",
-    ["empty", "random", "magic_then_random", "header_then_random", "git_lfs_pointer",
-     "cut_in_magic", "cut_in_header", "cut_in_metadata", "cut_in_tensor_infos",
-     "cut_in_tensor_data", "last_byte_missing"],
+    [
+        "empty",
+        "random",
+        "magic_then_random",
+        "header_then_random",
+        "git_lfs_pointer",
+        "cut_in_magic",
+        "cut_in_header",
+        "cut_in_metadata",
+        "cut_in_tensor_infos",
+        "cut_in_tensor_data",
+        "last_byte_missing",
+    ],
 )
 def test_corrupt_or_truncated_file_is_a_model_file_error(toy_model_path, tmp_path, kind):
     path = tmp_path / "model.gguf"
@@ -203,6 +213,7 @@ def test_unsupported_architecture_names_it(toy_model_file):
         LlamaModel.load(path)
 
 
+@pytest.mark.slow
 def test_real_model_file(real_model_path):
     """The default model's header and tensors of each of its types (the file is
     memory-mapped and only a few tensors are dequantized)."""

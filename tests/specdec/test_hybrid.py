@@ -17,13 +17,23 @@ from specq.specdec.sampling import SamplingParams
 def _heads(model, seed=0):
     rng = np.random.default_rng(seed)
     d = model.config.d_model
-    return MedusaHeads(weights=(rng.normal(size=(3, d, d)) * 0.05).astype(np.float32),
-                       biases=np.zeros((3, d), np.float32), target_fingerprint=model.fingerprint, metadata={})
+    return MedusaHeads(
+        weights=(rng.normal(size=(3, d, d)) * 0.05).astype(np.float32),
+        biases=np.zeros((3, d), np.float32),
+        target_fingerprint=model.fingerprint,
+        metadata={},
+    )
 
 
 def _ctx(tokens, model):
-    return ProposeContext(tokens=tokens, n_output=1, last_hidden=np.ones(model.config.d_model, np.float32),
-                          params=SamplingParams(), stochastic=False, want_p_draft=False)
+    return ProposeContext(
+        tokens=tokens,
+        n_output=1,
+        last_hidden=np.ones(model.config.d_model, np.float32),
+        params=SamplingParams(),
+        stochastic=False,
+        want_p_draft=False,
+    )
 
 
 def test_lookup_wins_on_a_two_token_match_and_heads_draft_otherwise(toy_model_path):

@@ -135,10 +135,17 @@ def test_avx2_and_vnni_compute_the_same_bits(tmp_path, toy_model_file):
     the bits this CPU's VNNI kernels give, and so do whole forwards at int8 and int16
     (the float16 KV cache's conversions included), alone and batched."""
     features = int8.vec.cpu_features() - {f for f in int8.vec.cpu_features() if "512" in f or "vnni" in f}
-    env = {**os.environ, "NUMBA_CPU_NAME": "znver3", "NUMBA_CACHE_DIR": str(tmp_path),
-           "NUMBA_CPU_FEATURES": ",".join(f"+{f}" for f in sorted(features))}
-    code = _PRINT_PRODUCT.format(tests=os.path.dirname(os.path.abspath(__file__)), tokens=TOKENS,
-                                 model=toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"))
+    env = {
+        **os.environ,
+        "NUMBA_CPU_NAME": "znver3",
+        "NUMBA_CACHE_DIR": str(tmp_path),
+        "NUMBA_CPU_FEATURES": ",".join(f"+{f}" for f in sorted(features)),
+    }
+    code = _PRINT_PRODUCT.format(
+        tests=os.path.dirname(os.path.abspath(__file__)),
+        tokens=TOKENS,
+        model=toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"),
+    )
     other = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert other.returncode == 0, other.stderr[-2000:]
     here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
@@ -199,9 +206,16 @@ def test_a_model_without_avx2_refuses_int8_with_one_line(models, monkeypatch):
 def test_resolving_a_precision_compiles_no_kernel(tmp_path):
     """`specq submit --precision auto` names a precision; only workers decode. Resolving
     it must not import the kernels (about a minute on a fresh numba cache)."""
-    code = ("import sys; from specq.specdec.precision import resolve; print(resolve('auto')); "
-            "print(any(m.startswith('specq.specdec.int8') for m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)})
+    code = (
+        "import sys; from specq.specdec.precision import resolve; print(resolve('auto')); "
+        "print(any(m.startswith('specq.specdec.int8') for m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["int16", "False"]

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from specq.specdec import int8
-from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.matmul import BULK_ROWS
+from specq.specdec.model import LlamaModel, Segment
 
 TOKENS = [3, 17, 42, 8, 99, 150, 7, 7, 61, 200, 5, 33, 12, 120, 64, 9, 250, 1, 77, 18]
 
@@ -60,12 +60,15 @@ def test_default_toy_q4_model_is_stacked(q4_model):
     assert np.shares_memory(lw.w_qkv.quants, arrays[0]) and np.shares_memory(lw.w_down.m, arrays[11])
 
 
-@pytest.mark.parametrize("prefix,new", [
-    ([], TOKENS[:1]),  # a first step
-    (TOKENS[:9], TOKENS[9:10]),  # a decode step
-    (TOKENS[:6], TOKENS[6:11]),  # a verification of 4 drafts
-    ([], TOKENS[:17]),  # a short prompt (below matmul.BULK_ROWS)
-])
+@pytest.mark.parametrize(
+    "prefix,new",
+    [
+        ([], TOKENS[:1]),  # a first step
+        (TOKENS[:9], TOKENS[9:10]),  # a decode step
+        (TOKENS[:6], TOKENS[6:11]),  # a verification of 4 drafts
+        ([], TOKENS[:17]),  # a short prompt (below matmul.BULK_ROWS)
+    ],
+)
 def test_stack_equals_layer_loop_bit_for_bit(q4_model, prefix, new):
     a, b, cache_a, cache_b = _both_paths(q4_model, prefix, new)
     np.testing.assert_array_equal(a.logits, b.logits)
@@ -93,8 +96,9 @@ def test_a_batched_round_through_the_stack_equals_each_segment_alone_through_the
         if prefix:
             q4_model.forward([Segment(cache, prefix, 0)])
         caches.append(cache)
-    batched = q4_model.forward([Segment(c, new, len(prefix), parents=parents)
-                                for c, (prefix, new, parents) in zip(caches, specs)])
+    batched = q4_model.forward(
+        [Segment(c, new, len(prefix), parents=parents) for c, (prefix, new, parents) in zip(caches, specs)]
+    )
     for cache, (prefix, new, parents), out in zip(caches, specs, batched):
         _, alone, _, alone_cache = _both_paths(q4_model, prefix, new, parents=parents)
         np.testing.assert_array_equal(out.logits, alone.logits)

@@ -9,15 +9,16 @@ import pytest
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from specq.testing import toy_gguf
 from specq.errors import ParameterError
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model import LlamaModel, Segment
+from specq.testing import toy_gguf
 
 TOKENS = [1, 42, 267, 7, 300, 3, 150, 258, 259, 99, 2, 17, 64, 128, 200, 11, 5, 280, 33, 306, 0, 75, 76, 77]
 
 
 # --- an independent reference: slow, obvious, float64 ------------------------------
+
 
 def _reference_weights(path: str) -> tuple[dict, dict[str, np.ndarray]]:
     reader = GGUFReader(path)
@@ -87,6 +88,7 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
 
 # --- helpers --------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def model(toy_model_path) -> LlamaModel:
     return LlamaModel.load(toy_model_path)
@@ -114,7 +116,7 @@ def greedy(model: LlamaModel, prompt: list[int], n_new: int) -> list[int]:
     for _ in range(n_new):
         out.append(int(np.argmax(logits[-1])))
         logits = model.forward([Segment(cache, out[-1:], len(out) - 1)])[0].logits
-    return out[len(prompt):]
+    return out[len(prompt) :]
 
 
 # --- (a), (g), (h): the forward against the reference ---------------------------------
@@ -192,12 +194,16 @@ def test_greedy_output_repeats_enough_for_prompt_lookup(model):
 
 # --- (b) incremental decoding ------------------------------------------------------------
 
-@pytest.mark.parametrize("sizes", [[6, 1], [3], [1], [5, 2, 7, 1]], ids=["prefill_then_1", "chunks_of_3", "one_by_one", "mixed"])
+
+@pytest.mark.parametrize(
+    "sizes", [[6, 1], [3], [1], [5, 2, 7, 1]], ids=["prefill_then_1", "chunks_of_3", "one_by_one", "mixed"]
+)
 def test_incremental_equals_full_forward(model, sizes):
     np.testing.assert_allclose(chunked_logits(model, TOKENS, sizes), full_logits(model, TOKENS), rtol=0, atol=1e-4)
 
 
 # --- (c) rollback --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n_replacement", [1, 3, 6])
 def test_rejected_drafts_leave_no_trace(model, n_replacement):
@@ -228,6 +234,7 @@ def test_drafts_do_change_the_logits(model):
 
 
 # --- (d) ragged batch, (e) last-row-only logits ------------------------------------------
+
 
 def test_ragged_batch_equals_each_segment_alone(model):
     specs = [  # (already cached prefix, new tokens, all_logits)
@@ -271,6 +278,7 @@ def test_last_row_only(model):
 
 
 # --- (f) cache growth and the context limit ----------------------------------------------
+
 
 @pytest.mark.parametrize("sizes", [[5, 1], [7]], ids=["decode_one_by_one", "chunks_crossing_capacity"])
 def test_cache_growth_keeps_results(model, sizes):

@@ -95,9 +95,7 @@ def test_concat_stacks_rows(type_name):
     want = np.concatenate([reference(r, type_name, n, n_in) for r, n in zip(raws, sizes)])
     np.testing.assert_array_equal(fused.dequantize(), want)
     x = np.random.default_rng(3).standard_normal((3, n_in), dtype=np.float32)
-    np.testing.assert_array_equal(
-        qmatmul_t(x, fused), np.concatenate([qmatmul_t(x, p) for p in parts], axis=1)
-    )
+    np.testing.assert_array_equal(qmatmul_t(x, fused), np.concatenate([qmatmul_t(x, p) for p in parts], axis=1))
 
 
 def test_concat_refuses_mismatched_parts():

@@ -10,11 +10,11 @@ import pytest
 
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_model_and_tokenizer
-from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.matmul import BULK_ROWS
+from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.proposers import MedusaHeads, MedusaProposer, NgramProposer
-from specq.specdec.qkernels import QuantizedMatrix
 from specq.specdec.proposers.base import ProposeContext
+from specq.specdec.qkernels import QuantizedMatrix
 from specq.specdec.sampling import SamplingParams
 from specq.specdec.state import GenerationRequest
 
@@ -159,8 +159,14 @@ def test_medusa_drafts_come_from_the_quantized_output_head(quantized):
     model, _ = quantized
     heads = _heads(model)
     hidden = model.forward([Segment(model.new_cache(), TOKENS[:9], 0)])[0].hidden[-1]
-    ctx = ProposeContext(tokens=TOKENS[:9], n_output=0, last_hidden=hidden, params=SamplingParams(temperature=1.0),
-                         stochastic=False, want_p_draft=True)  # p_draft: the softmax of the head's logits
+    ctx = ProposeContext(
+        tokens=TOKENS[:9],
+        n_output=0,
+        last_hidden=hidden,
+        params=SamplingParams(temperature=1.0),
+        stochastic=False,
+        want_p_draft=True,
+    )  # p_draft: the softmax of the head's logits
     draft = MedusaProposer(model, heads).propose(ctx, 3)
     head_rows = heads.hidden(hidden)[:3]  # [3, d]
     head_matrix = model.weights.w_output.dequantize().astype(np.float64)  # [V, d]

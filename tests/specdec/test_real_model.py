@@ -24,10 +24,48 @@ from specq.specdec.state import DecodeState, GenerationRequest
 GOLDEN = {
     "What is the capital of France?": [504, 3575, 282, 4649, 314, 7042, 30, 2],
     "Write a Python function that adds two numbers.": [
-        3725, 5367, 198, 1604, 803, 79, 11355, 79, 28707, 24, 2871, 33, 28, 861, 34, 727, 472, 1003, 861, 33,
+        3725,
+        5367,
+        198,
+        1604,
+        803,
+        79,
+        11355,
+        79,
+        28707,
+        24,
+        2871,
+        33,
+        28,
+        861,
+        34,
+        727,
+        472,
+        1003,
+        861,
+        33,
     ],
     "List three colors.": [
-        33, 30, 3950, 42, 378, 768, 2378, 2380, 1486, 260, 216, 33, 33, 4683, 282, 260, 24594, 30, 198, 34,
+        33,
+        30,
+        3950,
+        42,
+        378,
+        768,
+        2378,
+        2380,
+        1486,
+        260,
+        216,
+        33,
+        33,
+        4683,
+        282,
+        260,
+        24594,
+        30,
+        198,
+        34,
     ],
 }
 
@@ -116,11 +154,17 @@ def test_draft_model_that_is_the_target_accepts_everything_on_the_real_model(rea
     assert state.metrics.drafted > 0 and state.metrics.accepted == state.metrics.drafted
 
 
+@pytest.mark.slow
 def test_sampled_resume_equals_uninterrupted_on_the_real_model(real):
     model, tokenizer = real
     engine = Engine(model, tokenizer, NgramProposer())
-    req = _request(tokenizer, "Tell me a short story about a cat.", max_tokens=16, k=3,
-                   sampling=SamplingParams(temperature=0.9, top_p=0.95, seed=123))
+    req = _request(
+        tokenizer,
+        "Tell me a short story about a cat.",
+        max_tokens=16,
+        k=3,
+        sampling=SamplingParams(temperature=0.9, top_p=0.95, seed=123),
+    )
     whole = engine.run(req)
     state, rounds = engine.start(req), 0
     while not state.finished:
@@ -143,6 +187,7 @@ def test_greedy_resume_rebuilds_the_hidden_state_bit_for_bit_on_the_real_model(r
     assert resumed.last_hidden.tobytes() == session.last_hidden.tobytes()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not int8.AVAILABLE, reason="the int8 precision needs AVX2")
 def test_the_default_configuration_at_int8_equals_plain_int8_decoding(real):
     """At the int8 precision the shipped head drafts through the int8 output head,

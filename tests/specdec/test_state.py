@@ -12,8 +12,14 @@ from specq.specdec.stops import held_back, truncate_at_stop
 
 def test_state_round_trips_through_json():
     state = DecodeState(
-        request=GenerationRequest(prompt_ids=(1, 2, 3), max_tokens=9, sampling=SamplingParams(0.7, 5, 0.9, 11),
-                                  accept="sample", stop=("END",), k=4),
+        request=GenerationRequest(
+            prompt_ids=(1, 2, 3),
+            max_tokens=9,
+            sampling=SamplingParams(0.7, 5, 0.9, 11),
+            accept="sample",
+            stop=("END",),
+            k=4,
+        ),
         output_ids=(7, 8),
         metrics=Metrics().after_round(n_drafted=3, n_accepted=1, n_emitted=2, propose_s=0.1, verify_s=0.2),
     )
@@ -41,8 +47,15 @@ def test_metrics_count_per_position():
     assert (m.drafted, m.accepted, m.target_forwards, m.tau) == (5, 2, 2, 2.0)
 
 
-@pytest.mark.parametrize("kwargs", [{"prompt_ids": ()}, {"prompt_ids": (1,), "max_tokens": 0},
-                                    {"prompt_ids": (1,), "k": 0}, {"prompt_ids": (1,), "stop": ("",)}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"prompt_ids": ()},
+        {"prompt_ids": (1,), "max_tokens": 0},
+        {"prompt_ids": (1,), "k": 0},
+        {"prompt_ids": (1,), "stop": ("",)},
+    ],
+)
 def test_request_validation(kwargs):
     with pytest.raises((InputError, ParameterError)):
         GenerationRequest(**kwargs)

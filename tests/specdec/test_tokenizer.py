@@ -52,17 +52,72 @@ REFERENCE_IDS = {
     "  spaced  text": [216, 23861, 216, 1694],
     "   spaced": [256, 23861],
     "Hi  there": [26843, 216, 665],
-    "Explain in three short sentences why plants need sunlight.":
-        [36971, 281, 1296, 1890, 8545, 1701, 2109, 737, 8118, 30],
+    "Explain in three short sentences why plants need sunlight.": [
+        36971,
+        281,
+        1296,
+        1890,
+        8545,
+        1701,
+        2109,
+        737,
+        8118,
+        30,
+    ],
 }
 
 # The same sources' full chat prompt for one user message, and the model's answer.
 FRENCH_QUESTION = "Quelle est la capitale de la France ? Réponds en une phrase."
 FRENCH_PROMPT_IDS = [
-    1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308,
-    34519, 28, 7018, 411, 407, 19712, 8182, 2, 198, 1, 4093, 198, 65,
-    2726, 290, 1264, 2618, 47765, 1121, 367, 2618, 4649, 9148, 428,
-    2756, 96, 19870, 430, 16520, 8715, 30, 2, 198, 1, 520, 9531, 198,
+    1,
+    9690,
+    198,
+    2683,
+    359,
+    253,
+    5356,
+    5646,
+    11173,
+    3365,
+    3511,
+    308,
+    34519,
+    28,
+    7018,
+    411,
+    407,
+    19712,
+    8182,
+    2,
+    198,
+    1,
+    4093,
+    198,
+    65,
+    2726,
+    290,
+    1264,
+    2618,
+    47765,
+    1121,
+    367,
+    2618,
+    4649,
+    9148,
+    428,
+    2756,
+    96,
+    19870,
+    430,
+    16520,
+    8715,
+    30,
+    2,
+    198,
+    1,
+    520,
+    9531,
+    198,
 ]
 FRENCH_ANSWER_IDS = [15319, 47765, 1121, 367, 2618, 4649, 1264, 7042, 30, 2]
 
@@ -81,6 +136,7 @@ ROUND_TRIP = [
 
 
 # --- the real vocabulary -------------------------------------------------------
+
 
 def test_vocabulary_facts(tok: Tokenizer) -> None:
     assert tok.vocab_size == len(tok.token_strings()) == 49152
@@ -131,19 +187,14 @@ def test_bytes_without_a_token_are_dropped(tok: Tokenizer) -> None:
 def test_chat_template_renders_default_system_prompt(tok: Tokenizer) -> None:
     text = tok.apply_chat_template([{"role": "user", "content": "Hi"}])
     assert text == (
-        f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n"
-        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     )
-    no_prompt = tok.apply_chat_template(
-        [{"role": "user", "content": "Hi"}], add_generation_prompt=False
-    )
+    no_prompt = tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=False)
     assert no_prompt == text.removesuffix("<|im_start|>assistant\n")
 
 
 def test_chat_template_keeps_a_given_system_prompt(tok: Tokenizer) -> None:
-    text = tok.apply_chat_template(
-        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
-    )
+    text = tok.apply_chat_template([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
     assert SYSTEM_PROMPT not in text
     assert text.startswith("<|im_start|>system\nBe brief.<|im_end|>\n")
 
@@ -197,9 +248,14 @@ SPECIAL_TYPES = [3, 3, 3, 4]  # control, control, control, user-defined
 MERGES = ("1 2", "12 3", "4 5", "h i", "Ġ hi")
 
 
-def write_tiny_gguf(path: os.PathLike[str], model: str = "gpt2", pre: str = "smollm",
-                    merges: tuple[str, ...] = MERGES, template: str | None = None,
-                    add_bos: bool | None = None) -> GGUFFile:
+def write_tiny_gguf(
+    path: os.PathLike[str],
+    model: str = "gpt2",
+    pre: str = "smollm",
+    merges: tuple[str, ...] = MERGES,
+    template: str | None = None,
+    add_bos: bool | None = None,
+) -> GGUFFile:
     """A tensorless GGUF with a byte-level vocabulary: specials, the 256 byte
     characters, one token per merge, and "xyz", which no merge produces."""
     byte_chars = sorted(pre_tokenizers.ByteLevel.alphabet())
@@ -260,9 +316,7 @@ def test_pre_tokenizer_follows_the_file(tmp_path) -> None:
 def test_special_and_user_defined_tokens(tmp_path) -> None:
     t = tiny(tmp_path)
     ids = t.encode("<|im_start|>hi<café>hi<|im_end|>")
-    assert [t.token_strings()[i] for i in ids] == [
-        "<|im_start|>", "hi", "<café>", "hi", "<|im_end|>"
-    ]
+    assert [t.token_strings()[i] for i in ids] == ["<|im_start|>", "hi", "<café>", "hi", "<|im_end|>"]
     # Control tokens vanish from output; a user-defined token is printed as its text.
     assert t.decode(ids) == "hi<café>hi"
     assert t.end_of_turn_ids == frozenset({0, 2})  # eos (0) and <|im_end|> by name
@@ -272,10 +326,7 @@ def test_chatml_fallback_and_bos(tmp_path) -> None:
     t = tiny(tmp_path, add_bos=True)
     messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "hi"}]
     text = t.apply_chat_template(messages)
-    assert text == (
-        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
-        "<|im_start|>assistant\n"
-    )
+    assert text == ("<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
     assert t.encode("hi") == [1, t.token_strings().index("hi")]
     # The rendered prompt already opens with the BOS text; it is not doubled.
     assert t.encode_chat(messages)[:2] == [1, t.token_strings().index("s")]
@@ -297,11 +348,7 @@ def test_template_refusal_is_an_input_error(tmp_path) -> None:
 def test_template_whitespace_control_is_hf_style(tmp_path) -> None:
     # HF renders with trim_blocks and lstrip_blocks: a block tag's own line vanishes.
     template = (
-        "{% for m in messages %}\n"
-        "    {% if m['role'] == 'user' %}\n"
-        "{{ m['content'] }}\n"
-        "    {% endif %}\n"
-        "{% endfor %}"
+        "{% for m in messages %}\n    {% if m['role'] == 'user' %}\n{{ m['content'] }}\n    {% endif %}\n{% endfor %}"
     )
     t = tiny(tmp_path, template=template)
     assert t.apply_chat_template([{"role": "user", "content": "hi"}] * 2) == "hi\nhi\n"

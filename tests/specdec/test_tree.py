@@ -11,14 +11,14 @@ import pytest
 
 from specq.errors import ModelFileError
 from specq.specdec.acceptance import accept_tree_greedy
-from specq.specdec.engine import Engine, DecodeGroup
+from specq.specdec.engine import Engine
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.model import Segment
 from specq.specdec.proposers import MedusaHeads, MedusaProposer
 from specq.specdec.proposers.base import Draft, ProposeContext
 from specq.specdec.proposers.medusa import format_tree, parse_tree
-from specq.specdec.state import GenerationRequest
 from specq.specdec.sampling import SamplingParams
+from specq.specdec.state import GenerationRequest
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +99,9 @@ class OracleTree:
 def test_greedy_with_trees_equals_plain_greedy_alone_and_batched(toy, seed):
     model, tokenizer = toy
     prompts = ["the cat sat on the mat and the cat", "Hello, world! 12345", "in the end it is the"]
-    requests = [GenerationRequest(prompt_ids=tuple(tokenizer.encode(p)),
-                                  max_tokens=40, k=4, adaptive=False) for p in prompts]
+    requests = [
+        GenerationRequest(prompt_ids=tuple(tokenizer.encode(p)), max_tokens=40, k=4, adaptive=False) for p in prompts
+    ]
     plain = [Engine(model, tokenizer, _none()).run(r).output_ids for r in requests]
     for req, expected in zip(requests, plain):
         oracle = OracleTree(len(req.prompt_ids), list(expected), model.config.vocab_size, seed)
@@ -123,15 +124,19 @@ def test_greedy_with_trees_equals_plain_greedy_alone_and_batched(toy, seed):
 
 def _none():
     from specq.specdec.proposers import NoProposer
+
     return NoProposer()
 
 
 def _heads(model, seed=0):
     rng = np.random.default_rng(seed)
     d = model.config.d_model
-    return MedusaHeads(weights=(rng.normal(size=(3, d, d)) * 0.05).astype(np.float32),
-                       biases=np.zeros((3, d), np.float32), target_fingerprint=model.fingerprint,
-                       metadata={"tree": "0;1;0,0;0,1;1,0;0,0,0"})
+    return MedusaHeads(
+        weights=(rng.normal(size=(3, d, d)) * 0.05).astype(np.float32),
+        biases=np.zeros((3, d), np.float32),
+        target_fingerprint=model.fingerprint,
+        metadata={"tree": "0;1;0,0;0,1;1,0;0,0,0"},
+    )
 
 
 def test_medusa_drafts_its_files_tree_under_greedy_and_a_chain_otherwise(toy):
@@ -147,10 +152,16 @@ def test_medusa_drafts_its_files_tree_under_greedy_and_a_chain_otherwise(toy):
     assert medusa.propose(ProposeContext(stochastic=False, tree_ok=True, **ctx), 1).tokens == tree.tokens[:2]
     assert medusa.propose(ProposeContext(stochastic=False, tree_ok=True, max_rows=3, **ctx), 3).parents == (-1, -1, 0)
     for temperature in (0.0, 0.8):  # trees only ever change speed, never the output
-        req = GenerationRequest(prompt_ids=tuple(tokenizer.encode("the cat sat")), max_tokens=30, k=3,
-                                sampling=SamplingParams(temperature=temperature, seed=5))
-        assert Engine(model, tokenizer, medusa).run(req).output_ids == \
-            Engine(model, tokenizer, MedusaProposer(model, _heads(model), tree=[])).run(req).output_ids
+        req = GenerationRequest(
+            prompt_ids=tuple(tokenizer.encode("the cat sat")),
+            max_tokens=30,
+            k=3,
+            sampling=SamplingParams(temperature=temperature, seed=5),
+        )
+        assert (
+            Engine(model, tokenizer, medusa).run(req).output_ids
+            == Engine(model, tokenizer, MedusaProposer(model, _heads(model), tree=[])).run(req).output_ids
+        )
 
 
 def test_tree_text_round_trips_and_bad_trees_are_refused():

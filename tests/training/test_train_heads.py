@@ -31,7 +31,7 @@ def test_gradients_match_finite_differences():
     w, b = rng.normal(size=(d, d)) * 0.3, rng.normal(size=d) * 0.3
     _, gw, gb = loss_and_grads(h, target, w, b, rows)
     eps = 1e-6
-    for (i, j) in [(0, 0), (2, 3), (4, 1)]:
+    for i, j in [(0, 0), (2, 3), (4, 1)]:
         wp, wm = w.copy(), w.copy()
         wp[i, j] += eps
         wm[i, j] -= eps
@@ -47,15 +47,20 @@ def test_gradients_match_finite_differences():
 def _prompts(path, n=40, max_tokens=30):
     with open(path, "w") as fh:
         for i in range(n):
-            fh.write(json.dumps({"custom_id": f"t{i}", "prompt": f"tell me about item {i} " * (i % 3 + 1),
-                                 "max_tokens": max_tokens}) + "\n")
+            fh.write(
+                json.dumps(
+                    {"custom_id": f"t{i}", "prompt": f"tell me about item {i} " * (i % 3 + 1), "max_tokens": max_tokens}
+                )
+                + "\n"
+            )
     return str(path)
 
 
 def test_features_line_up_hidden_states_with_later_tokens(toy_model_path, tmp_path):
     engine = load_engine(model_path=toy_model_path, proposer="none")
-    from specq.training.distill import distill
     from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
+    from specq.training.distill import distill
+
     specs = read_jsonl(_prompts(tmp_path / "p.jsonl", n=3, max_tokens=12))
     reqs = [(s.custom_id, "", to_request(s, engine.tokenizer, GenerationDefaults())) for s in specs]
     answers = distill(engine, reqs, str(tmp_path / "a.jsonl"))
@@ -85,17 +90,25 @@ def _toy_features(toy_model_path, tmp_path, n_heads):
     return engine, collect_features(engine.model, distill(engine, reqs, str(tmp_path / "a.jsonl")), n_heads=n_heads)
 
 
+@pytest.mark.slow
 def test_training_learns_what_it_was_shown(toy_model_path, tmp_path):
     engine, feats = _toy_features(toy_model_path, tmp_path, n_heads=2)
     head = dequantized(engine.model.weights.w_output)
-    zero = accuracy(label_ranks(feats, head, np.zeros((2, feats.hidden.shape[1], feats.hidden.shape[1]), np.float32),
-                                np.zeros((2, feats.hidden.shape[1]), np.float32)))
+    zero = accuracy(
+        label_ranks(
+            feats,
+            head,
+            np.zeros((2, feats.hidden.shape[1], feats.hidden.shape[1]), np.float32),
+            np.zeros((2, feats.hidden.shape[1]), np.float32),
+        )
+    )
     w, b = train_heads(feats, head, TrainConfig(epochs=30, learning_rate=3e-3, batch_rows=64))
     ranks = label_ranks(feats, head, w, b)
     trained = accuracy(ranks)
     # The ranks agree with the order the proposer drafts in.
     from specq.specdec.proposers.medusa import top_ranked
     from specq.training.heads import head_hidden
+
     rows = np.flatnonzero(feats.labels[:, 0] != NO_LABEL)[:50]
     top = top_ranked(head_hidden(feats.hidden[rows], w[0], b[0]) @ head.T, 3)
     for row, ranked in zip(rows, top):
@@ -130,6 +143,7 @@ def test_recurrent_step_gradients_match_finite_differences():
             assert abs(numeric - grads[k][index]) < 1e-6 * max(1.0, abs(numeric)), (k, index, numeric)
 
 
+@pytest.mark.slow
 def test_recurrent_training_learns_and_its_ranks_are_the_proposers_drafts(toy_model_path, tmp_path):
     engine, feats = _toy_features(toy_model_path, tmp_path, n_heads=3)
     emb = dequantized(engine.model.weights.token_embedding)
@@ -153,18 +167,37 @@ def test_recurrent_training_learns_and_its_ranks_are_the_proposers_drafts(toy_mo
     rows = np.flatnonzero(feats.labels[:, 0] != NO_LABEL)[:60]
     agree = 0
     for row in rows:
-        ctx = ProposeContext(tokens=[int(feats.tokens[row])], n_output=1, last_hidden=feats.hidden[row],
-                             params=SamplingParams(), stochastic=False, want_p_draft=False)
+        ctx = ProposeContext(
+            tokens=[int(feats.tokens[row])],
+            n_output=1,
+            last_hidden=feats.hidden[row],
+            params=SamplingParams(),
+            stochastic=False,
+            want_p_draft=False,
+        )
         drafted = proposer.propose(ctx, 1).tokens[0]
         agree += (drafted == feats.labels[row, 0]) == (ranks[row, 0] == 0)
     assert agree == len(rows)  # the same products, so the same bits
 
 
+@pytest.mark.slow
 def test_the_command_is_reproducible_resumes_and_writes_loadable_heads(toy_model_path, tmp_path):
     prompts = _prompts(tmp_path / "p.jsonl")
     work = tmp_path / "work"
-    args = ["train-heads", prompts, "--model", toy_model_path, "--kind", "medusa", "--heads", "3", "--epochs", "2",
-            "--work-dir", str(work)]
+    args = [
+        "train-heads",
+        prompts,
+        "--model",
+        toy_model_path,
+        "--kind",
+        "medusa",
+        "--heads",
+        "3",
+        "--epochs",
+        "2",
+        "--work-dir",
+        str(work),
+    ]
     first = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "a.gguf")])
     assert first.exit_code == 0, first.output
     assert "held-out top-1" in first.output
@@ -212,8 +245,9 @@ def test_bad_input_is_one_line(toy_model_path, tmp_path):
         ([_prompts(tmp_path / "few.jsonl", n=4), "-o", str(tmp_path / "h.gguf")], "at least 10 prompts"),
         ([_prompts(tmp_path / "p.jsonl"), "-o", str(tmp_path / "no" / "h.gguf")], "no directory"),
     ]:
-        result = CliRunner().invoke(main, ["train-heads", *args, "--model", toy_model_path,
-                                           "--work-dir", str(tmp_path / "w")])
+        result = CliRunner().invoke(
+            main, ["train-heads", *args, "--model", toy_model_path, "--work-dir", str(tmp_path / "w")]
+        )
         assert result.exit_code == 1 and "Traceback" not in result.output
         lines = [line for line in result.output.strip().splitlines() if not line.startswith("[")]  # not progress
         assert len(lines) == 1 and lines[0].startswith("Error: ") and what in lines[0], result.output

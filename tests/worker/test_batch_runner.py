@@ -9,12 +9,13 @@ import json
 import time
 
 import pytest
-
 from queue_helpers import N_REQUESTS, outputs, setup_batch, stop_after_rounds
-from specq.worker.batch_runner import BatchRunner
+
 from specq.requests.config import BatchConfig
-from specq.worker.context import WorkerContext, load_for_batch
 from specq.specdec.gguf_file import GGUFFile
+from specq.worker.batch_runner import BatchRunner
+from specq.worker.context import WorkerContext, load_for_batch
+
 
 def test_a_runner_completes_every_request_as_a_lone_decode_would(client, tmp_path, long_model_path):
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
@@ -29,9 +30,12 @@ def test_a_runner_completes_every_request_as_a_lone_decode_would(client, tmp_pat
     assert client.llen(store.keys.pending) == 0 and store.running() == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 @pytest.mark.parametrize("stop_at", [1, 3, 9])
-def test_interrupted_and_resumed_elsewhere_equals_uninterrupted(client, tmp_path, long_model_path, temperature, stop_at):
+def test_interrupted_and_resumed_elsewhere_equals_uninterrupted(
+    client, tmp_path, long_model_path, temperature, stop_at
+):
     store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path, temperature=temperature)
     first = BatchRunner(store, config, loaded, WorkerContext("w1"), deadline=time.monotonic() + 600)
     stop_after_rounds(first, stop_at)
@@ -123,7 +127,8 @@ def test_a_request_that_crashes_the_model_fails_alone(client, tmp_path, long_mod
         assert store.checkpoint_of("r002") is not None
     spec = store.spec("r002")
     unique = set(spec["request"]["prompt_ids"]) - {
-        t for r in store.request_ids() if r != "r002" for t in store.spec(r)["request"]["prompt_ids"]}
+        t for r in store.request_ids() if r != "r002" for t in store.spec(r)["request"]["prompt_ids"]
+    }
     assert unique, "the poison prompt needs a token no other prompt has"
     poison_forward(loaded.engine.model, min(unique))
     summary = BatchRunner(store, config, loaded, WorkerContext("w"), deadline=time.monotonic() + 600).run()

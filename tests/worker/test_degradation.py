@@ -4,19 +4,18 @@ cannot be loaded degrades to plain decoding, still exact."""
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import shutil
 
 import numpy as np
-
-from specq.testing import toy_gguf
+import pytest
 from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
-from specq.worker.breaker import FAILURES_TO_OPEN, FIRST_BACKOFF_S, Breaker
+
 from specq.queue.store import BatchStore
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.proposers import MedusaHeads
+from specq.testing import toy_gguf
+from specq.worker.breaker import FAILURES_TO_OPEN, FIRST_BACKOFF_S, Breaker
 
 
 class Clock:
@@ -49,7 +48,8 @@ def test_breaker_opens_after_repeated_failures_and_backs_off_doubling():
 
 @pytest.mark.slow
 def test_a_sick_worker_opens_its_breaker_fails_its_health_check_and_recovers(
-        client, queue_env, tmp_path, toy_model_file):
+    client, queue_env, tmp_path, toy_model_file
+):
     model = tmp_path / "model.gguf"
     shutil.copy(toy_model_file(quiet_end=True), model)
     good = tmp_path / "good.gguf"
@@ -61,6 +61,7 @@ def test_a_sick_worker_opens_its_breaker_fails_its_health_check_and_recovers(
     toy_gguf.write_toy_model(model, seed=5, quiet_end=True)
     worker = start_worker(queue_env)
     try:
+
         def check():
             return specq(["worker", "--check"], queue_env, check=False)
 
@@ -75,20 +76,38 @@ def test_a_sick_worker_opens_its_breaker_fails_its_health_check_and_recovers(
         stop_process(worker)
 
 
+@pytest.mark.slow
 def test_a_proposer_that_cannot_load_degrades_to_plain_decoding(client, queue_env, tmp_path, long_model_path):
     model, _ = load_model_and_tokenizer(long_model_path)
     heads_path = tmp_path / "heads.gguf"
     rng = np.random.default_rng(0)
     d = model.config.d_model
-    MedusaHeads(weights=(rng.normal(size=(3, d, d)) * 0.05).astype(np.float32),
-                biases=np.zeros((3, d), np.float32), target_fingerprint=model.fingerprint,
-                metadata={"made_by": "test"}).save(str(heads_path))
+    MedusaHeads(
+        weights=(rng.normal(size=(3, d, d)) * 0.05).astype(np.float32),
+        biases=np.zeros((3, d), np.float32),
+        target_fingerprint=model.fingerprint,
+        metadata={"made_by": "test"},
+    ).save(str(heads_path))
     path = write_prompts(tmp_path / "p.jsonl", 4, max_tokens=20)
-    local = specq(["generate", "--input", str(path), "--json", "--model", long_model_path, "--proposer", "none"],
-                  queue_env)
+    local = specq(
+        ["generate", "--input", str(path), "--json", "--model", long_model_path, "--proposer", "none"], queue_env
+    )
     expected = {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"] for line in local.stdout.splitlines()}
-    specq(["submit", str(path), "--model", long_model_path, "--proposer", "medusa", "--medusa-heads",
-           str(heads_path), "--batch-id", "deg"], queue_env)
+    specq(
+        [
+            "submit",
+            str(path),
+            "--model",
+            long_model_path,
+            "--proposer",
+            "medusa",
+            "--medusa-heads",
+            str(heads_path),
+            "--batch-id",
+            "deg",
+        ],
+        queue_env,
+    )
     heads_path.write_bytes(b"GGUF but truncated")  # corrupted on the worker's machine
     specq(["worker", "--burst"], queue_env)
     store = BatchStore(client, "deg")
@@ -117,6 +136,7 @@ def test_a_proposer_that_fails_while_drafting_leaves_the_output_exact(client, tm
     import time
 
     from queue_helpers import N_REQUESTS, outputs, setup_batch
+
     from specq.worker.batch_runner import BatchRunner
     from specq.worker.context import WorkerContext
 

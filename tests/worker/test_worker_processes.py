@@ -12,11 +12,11 @@ import sys
 import time
 
 import pytest
-
 from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
+
 from specq.queue.status import batch_status
-from specq.specdec import int8
 from specq.queue.store import BatchStore
+from specq.specdec import int8
 
 N = 6
 MAX_TOKENS = 120
@@ -53,6 +53,7 @@ def wait_for_checkpoints(store: BatchStore, timeout: float = 120) -> None:
     wait_until(lambda: store.client.hlen(store.keys.ckpt) >= 2, timeout, "checkpoints", interval=0.02)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_batch_loses_nothing(batch, queue_env):
     store, expected, _, _ = batch
     first = start_worker(queue_env)
@@ -69,6 +70,7 @@ def test_sigkill_mid_batch_loses_nothing(batch, queue_env):
     assert sum(resumed) >= 1
 
 
+@pytest.mark.slow
 def test_sigterm_hands_work_back_at_the_next_round(batch, queue_env):
     store, expected, _, _ = batch
     worker = start_worker(queue_env)
@@ -82,6 +84,7 @@ def test_sigterm_hands_work_back_at_the_next_round(batch, queue_env):
     assert_exactly_once(store, expected)
 
 
+@pytest.mark.slow
 def test_a_stopped_worker_is_taken_over_and_its_late_writes_refused(batch, queue_env):
     store, expected, _, _ = batch
     zombie = start_worker(queue_env)
@@ -100,6 +103,7 @@ def test_a_stopped_worker_is_taken_over_and_its_late_writes_refused(batch, queue
     assert_exactly_once(store, expected)
 
 
+@pytest.mark.slow
 def test_pause_and_resume_while_a_worker_runs(batch, queue_env):
     store, expected, _, _ = batch
     worker = start_worker(queue_env)
@@ -135,9 +139,14 @@ def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, slow_model_path
     # A shell runs background jobs with SIGINT ignored, and Python keeps an inherited
     # SIG_IGN: without this, a suite started with `&` sends its Ctrl-C into the void
     # and the run finishes the batch.
-    run = subprocess.Popen([sys.executable, "-m", "specq", "run", str(path), "-o", str(out), *common, *CHUNK],
-                           env=queue_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "specq", "run", str(path), "-o", str(out), *common, *CHUNK],
+        env=queue_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
     def batch_id():
         ids = [k.decode() for k in client.zrange("specq:batches", 0, -1)]
@@ -149,7 +158,11 @@ def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, slow_model_path
     run.send_signal(signal.SIGINT)
     assert run.wait(30) == 130, run.stderr.read()
     assert not out.exists()
-    done_before = {r: json.loads(raw)["completed_at"] for r, raw in zip(store.request_ids(), store.results(store.request_ids())) if raw}
+    done_before = {
+        r: json.loads(raw)["completed_at"]
+        for r, raw in zip(store.request_ids(), store.results(store.request_ids()))
+        if raw
+    }
     from specq.queue.control import checkpointed_unfinished
 
     with_checkpoints = checkpointed_unfinished(store)
@@ -163,11 +176,14 @@ def test_run_continues_after_ctrl_c(client, queue_env, tmp_path, slow_model_path
     assert [g["specq"]["token_ids"] for g in got] == [e["specq"]["token_ids"] for e in expected]
     assert [g["text"] for g in got] == [e["text"] for e in expected]
     # Requests finished before the interrupt were not decoded again.
-    after = {r: json.loads(raw)["completed_at"] for r, raw in zip(store.request_ids(), store.results(store.request_ids()))}
+    after = {
+        r: json.loads(raw)["completed_at"] for r, raw in zip(store.request_ids(), store.results(store.request_ids()))
+    }
     assert all(after[r] == t for r, t in done_before.items())
     assert store.stats()["tokens"] == sum(len(e["specq"]["token_ids"]) for e in expected)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not int8.AVAILABLE, reason="without AVX2 the default precision is f32 anyway")
 def test_run_again_continues_a_batch_started_at_f32(client, queue_env, tmp_path, toy_model_path):
     """Every run before int16 became the default decoded at f32: the same command

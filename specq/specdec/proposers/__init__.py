@@ -14,7 +14,17 @@ from specq.specdec.proposers.recurrent import RecurrentHead, RecurrentHeadPropos
 PROPOSERS = ("auto", "hybrid", "ngram", "medusa", "draft", "none")
 
 __all__ = [
-    "PROPOSERS", "Draft", "DraftModelProposer", "HybridProposer", "MedusaHeads", "MedusaProposer",
-    "NgramProposer", "NoProposer", "ProposeContext", "Proposer", "ProposerSession", "RecurrentHead",
+    "PROPOSERS",
+    "Draft",
+    "DraftModelProposer",
+    "HybridProposer",
+    "MedusaHeads",
+    "MedusaProposer",
+    "NgramProposer",
+    "NoProposer",
+    "ProposeContext",
+    "Proposer",
+    "ProposerSession",
+    "RecurrentHead",
     "RecurrentHeadProposer",
 ]

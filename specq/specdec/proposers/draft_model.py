@@ -19,7 +19,7 @@ class DraftModelProposer:
         self.model = model
         self.draft_cost = draft_cost
 
-    def session(self) -> "DraftModelSession":
+    def session(self) -> DraftModelSession:
         return DraftModelSession(self.model)
 
 

@@ -26,7 +26,7 @@ class HybridProposer:
         # rounds of open text draft with the heads.
         self.draft_cost = medusa.draft_cost
 
-    def session(self) -> "HybridProposer":
+    def session(self) -> HybridProposer:
         return self
 
     def propose(self, ctx: ProposeContext, k: int) -> Draft:

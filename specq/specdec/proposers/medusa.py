@@ -15,8 +15,8 @@ from gguf import GGUFWriter
 
 from specq.errors import ModelFileError
 from specq.specdec.gguf_file import GGUFFile, write_file
-from specq.specdec.model import LlamaModel
 from specq.specdec.matmul import linear
+from specq.specdec.model import LlamaModel
 from specq.specdec.proposers.base import Draft, ProposeContext
 from specq.specdec.rng import DRAW_PROPOSE, uniform
 from specq.specdec.sampling import probabilities, sample
@@ -36,7 +36,7 @@ class MedusaHeads:
         return self.weights.shape[0]
 
     @classmethod
-    def load(cls, path: str) -> "MedusaHeads":
+    def load(cls, path: str) -> MedusaHeads:
         f = GGUFFile(path)
         if f.get("general.architecture") != HEADS_ARCHITECTURE:
             raise ModelFileError(
@@ -45,7 +45,7 @@ class MedusaHeads:
         n_heads = int(f.require("medusa.head_count"))
         weights = np.stack([f.tensor(f"medusa.{i}.weight").T for i in range(n_heads)])
         biases = np.stack([f.tensor(f"medusa.{i}.bias").reshape(-1) for i in range(n_heads)])
-        meta = {k[len("medusa.info."):]: v for k, v in f.metadata.items() if k.startswith("medusa.info.")}
+        meta = {k[len("medusa.info.") :]: v for k, v in f.metadata.items() if k.startswith("medusa.info.")}
         return cls(
             weights=np.ascontiguousarray(weights, dtype=np.float32),
             biases=biases.astype(np.float32),
@@ -67,9 +67,7 @@ class MedusaHeads:
     def check_target(self, model: LlamaModel, path: str = "") -> None:
         d = model.config.d_model
         if self.weights.shape[1:] != (d, d):
-            raise ModelFileError(
-                f"Medusa heads {path} have width {self.weights.shape[1]}, the model has {d}"
-            )
+            raise ModelFileError(f"Medusa heads {path} have width {self.weights.shape[1]}, the model has {d}")
         if self.target_fingerprint != model.fingerprint:
             raise ModelFileError(
                 f"Medusa heads {path} were trained for model sha256 {self.target_fingerprint[:12]}, "
@@ -93,7 +91,7 @@ Path = tuple[int, ...]  # a tree node: the rank of its token in head 0's list, h
 
 
 def parse_tree(text: str) -> list[Path]:
-    """"0;1;0,0" -> [(0,), (1,), (0, 0)], checked and put in breadth-first order, so
+    """ "0;1;0,0" -> [(0,), (1,), (0, 0)], checked and put in breadth-first order, so
     that any leading part of the list is itself a tree (parents before children)."""
     paths = [tuple(int(r) for r in part.split(",")) for part in text.split(";") if part.strip()]
     if any(not p or min(p) < 0 for p in paths) or len(set(paths)) != len(paths):
@@ -132,7 +130,7 @@ class MedusaProposer:
             tree = parse_tree(heads.metadata["tree"])
         self.tree = [p for p in (tree or []) if len(p) <= heads.n_heads]
 
-    def session(self) -> "MedusaProposer":
+    def session(self) -> MedusaProposer:
         return self
 
     def propose(self, ctx: ProposeContext, k: int) -> Draft:

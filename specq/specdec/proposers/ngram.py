@@ -21,7 +21,7 @@ class NgramProposer:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def session(self) -> "NgramProposer":
+    def session(self) -> NgramProposer:
         return self
 
     def propose(self, ctx: ProposeContext, k: int) -> Draft:

@@ -9,7 +9,7 @@ class NoProposer:
     name = "none"
     draft_cost = 0.0
 
-    def session(self) -> "NoProposer":
+    def session(self) -> NoProposer:
         return self
 
     def propose(self, ctx: ProposeContext, k: int) -> Draft:

@@ -30,8 +30,8 @@ from gguf.quants import quantize as gguf_quantize
 from specq.errors import ModelFileError
 from specq.specdec.gguf_file import GGUFFile, write_file
 from specq.specdec.int8 import Int8Matrix
-from specq.specdec.model import LlamaModel
 from specq.specdec.matmul import Weight, embed, linear
+from specq.specdec.model import LlamaModel
 from specq.specdec.proposers.base import Draft, ProposeContext
 from specq.specdec.qkernels import QuantizedMatrix
 from specq.specdec.rng import DRAW_PROPOSE, uniform
@@ -58,12 +58,21 @@ class RecurrentHead:
     metadata: dict  # free-form provenance (training data, accuracies)
 
     @classmethod
-    def from_float(cls, w_in: np.ndarray, b_in: np.ndarray, w_out: np.ndarray, vocab: np.ndarray,
-                   target_fingerprint: str, metadata: dict | None = None, quantize: bool = True) -> "RecurrentHead":
+    def from_float(
+        cls,
+        w_in: np.ndarray,
+        b_in: np.ndarray,
+        w_out: np.ndarray,
+        vocab: np.ndarray,
+        target_fingerprint: str,
+        metadata: dict | None = None,
+        quantize: bool = True,
+    ) -> RecurrentHead:
         """From trained float32 w_in [2d, hidden] and w_out [hidden, d] (used as x @ W).
         Quantized to Q8_0 by default (where the widths are whole blocks): the head's products then read a quarter of the
         bytes (1.9 MB instead of 7.5 for the default head), and every user of the head
         (the proposer, the accuracy figures) computes with the same stored values."""
+
         def matrix(w: np.ndarray) -> Weight:
             w = np.ascontiguousarray(w.T, dtype=np.float32)  # [n_out, n_in]
             if not quantize or w.shape[1] % 32:  # Q8_0 blocks are 32 values of a row
@@ -71,8 +80,14 @@ class RecurrentHead:
             raw = gguf_quantize(w, GGMLQuantizationType.Q8_0)
             return QuantizedMatrix.from_gguf_bytes(raw, "Q8_0", w.shape)
 
-        return cls(matrix(w_in), np.asarray(b_in, np.float32), matrix(w_out), np.asarray(vocab, np.int64),
-                   target_fingerprint, dict(metadata or {}))
+        return cls(
+            matrix(w_in),
+            np.asarray(b_in, np.float32),
+            matrix(w_out),
+            np.asarray(vocab, np.int64),
+            target_fingerprint,
+            dict(metadata or {}),
+        )
 
     @property
     def d_model(self) -> int:
@@ -84,12 +99,14 @@ class RecurrentHead:
         return state + linear(silu(z), self.w_out)
 
     @classmethod
-    def load(cls, path: str) -> "RecurrentHead":
+    def load(cls, path: str) -> RecurrentHead:
         f = GGUFFile(path)
         prefix = RECURRENT_ARCHITECTURE
         if f.get("general.architecture") != prefix:
-            raise ModelFileError(f"{path} is not a recurrent heads file (architecture {f.get('general.architecture')!r})")
-        meta = {k[len(prefix) + 6:]: v for k, v in f.metadata.items() if k.startswith(prefix + ".info.")}
+            raise ModelFileError(
+                f"{path} is not a recurrent heads file (architecture {f.get('general.architecture')!r})"
+            )
+        meta = {k[len(prefix) + 6 :]: v for k, v in f.metadata.items() if k.startswith(prefix + ".info.")}
         ids = np.asarray(f.tensor(f"{prefix}.vocab"), dtype=np.float64).reshape(-1)
         vocab = ids.astype(np.int64)
         if not np.array_equal(vocab, ids) or np.any(np.diff(vocab) <= 0):
@@ -134,7 +151,9 @@ class RecurrentHead:
                 f"not for {model.path} (sha256 {model.fingerprint[:12]})"
             )
         if self.vocab.size == 0 or self.vocab.min() < 0 or self.vocab.max() >= model.config.vocab_size:
-            raise ModelFileError(f"recurrent heads {path}: draft vocabulary ids outside the model's {model.config.vocab_size}")
+            raise ModelFileError(
+                f"recurrent heads {path}: draft vocabulary ids outside the model's {model.config.vocab_size}"
+            )
 
 
 def draft_output_head(model: LlamaModel, vocab: np.ndarray):
@@ -147,7 +166,7 @@ def draft_output_head(model: LlamaModel, vocab: np.ndarray):
 
 
 def parse_gate(text: str) -> tuple[float, ...]:
-    """"0.7,0.9" -> (0.7, 0.9): the confidence a draft at depth 1, 2 (and deeper, the
+    """ "0.7,0.9" -> (0.7, 0.9): the confidence a draft at depth 1, 2 (and deeper, the
     last figure) needs."""
     try:
         gate = tuple(float(x) for x in text.split(",") if x.strip())
@@ -179,7 +198,7 @@ class RecurrentHeadProposer:
             gate = parse_gate(head.metadata["gate"]) if head.metadata.get("gate") else (0.0,)
         self.gate = tuple(gate)
 
-    def session(self) -> "RecurrentHeadProposer":
+    def session(self) -> RecurrentHeadProposer:
         return self
 
     def propose(self, ctx: ProposeContext, k: int) -> Draft:
@@ -204,8 +223,11 @@ class RecurrentHeadProposer:
                 full = np.full(vocab_size, -np.inf, dtype=np.float64)
                 full[self.head.vocab] = logits
                 p = probabilities(full[None, :], ctx.params)[0]
-                token = sample(p, uniform(ctx.params.seed, ctx.n_output + i, DRAW_PROPOSE)) if ctx.stochastic \
+                token = (
+                    sample(p, uniform(ctx.params.seed, ctx.n_output + i, DRAW_PROPOSE))
+                    if ctx.stochastic
                     else int(np.argmax(p))
+                )
                 dists.append(p)
             tokens.append(token)
         if not tokens:
