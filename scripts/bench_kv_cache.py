@@ -32,12 +32,12 @@ CASES = [(1, 1), (5, 1), (1, 8), (1, 32)]  # (rows of each sequence, sequences)
 def with_float32_caches(model: LlamaModel) -> LlamaModel:
     run_many = njit(int8_stack._run.py_func)
 
-    def run_one(x, positions, starts, bounds, visible, weights, cos, sin, keys, values, *sizes):
+    def run_one(x, positions, starts, bounds, visible, weights, rope, keys, values, sizes):
         """StackedLayers.run's one-segment call, its lists built here for run_many."""
         lists = List(), List(), List()
         for items, item in zip(lists, (visible, keys, values)):
             items.append(item)
-        return run_many(x, positions, starts, bounds, lists[0], weights, cos, sin, lists[1], lists[2], *sizes)
+        return run_many(x, positions, starts, bounds, lists[0], weights, rope, lists[1], lists[2], sizes)
 
     other = LlamaModel(model.config, LlamaModel.load(model.path).weights, precision=model.precision)
     other._stack = replace(other._stack, compiled=(run_many, run_one), cache=layer_stack.CACHE)

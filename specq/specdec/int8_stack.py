@@ -10,11 +10,21 @@ from dataclasses import replace
 
 import numpy as np
 from numba import njit, types
-from numba.typed import List
 
 from specq.specdec import block_ops, int8
 from specq.specdec.int8 import Int8Matrix
-from specq.specdec.layer_stack import HALF_CACHE, KINDS, NORMS, ROPE, ROWS, SIZES, VISIBLE, StackedLayers, attention
+from specq.specdec.layer_stack import (
+    HALF_CACHE,
+    KINDS,
+    NORMS,
+    ROPE,
+    ROWS,
+    SIZE_TYPES,
+    VISIBLE,
+    StackedLayers,
+    attention,
+    one,
+)
 
 
 def build(layers) -> tuple[StackedLayers, tuple] | None:
@@ -58,40 +68,19 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
 _Q = (types.uint8[:, ::1], types.float32[:, ::1], types.float32[:, ::1])  # per kind: quants, d, m
 WEIGHTS = types.Tuple((*NORMS, *_Q, *_Q, *_Q, *_Q))  # the norms, then each kind's quants, d and m
 # The caches are float16 (model.KVCache) at the integer precisions.
+SIZES = types.Tuple((*SIZE_TYPES, types.boolean))  # layer_stack's, and whether activations are split
+# The caches are float16 (model.KVCache) at the integer precisions.
 _SIG = types.float32[:, ::1](
-    *ROWS,
-    types.ListType(VISIBLE),
-    WEIGHTS,
-    *ROPE,
-    types.ListType(HALF_CACHE),
-    types.ListType(HALF_CACHE),
-    *SIZES,
-    types.boolean,
+    *ROWS, types.ListType(VISIBLE), WEIGHTS, ROPE, types.ListType(HALF_CACHE), types.ListType(HALF_CACHE), SIZES
 )
-_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, *ROPE, HALF_CACHE, HALF_CACHE, *SIZES, types.boolean)
+_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, ROPE, HALF_CACHE, HALF_CACHE, SIZES)
 
 
 @njit(_SIG, cache=True, nogil=True)
-def _run(
-    x,
-    positions,
-    starts,
-    bounds,
-    visible,
-    weights,
-    cos,
-    sin,
-    keys,
-    values,
-    n_heads,
-    n_qkv,
-    d_ffn,
-    eps,
-    scale,
-    n_threads,
-    split,
-):  # pragma: no cover - compiled
+def _run(x, positions, starts, bounds, visible, weights, rope, keys, values, sizes):  # pragma: no cover - compiled
     attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d, out_m, gu_q, gu_d, gu_m, down_q, down_d, down_m = weights
+    cos, sin = rope
+    n_heads, n_qkv, d_ffn, eps, scale, n_threads, split = sizes
     d = x.shape[1]
     for layer in range(qkv_q.shape[0]):
         h = block_ops.rms_norm(x, attn_norm[layer], eps)
@@ -100,53 +89,12 @@ def _run(
         x = x + int8.product_q4_1(attn, out_q[layer], out_d[layer], out_m[layer], d, n_threads, split)
         h = block_ops.rms_norm(x, ffn_norm[layer], eps)
         gate_up = int8.product_q4_1(h, gu_q[layer], gu_d[layer], gu_m[layer], 2 * d_ffn, n_threads, split)
-        x = x + int8.product_q4_1(
-            block_ops.silu_gate(gate_up, d_ffn), down_q[layer], down_d[layer], down_m[layer], d, n_threads, split
-        )
+        gated = block_ops.silu_gate(gate_up, d_ffn)
+        x = x + int8.product_q4_1(gated, down_q[layer], down_d[layer], down_m[layer], d, n_threads, split)
     return x
 
 
 @njit(_SIG_ONE, cache=True, nogil=True)
-def _run_one(
-    x,
-    positions,
-    starts,
-    bounds,
-    visible,
-    weights,
-    cos,
-    sin,
-    keys,
-    values,
-    n_heads,
-    n_qkv,
-    d_ffn,
-    eps,
-    scale,
-    n_threads,
-    split,
-):  # pragma: no cover - compiled
+def _run_one(x, positions, starts, bounds, visible, weights, rope, keys, values, sizes):  # pragma: no cover - compiled
     """_run for one segment, its lists built here rather than from Python."""
-    visible_list, keys_list, values_list = List(), List(), List()
-    visible_list.append(visible)
-    keys_list.append(keys)
-    values_list.append(values)
-    return _run(
-        x,
-        positions,
-        starts,
-        bounds,
-        visible_list,
-        weights,
-        cos,
-        sin,
-        keys_list,
-        values_list,
-        n_heads,
-        n_qkv,
-        d_ffn,
-        eps,
-        scale,
-        n_threads,
-        split,
-    )
+    return _run(x, positions, starts, bounds, one(visible), weights, rope, one(keys), one(values), sizes)

@@ -101,8 +101,8 @@ class StackedLayers:
         starts = np.array([seg.start for seg in segments], dtype=np.int64)
         bounds = np.cumsum([0] + [seg.n for seg in segments]).astype(np.int64)
         hd = segments[0].cache.kernel_keys.shape[2]
-        # The weights go in as one tuple (norms, then each kind's arrays), so the
-        # compiled functions' signatures name one structure rather than ten arrays.
+        # The weights, RoPE's tables and the sizes go in as three tuples, so that the
+        # compiled functions' signatures name three structures, not twenty values.
         weights = (self.attn_norm, self.ffn_norm, *self.arrays)
         sizes = (
             n_heads,
@@ -114,31 +114,21 @@ class StackedLayers:
             *self.extra,
         )
         run_many, run_one = self.compiled
+        rope = (rope_cos, rope_sin)
         if len(segments) == 1:
             # A typed list built from Python costs tens of microseconds an element
             # (measured 190 us for the three of a step, 2% of it); a single
             # sequence's are built inside numba instead.
             seg = segments[0]
-            return run_one(
-                x,
-                positions,
-                starts,
-                bounds,
-                seg.visible(),
-                weights,
-                rope_cos,
-                rope_sin,
-                seg.cache.kernel_keys,
-                seg.cache.kernel_values,
-                *sizes,
-            )
+            keys, values = seg.cache.kernel_keys, seg.cache.kernel_values
+            return run_one(x, positions, starts, bounds, seg.visible(), weights, rope, keys, values, sizes)
         keys, values = List.empty_list(self.cache), List.empty_list(self.cache)
         visible = List.empty_list(VISIBLE)
         for seg in segments:
             keys.append(seg.cache.kernel_keys)
             values.append(seg.cache.kernel_values)
             visible.append(seg.visible())
-        return run_many(x, positions, starts, bounds, visible, weights, rope_cos, rope_sin, keys, values, *sizes)
+        return run_many(x, positions, starts, bounds, visible, weights, rope, keys, values, sizes)
 
 
 @njit(inline="always")
@@ -169,13 +159,15 @@ HALF_CACHE = types.uint16[:, :, :, ::1]  # the same, float16 bits (the integer p
 VISIBLE = types.boolean[:, ::1]
 NORMS = (types.float32[:, ::1], types.float32[:, ::1])  # attn_norm, ffn_norm: [L, d] each
 WEIGHTS = types.Tuple((*NORMS, *_Q, *_Q, *_Q, *_Q))  # the norms, then each kind's quants and scales
-ROPE = (types.float32[:, ::1], types.float32[:, ::1])  # cos, sin
-SIZES = (types.int64, types.int64, types.int64, types.float64, types.float32, types.int64)
+ROPE = types.UniTuple(types.float32[:, ::1], 2)  # cos, sin
+# n_heads, the q|k|v product's width, d_ffn, the RMSNorm epsilon, attention's scale, threads
+SIZE_TYPES = (types.int64, types.int64, types.int64, types.float64, types.float32, types.int64)
 ROWS = (types.float32[:, ::1], types.int64[::1], types.int64[::1], types.int64[::1])  # x, positions, starts, bounds
+SIZES = types.Tuple(SIZE_TYPES)
 _SIG = types.float32[:, ::1](
-    *ROWS, types.ListType(VISIBLE), WEIGHTS, *ROPE, types.ListType(CACHE), types.ListType(CACHE), *SIZES
+    *ROWS, types.ListType(VISIBLE), WEIGHTS, ROPE, types.ListType(CACHE), types.ListType(CACHE), SIZES
 )
-_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, *ROPE, CACHE, CACHE, *SIZES)
+_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, ROPE, CACHE, CACHE, SIZES)
 
 
 @njit(inline="always")
@@ -200,13 +192,21 @@ def attention(
     return block_ops.attend_many(q, starts, bounds, visible, keys, values, layer, scale)
 
 
+@njit(inline="always")
+def one(item):  # pragma: no cover - compiled
+    """A typed list of one item, built inside numba."""
+    items = List()
+    items.append(item)
+    return items
+
+
 # No fastmath: the only arithmetic of its own is the residual additions, which must
 # round as numpy's do in the Python loop.
 @njit(_SIG, cache=True, nogil=True)
-def _run(
-    x, positions, starts, bounds, visible, weights, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale, n_threads
-):  # pragma: no cover - compiled
+def _run(x, positions, starts, bounds, visible, weights, rope, keys, values, sizes):  # pragma: no cover - compiled
     attn_norm, ffn_norm, qkv_q, qkv_s, out_q, out_s, gu_q, gu_s, down_q, down_s = weights
+    cos, sin = rope
+    n_heads, n_qkv, d_ffn, eps, scale, n_threads = sizes
     d = x.shape[1]
     for layer in range(qkv_q.shape[0]):
         h = block_ops.rms_norm(x, attn_norm[layer], eps)
@@ -222,29 +222,6 @@ def _run(
 
 
 @njit(_SIG_ONE, cache=True, nogil=True)
-def _run_one(
-    x, positions, starts, bounds, visible, weights, cos, sin, keys, values, n_heads, n_qkv, d_ffn, eps, scale, n_threads
-):  # pragma: no cover - compiled
+def _run_one(x, positions, starts, bounds, visible, weights, rope, keys, values, sizes):  # pragma: no cover - compiled
     """_run for one segment, its lists built here rather than from Python."""
-    visible_list, keys_list, values_list = List(), List(), List()
-    visible_list.append(visible)
-    keys_list.append(keys)
-    values_list.append(values)
-    return _run(
-        x,
-        positions,
-        starts,
-        bounds,
-        visible_list,
-        weights,
-        cos,
-        sin,
-        keys_list,
-        values_list,
-        n_heads,
-        n_qkv,
-        d_ffn,
-        eps,
-        scale,
-        n_threads,
-    )
+    return _run(x, positions, starts, bounds, one(visible), weights, rope, one(keys), one(values), sizes)
