@@ -59,6 +59,16 @@ FORBIDDEN = {
         "specq.specdec.loader",
     },
     "specq.worker": {"click", "specq.cli", "specq.training", "specq.testing"},
+    "specq.server": {
+        "numba",
+        "click",
+        "specq.worker",
+        "specq.cli",
+        "specq.training",
+        "specq.testing",
+        "specq.specdec.model",
+        "specq.specdec.engine",
+    },
     "specq.training": {"redis", "rq", "click", "specq.queue", "specq.worker", "specq.cli", "specq.testing"},
 }
 

@@ -9,6 +9,7 @@ from specq.cli.local import bench, generate
 from specq.cli.ops import metrics
 from specq.cli.queue import cancel, pause, results, resume, status, submit, worker
 from specq.cli.run_command import run
+from specq.cli.serve import serve
 from specq.cli.training import train_heads
 
 
@@ -22,8 +23,23 @@ def main() -> None:
     specq submit prompts.jsonl                   # or: enqueue, then run workers anywhere
     specq worker --processes 2
     specq status --watch
+    specq serve                                  # the OpenAI Batch API over the queue
     """
 
 
-for command in (generate, bench, submit, status, pause, resume, cancel, results, worker, run, metrics, train_heads):
+for command in (
+    generate,
+    bench,
+    submit,
+    status,
+    pause,
+    resume,
+    cancel,
+    results,
+    worker,
+    run,
+    serve,
+    metrics,
+    train_heads,
+):
     main.add_command(command)

@@ -23,6 +23,8 @@ Layout (B = batch id, R = a request's custom_id):
   specq:workers                 zset  worker id -> last heartbeat time
   specq:worker:W                hash  the worker's host, pid, queues, state
   specq:reaper                  str   short lock: one reaper at a time
+  specq:api:batches             zset  B -> creation time, for the batches made through `specq serve`
+  specq:api:batch:B             hash  what only the Batch API knows of B: input file, endpoint, metadata, times
 """
 
 from __future__ import annotations
@@ -32,10 +34,15 @@ PREFIX = "specq"
 BATCHES = f"{PREFIX}:batches"
 WORKERS = f"{PREFIX}:workers"
 REAPER_LOCK = f"{PREFIX}:reaper"
+API_BATCHES = f"{PREFIX}:api:batches"
 
 
 def worker(worker_id: str) -> str:
     return f"{PREFIX}:worker:{worker_id}"
+
+
+def api_batch(batch_id: str) -> str:
+    return f"{PREFIX}:api:batch:{batch_id}"
 
 
 class BatchKeys:

@@ -1,0 +1,337 @@
+"""The HTTP application: the OpenAI Files and Batches APIs, specq's pause and resume,
+/health and Prometheus /metrics. Every route is a short read or write on the queue;
+decoding is the workers' (there is no second path to the engine).
+
+Errors have OpenAI's shape ({"error": {"message", "type", "param", "code"}}), so the
+official client raises its own exception classes for them (401, 404, 400, 413).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import redis
+from fastapi import Depends, FastAPI, File, Form, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from specq.errors import SpecqError
+from specq.jsonl import dumps_line
+from specq.queue import control
+from specq.queue.results import iter_results
+from specq.queue.server_checks import require_noeviction
+from specq.queue.store import BatchStore
+from specq.queue.submit import prepare, submit
+from specq.requests.config import BatchConfig
+from specq.server import batches
+from specq.server.files import PURPOSES, FileStore, FileTooLarge
+
+# A batch request's JSON body is a few hundred bytes; anything near this is not one.
+MAX_JSON_BODY = 64 * 2**10
+PAGE_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class Settings:
+    client: redis.Redis
+    config: BatchConfig  # what the API's batches are decoded with (resolved once, at start)
+    model_file: str
+    model_name: str  # the id /v1/models lists
+    queue: str
+    files_dir: Path
+    api_key: str | None = None
+    max_file_bytes: int = 200 * 2**20
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+
+
+def _error(status: int, message: str, type_: str, param: str | None = None, code: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": type_, "param": param, "code": code}}, status)
+
+
+def create_app(settings: Settings) -> FastAPI:
+    app = FastAPI(title="specq", docs_url=None, redoc_url=None, openapi_url=None)
+    store = FileStore(settings.files_dir, settings.max_file_bytes)
+    client = settings.client
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.message, exc.type, exc.param, exc.code)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), "invalid_request_error")
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ())[1:])
+        return _error(
+            400, f"{where or 'request'}: {first.get('msg', 'invalid')}", "invalid_request_error", where or None
+        )
+
+    @app.exception_handler(redis.RedisError)
+    async def redis_error(request: Request, exc: redis.RedisError) -> JSONResponse:
+        return _error(503, "the queue's Redis is unavailable; retry", "server_error")
+
+    @app.middleware("http")
+    async def bounded_bodies(request: Request, call_next):
+        # Refused from the header, before a byte of the body is read.
+        length = request.headers.get("content-length")
+        limit = settings.max_file_bytes + 2**20 if request.url.path == "/v1/files" else MAX_JSON_BODY
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return _error(413, f"request body is larger than the limit of {limit} bytes", "invalid_request_error")
+        return await call_next(request)
+
+    def authorized(request: Request) -> None:
+        if settings.api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), settings.api_key.encode()):
+            raise ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key")
+
+    v1 = [Depends(authorized)]
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        try:
+            client.ping()
+        except redis.RedisError:
+            return JSONResponse({"status": "unavailable", "redis": False}, 503)
+        return {"status": "ok", "redis": True}
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+        from specq.queue.metrics import SpecqCollector
+
+        registry = CollectorRegistry()
+        registry.register(SpecqCollector(client))
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models", dependencies=v1)
+    def models() -> dict[str, Any]:
+        created = int(os.path.getmtime(settings.model_file))
+        return {
+            "object": "list",
+            "data": [{"id": settings.model_name, "object": "model", "created": created, "owned_by": "specq"}],
+        }
+
+    # --- files -----------------------------------------------------------------
+    @app.post("/v1/files", dependencies=v1)
+    async def create_file(file: Annotated[UploadFile, File()], purpose: Annotated[str, Form()]) -> dict[str, Any]:
+        if purpose not in PURPOSES:
+            raise ApiError(400, f"purpose must be one of {', '.join(PURPOSES)}, got {purpose!r}", param="purpose")
+
+        async def chunks():
+            while chunk := await file.read(1 << 20):
+                yield chunk
+
+        try:
+            stored = await store.add(file.filename or "upload.jsonl", purpose, chunks())
+        except FileTooLarge as exc:
+            raise ApiError(413, str(exc), param="file") from None
+        return stored.to_api()
+
+    @app.get("/v1/files", dependencies=v1)
+    def list_files(purpose: str | None = None) -> dict[str, Any]:
+        found = [f.to_api() for f in store.list() if purpose in (None, f.purpose)]
+        return {"object": "list", "data": found, "has_more": False}
+
+    @app.get("/v1/files/{file_id}", dependencies=v1)
+    def get_file(file_id: str) -> dict[str, Any]:
+        stored = store.get(file_id)
+        if stored is not None:
+            return stored.to_api()
+        result = _result_file(file_id)
+        return {
+            "id": file_id,
+            "object": "file",
+            "bytes": 0,
+            "created_at": result["created_at"],
+            "filename": f"{result['kind']}.jsonl",
+            "purpose": "batch_output",
+            "status": "processed",
+            "expires_at": None,
+            "status_details": None,
+        }
+
+    @app.get("/v1/files/{file_id}/content", dependencies=v1)
+    def file_content(file_id: str) -> Response:
+        path = store.path(file_id)
+        if path is not None:
+            return StreamingResponse(_read_file(path), media_type="application/jsonl")
+        result = _result_file(file_id)
+        return StreamingResponse(_result_lines(result["batch_id"], result["kind"]), media_type="application/jsonl")
+
+    @app.delete("/v1/files/{file_id}", dependencies=v1)
+    def delete_file(file_id: str) -> dict[str, Any]:
+        if not store.delete(file_id):
+            raise ApiError(404, f"no file {file_id!r}", code="not_found")
+        return {"id": file_id, "object": "file", "deleted": True}
+
+    def _result_file(file_id: str) -> dict[str, Any]:
+        found = batches.batch_of_result_file(file_id)
+        rec = batches.record(client, found[0]) if found else None
+        if rec is None or not BatchStore(client, found[0]).exists():
+            raise ApiError(404, f"no file {file_id!r}", code="not_found")
+        return {"batch_id": found[0], "kind": found[1], "created_at": int(float(rec["created_at"]))}
+
+    def _result_lines(batch_id: str, kind: str):
+        for _, out, err in iter_results(BatchStore(client, batch_id)):
+            line = out if kind == "output" else err
+            if line is not None:
+                yield (dumps_line(line) + "\n").encode()
+
+    # --- batches ---------------------------------------------------------------
+    @app.post("/v1/batches", dependencies=v1)
+    def create_batch(body: dict[str, Any]) -> dict[str, Any]:
+        input_file_id, endpoint = body.get("input_file_id"), body.get("endpoint")
+        window, metadata = body.get("completion_window"), body.get("metadata")
+        if endpoint not in batches.ENDPOINTS:
+            raise ApiError(
+                400, f"endpoint must be one of {', '.join(batches.ENDPOINTS)}, got {endpoint!r}", param="endpoint"
+            )
+        if window not in batches.COMPLETION_WINDOWS:
+            raise ApiError(400, f"completion_window must be 24h, got {window!r}", param="completion_window")
+        _check_metadata(metadata)
+        path = store.path(input_file_id) if isinstance(input_file_id, str) else None
+        if path is None:
+            raise ApiError(404, f"no file {input_file_id!r}", param="input_file_id", code="not_found")
+        require_noeviction(client)
+        batch_id = batches.new_batch_id()
+        now = time.time()
+        fields = {
+            "input_file_id": input_file_id,
+            "endpoint": endpoint,
+            "completion_window": window,
+            "metadata": metadata,
+            "created_at": f"{now:.3f}",
+        }
+        records, invalid = prepare(str(path), settings.config, settings.model_file)
+        if invalid or not records:
+            errors = [
+                {"code": "invalid_request", "message": bad.message, "param": None, "line": bad.line} for bad in invalid
+            ] or [{"code": "empty_file", "message": "the file holds no requests", "param": None, "line": None}]
+            batches.save(
+                client, batch_id, {**fields, "failed_at": f"{now:.3f}", "errors": {"object": "list", "data": errors}}
+            )
+        else:
+            batches.save(client, batch_id, fields)
+            try:
+                submit(
+                    client,
+                    str(path),
+                    settings.config,
+                    model_file=settings.model_file,
+                    batch_id=batch_id,
+                    queue=settings.queue,
+                )
+            except SpecqError as exc:
+                batches.save(
+                    client,
+                    batch_id,
+                    {
+                        "failed_at": f"{time.time():.3f}",
+                        "errors": {
+                            "object": "list",
+                            "data": [{"code": "invalid_request", "message": str(exc), "param": None, "line": None}],
+                        },
+                    },
+                )
+        return batches.to_api(client, batch_id, batches.record(client, batch_id))
+
+    @app.get("/v1/batches", dependencies=v1)
+    def list_batches(limit: int = 20, after: str | None = None) -> dict[str, Any]:
+        if not 1 <= limit <= PAGE_LIMIT:
+            raise ApiError(400, f"limit must be between 1 and {PAGE_LIMIT}", param="limit")
+        ids, more = batches.listed(client, after, limit)
+        data = [batches.to_api(client, b, rec) for b in ids if (rec := batches.record(client, b)) is not None]
+        return {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+            "has_more": more,
+        }
+
+    def _known(batch_id: str) -> dict[str, Any]:
+        rec = batches.record(client, batch_id)
+        if rec is None:
+            raise ApiError(404, f"no batch {batch_id!r}", code="not_found")
+        return rec
+
+    @app.get("/v1/batches/{batch_id}", dependencies=v1)
+    def get_batch(batch_id: str) -> dict[str, Any]:
+        return batches.to_api(client, batch_id, _known(batch_id))
+
+    def _control(batch_id: str, action) -> dict[str, Any]:
+        rec = _known(batch_id)
+        if rec.get("failed_at"):
+            raise ApiError(400, f"batch {batch_id} failed validation; there is nothing to {action.__name__}")
+        action(control.resolve(client, batch_id))
+        return batches.to_api(client, batch_id, batches.record(client, batch_id))
+
+    @app.post("/v1/batches/{batch_id}/cancel", dependencies=v1)
+    def cancel_batch(batch_id: str) -> dict[str, Any]:
+        rec = _known(batch_id)
+        if not rec.get("cancelling_at") and not rec.get("failed_at"):
+            batches.save(client, batch_id, {"cancelling_at": f"{time.time():.3f}"})
+        return _control(batch_id, control.cancel)
+
+    @app.post("/v1/batches/{batch_id}/pause", dependencies=v1)
+    def pause_batch(batch_id: str) -> dict[str, Any]:
+        return _control(batch_id, control.pause)
+
+    @app.post("/v1/batches/{batch_id}/resume", dependencies=v1)
+    def resume_batch(batch_id: str) -> dict[str, Any]:
+        return _control(batch_id, control.resume)
+
+    return app
+
+
+def _check_metadata(metadata: Any) -> None:
+    if metadata is None:
+        return
+    if (
+        not isinstance(metadata, dict)
+        or len(metadata) > batches.MAX_METADATA_PAIRS
+        or not all(
+            isinstance(k, str)
+            and isinstance(v, str)
+            and len(k) <= batches.MAX_METADATA_KEY
+            and len(v) <= batches.MAX_METADATA_VALUE
+            for k, v in metadata.items()
+        )
+    ):
+        raise ApiError(
+            400,
+            "metadata must be at most 16 string pairs (keys up to 64 characters, values up to 512)",
+            param="metadata",
+        )
+
+
+def _read_file(path: Path):
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            yield chunk

@@ -1,0 +1,146 @@
+"""The Batch object of the OpenAI Batch API, made from a specq batch.
+
+A batch created through the API is a specq batch under the same id, submitted with
+the queue's submit; beside it, one hash keeps what only the API knows (the input
+file, the endpoint, the metadata, when it was cancelled, why it failed validation).
+Its status is read from the queue each time, never stored, so that `specq pause`,
+`resume` and `cancel` on the command line show through the API at once.
+
+Statuses: a file that fails validation makes a `failed` batch (no specq batch), its
+`errors` naming each line as `specq submit` does; otherwise `in_progress` while
+requests are queued, running or paused, `cancelling` while a cancelled batch still
+has requests running, then `cancelled`, else `completed`. Results are read on
+demand, so `finalizing` is never seen; batches do not expire.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+import redis
+
+from specq.queue import keys
+from specq.queue.status import batch_status
+from specq.queue.store import _text
+from specq.queue.vocabulary import Flag, RequestState
+
+ENDPOINTS = ("/v1/chat/completions",)
+COMPLETION_WINDOWS = ("24h",)
+MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
+OUTPUT_SUFFIX, ERRORS_SUFFIX = "-output", "-errors"
+
+
+def new_batch_id() -> str:
+    return "batch_" + secrets.token_hex(12)
+
+
+def output_file_id(batch_id: str) -> str:
+    return f"file-{batch_id}{OUTPUT_SUFFIX}"
+
+
+def errors_file_id(batch_id: str) -> str:
+    return f"file-{batch_id}{ERRORS_SUFFIX}"
+
+
+def batch_of_result_file(file_id: str) -> tuple[str, str] | None:
+    """(batch id, "output" | "errors") for the id of a batch's result file."""
+    for suffix, kind in ((OUTPUT_SUFFIX, "output"), (ERRORS_SUFFIX, "errors")):
+        if file_id.startswith("file-batch_") and file_id.endswith(suffix):
+            return file_id[len("file-") : -len(suffix)], kind
+    return None
+
+
+def record(client: redis.Redis, batch_id: str) -> dict[str, Any] | None:
+    raw = client.hgetall(keys.api_batch(batch_id))
+    if not raw:
+        return None
+    rec = {_text(k): _text(v) for k, v in raw.items()}
+    rec["metadata"] = json.loads(rec.get("metadata") or "null")
+    rec["errors"] = json.loads(rec.get("errors") or "null")
+    return rec
+
+
+def save(client: redis.Redis, batch_id: str, fields: dict[str, Any]) -> None:
+    encoded = {k: json.dumps(v) if k in ("metadata", "errors") else str(v) for k, v in fields.items()}
+    with client.pipeline(transaction=True) as pipe:
+        pipe.hset(keys.api_batch(batch_id), mapping=encoded)
+        if "created_at" in fields:
+            pipe.zadd(keys.API_BATCHES, {batch_id: float(fields["created_at"])})
+        pipe.execute()
+
+
+def listed(client: redis.Redis, after: str | None, limit: int) -> tuple[list[str], bool]:
+    """Newest first, from just after `after`; (ids, whether more follow)."""
+    ids = [_text(b) for b in client.zrevrange(keys.API_BATCHES, 0, -1)]
+    if after:
+        ids = ids[ids.index(after) + 1 :] if after in ids else []
+    return ids[:limit], len(ids) > limit
+
+
+def to_api(client: redis.Redis, batch_id: str, rec: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    created = int(float(rec["created_at"]))
+    obj: dict[str, Any] = {
+        "id": batch_id,
+        "object": "batch",
+        "endpoint": rec["endpoint"],
+        "errors": rec["errors"],
+        "input_file_id": rec["input_file_id"],
+        "completion_window": rec["completion_window"],
+        "status": "validating",
+        "output_file_id": None,
+        "error_file_id": None,
+        "created_at": created,
+        "in_progress_at": None,
+        "expires_at": None,
+        "finalizing_at": None,
+        "completed_at": None,
+        "failed_at": None,
+        "expired_at": None,
+        "cancelling_at": _int(rec.get("cancelling_at")),
+        "cancelled_at": None,
+        "request_counts": {"total": 0, "completed": 0, "failed": 0},
+        "metadata": rec["metadata"],
+    }
+    if rec.get("failed_at"):
+        return {**obj, "status": "failed", "failed_at": _int(rec["failed_at"])}
+    if not client.exists(keys.BatchKeys(batch_id).meta):
+        return obj  # still being validated and submitted
+    st = batch_status(client, batch_id, now)
+    counts = st["counts"]
+    failed = counts[RequestState.FAILED] + counts[RequestState.CANCELLED]
+    obj.update(
+        in_progress_at=_int(rec.get("in_progress_at")) or int(st["created"]),
+        request_counts={"total": st["total"], "completed": counts[RequestState.COMPLETED], "failed": failed},
+        output_file_id=output_file_id(batch_id) if counts[RequestState.COMPLETED] else None,
+        error_file_id=errors_file_id(batch_id) if failed else None,
+        specq={k: st[k] for k in ("tokens", "tokens_per_second", "tau", "acceptance_rate", "eta_seconds", "stalled")}
+        | {"paused": Flag.PAUSED in st["flags"], "counts": counts},
+    )
+    cancelled = Flag.CANCELLED in st["flags"]
+    if cancelled:
+        running = counts[RequestState.RUNNING]
+        ended = _int(rec.get("ended_at"))
+        if running:
+            obj["status"] = "cancelling"
+        else:
+            obj.update(status="cancelled", cancelled_at=ended or _mark_ended(client, batch_id, now))
+    elif st["done"]:
+        obj.update(status="completed", completed_at=_int(rec.get("ended_at")) or _mark_ended(client, batch_id, now))
+    else:
+        obj["status"] = "in_progress"
+    return obj
+
+
+def _mark_ended(client: redis.Redis, batch_id: str, now: float) -> int:
+    """The first time a read sees the batch ended is when it ended, as far as the API
+    can tell (within one poll); kept so that later reads agree."""
+    client.hsetnx(keys.api_batch(batch_id), "ended_at", str(int(now)))
+    return int(float(_text(client.hget(keys.api_batch(batch_id), "ended_at"))))
+
+
+def _int(value: Any) -> int | None:
+    return int(float(value)) if value not in (None, "") else None

@@ -1,0 +1,266 @@
+"""`specq serve` driven as a user would: the real server (uvicorn in a subprocess on a
+loopback port), a real Redis, a real worker process, and the official `openai`
+client with only base_url and api_key set."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+from queue_helpers import specq, start_worker, stop_process, wait_until
+
+KEY = "test-key-" + "x" * 24
+
+
+def get(url: str) -> tuple[int, str]:
+    """(status, body) of a plain GET, with no API key."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(queue_env, long_model_path):
+    """(base URL, environment) of a running `specq serve` on the toy model."""
+    port = free_port()
+    env = {**queue_env, "SPECQ_API_KEY": KEY}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specq",
+            "serve",
+            "--port",
+            str(port),
+            "--model",
+            long_model_path,
+            "--max-tokens",
+            "12",
+            "--batch-size",
+            "4",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"specq serve exited {proc.returncode}: {proc.stderr.read()}")
+        try:
+            return get(url + "/health")[0] == 200
+        except OSError:
+            return False
+
+    wait_until(up, 60, "the server to answer /health")
+    yield url, env
+    stop_process(proc)
+
+
+@pytest.fixture
+def api(server):
+    return openai.OpenAI(base_url=server[0] + "/v1", api_key=KEY, max_retries=0)
+
+
+def batch_lines(n: int, max_tokens: int = 10) -> str:
+    return "".join(
+        json.dumps(
+            {
+                "custom_id": f"q{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": "toy",
+                    "max_tokens": max_tokens,
+                    "messages": [{"role": "user", "content": f"tell {i} " * (1 + i % 3)}],
+                },
+            }
+        )
+        + "\n"
+        for i in range(n)
+    )
+
+
+def upload(api, tmp_path, text: str, name: str = "in.jsonl"):
+    path = tmp_path / name
+    path.write_text(text)
+    with open(path, "rb") as fh:
+        return api.files.create(file=fh, purpose="batch"), path
+
+
+def poll(api, batch_id: str, until: tuple[str, ...], timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        batch = api.batches.retrieve(batch_id)
+        if batch.status in until:
+            return batch
+        time.sleep(0.2)
+    raise AssertionError(f"batch {batch_id} still {batch.status} after {timeout} s")
+
+
+def comparable(line: dict) -> dict:
+    """What must equal `specq generate`'s line: the text, ids and usage, not the ids
+    the Batch format derives from the batch, nor timings."""
+    body = line["response"]["body"]
+    return {
+        "custom_id": line["custom_id"],
+        "choices": body["choices"],
+        "usage": body["usage"],
+        "token_ids": line["specq"]["token_ids"],
+    }
+
+
+@pytest.mark.slow
+def test_a_batch_runs_through_the_openai_client_and_equals_generate(api, server, tmp_path, long_model_path):
+    url, env = server
+    uploaded, path = upload(api, tmp_path, batch_lines(5))
+    assert uploaded.purpose == "batch" and uploaded.bytes == path.stat().st_size and uploaded.id.startswith("file-")
+    assert api.files.retrieve(uploaded.id).filename == "in.jsonl"
+    batch = api.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"run": "nightly"}
+    )
+    assert batch.status == "in_progress" and batch.request_counts.total == 5 and batch.metadata == {"run": "nightly"}
+    worker = start_worker(env, "--burst")
+    try:
+        done = poll(api, batch.id, ("completed",))
+    finally:
+        stop_process(worker)
+    assert done.request_counts.completed == 5 and done.request_counts.failed == 0 and done.error_file_id is None
+    assert done.completed_at >= done.created_at and done.output_file_id
+    out = api.files.content(done.output_file_id).text.splitlines()
+    got = [json.loads(line) for line in out]
+    local = specq(
+        [
+            "generate",
+            "--input",
+            str(path),
+            "--json",
+            "--model",
+            long_model_path,
+            "--max-tokens",
+            "12",
+            "--batch-size",
+            "4",
+        ],
+        env,
+    )
+    expected = [json.loads(line) for line in local.stdout.splitlines()]
+    assert [comparable(g) for g in got] == [comparable(e) for e in expected]
+    assert all(g["id"] == "batch_req_" + g["response"]["request_id"] and g["error"] is None for g in got)
+    # The batch is the queue's too: `specq status` sees it, finished.
+    status = json.loads(specq(["status", batch.id, "--json"], env).stdout)
+    assert status["counts"]["completed"] == 5
+    assert [b.id for b in api.batches.list(limit=10)] == [batch.id]
+
+
+def test_a_malformed_file_makes_a_failed_batch_naming_the_line(api, tmp_path):
+    lines = batch_lines(3).splitlines()
+    lines[1] = '{"custom_id": "q1", "method": "POST", "url": "/v1/chat/completions", "body": {"max_tokens": 5}}'
+    uploaded, _ = upload(api, tmp_path, "\n".join(lines) + "\n")
+    batch = api.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert batch.status == "failed" and batch.failed_at and batch.request_counts.total == 0
+    (error,) = batch.errors.data
+    assert error.line == 2 and "line 2" in error.message and "messages" in error.message
+
+
+def test_keys_ids_and_fields_are_checked(server, api, tmp_path):
+    url, _ = server
+    stranger = openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        stranger.batches.list()
+    with pytest.raises(openai.AuthenticationError):
+        stranger.files.create(file=("x.jsonl", b"{}"), purpose="batch")
+    assert get(url + "/v1/batches")[0] == 401  # no Authorization header at all
+    with pytest.raises(openai.NotFoundError):
+        api.batches.retrieve("batch_" + "0" * 24)
+    with pytest.raises(openai.NotFoundError):
+        api.files.content("file-" + "0" * 24)
+    with pytest.raises(openai.NotFoundError):
+        api.files.retrieve("../../etc/passwd")
+    uploaded, _ = upload(api, tmp_path, batch_lines(1))
+    with pytest.raises(openai.BadRequestError, match="endpoint"):
+        api.batches.create(input_file_id=uploaded.id, endpoint="/v1/embeddings", completion_window="24h")
+    with pytest.raises(openai.BadRequestError, match="metadata"):
+        api.batches.create(
+            input_file_id=uploaded.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            metadata={"k" * 65: "v"},
+        )
+    assert api.files.delete(uploaded.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        api.files.retrieve(uploaded.id)
+    assert json.loads(get(url + "/health")[1]) == {"status": "ok", "redis": True}
+    assert "specq_requests" in get(url + "/metrics")[1]
+
+
+@pytest.mark.slow
+def test_pause_resume_and_cancel(api, server, tmp_path):
+    url, env = server
+    uploaded, _ = upload(api, tmp_path, batch_lines(6, max_tokens=12))
+    batch = api.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    paused = api.post(f"/batches/{batch.id}/pause", cast_to=openai.types.Batch)
+    assert paused.status == "in_progress" and paused.model_extra["specq"]["paused"] is True
+    worker = start_worker(env)
+    try:
+        time.sleep(2)
+        # Paused before any worker came: nothing was decoded.
+        assert api.batches.retrieve(batch.id).request_counts.completed == 0
+        api.post(f"/batches/{batch.id}/resume", cast_to=openai.types.Batch)
+        wait_until(lambda: api.batches.retrieve(batch.id).request_counts.completed >= 1, 60, "a completed request")
+        cancelled = api.batches.cancel(batch.id)
+        assert cancelled.status in ("cancelling", "cancelled") and cancelled.cancelling_at
+        final = poll(api, batch.id, ("cancelled",), timeout=60)
+    finally:
+        stop_process(worker)
+    counts = final.request_counts
+    assert counts.total == 6 and counts.completed + counts.failed == 6 and final.cancelled_at >= final.created_at
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_batch_changes_no_output(api, server, tmp_path, long_model_path):
+    url, env = server
+    uploaded, path = upload(api, tmp_path, batch_lines(8, max_tokens=12))
+    batch = api.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    first = start_worker(env)
+    wait_until(lambda: api.batches.retrieve(batch.id).model_extra["specq"]["tokens"] > 0, 60, "decoding to start")
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    second = start_worker(env)
+    try:
+        done = poll(api, batch.id, ("completed",), timeout=180)
+    finally:
+        stop_process(second)
+    got = [json.loads(line) for line in api.files.content(done.output_file_id).text.splitlines()]
+    local = specq(["generate", "--input", str(path), "--json", "--model", long_model_path, "--max-tokens", "12"], env)
+    assert [comparable(g) for g in got] == [comparable(json.loads(x)) for x in local.stdout.splitlines()]
+
+
+def test_serve_refuses_to_listen_beyond_loopback_without_a_key(queue_env, long_model_path):
+    env = {k: v for k, v in queue_env.items() if k != "SPECQ_API_KEY"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "specq", "serve", "--host", "0.0.0.0", "--model", long_model_path],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "--api-key" in proc.stderr and "Traceback" not in proc.stderr
