@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from specq.bench_external import TimedBaseline
 from specq.requests.inputs import GenerationDefaults, PromptSpec, to_request
 from specq.specdec.engine import Engine
-from specq.specdec.model import LlamaModel, Segment
+from specq.specdec.model import KVCache, LlamaModel, Segment
 from specq.specdec.proposers import Proposer
 from specq.specdec.state import Metrics
 from specq.specdec.tokenizer import Tokenizer
@@ -379,7 +379,7 @@ def _time_round(model: LlamaModel, caches: list, start: int, rows: int = 1) -> f
     return time.perf_counter() - t0
 
 
-def _time_forward(model: LlamaModel, cache, n: int, start: int) -> float:
+def _time_forward(model: LlamaModel, cache: KVCache, n: int, start: int) -> float:
     t0 = time.perf_counter()
     model.forward([Segment(cache, [7] * n, start)])
     return time.perf_counter() - t0

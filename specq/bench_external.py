@@ -15,6 +15,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Protocol
 
 from specq.errors import ParameterError
@@ -242,7 +243,7 @@ class IsolatedBaseline:
             self._process.kill()
 
 
-def _serve(conn, tool: str, gguf_path: str, threads: int) -> None:  # pragma: no cover - a child process
+def _serve(conn: Connection, tool: str, gguf_path: str, threads: int) -> None:  # pragma: no cover - a child process
     import time
 
     try:

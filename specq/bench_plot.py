@@ -3,6 +3,12 @@ matplotlib (the optional `plot` extra)."""
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # matplotlib is optional: imported only to plot
+    from matplotlib.figure import Figure
+
 import os
 import re
 from collections import defaultdict
@@ -88,7 +94,7 @@ def write_plots(report: dict, directory: str) -> list[str]:
     return paths
 
 
-def _batch_plots(plt, report: dict, directory: str, subtitle: str) -> list[str]:
+def _batch_plots(plt: ModuleType, report: dict, directory: str, subtitle: str) -> list[str]:
     """With batched passes, aggregate tokens/s against the batch size (1 = single
     stream); with a row-cost curve, forward time against rows."""
     paths = []
@@ -131,7 +137,7 @@ def _batch_plots(plt, report: dict, directory: str, subtitle: str) -> list[str]:
     return paths
 
 
-def _save(fig, directory: str, name: str) -> str:
+def _save(fig: Figure, directory: str, name: str) -> str:
     path = os.path.join(directory, name)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -33,7 +33,7 @@ LIVE_STATUSES_IF_QUEUED = ("queued", "deferred", "scheduled")
 ENDED_STATUSES = ("finished", "failed", "stopped", "canceled")
 
 
-def _text(value) -> str | None:
+def _text(value: bytes | str | None) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 

@@ -36,6 +36,9 @@ HISTOGRAM_HELP = {
     "checkpoint_write_seconds": "Seconds per fenced checkpoint write.",
 }
 
+# (model label, proposer) -> counter name -> its sum over the batches
+Sums = dict[tuple[str, str], dict[str, float]]
+
 
 def model_label(model_path: str) -> str:
     return os.path.basename(model_path) if model_path else "default"
@@ -82,7 +85,7 @@ class SpecqCollector(Collector):
         batches_stalled.add_metric([], stalled)
         yield batches_stalled
 
-    def _spec_decode(self, sums) -> Iterator:
+    def _spec_decode(self, sums: Sums) -> Iterator:
         drafts = CounterMetricFamily(
             "specq_spec_decode_num_drafts",
             "Rounds that verified at least one draft token.",
@@ -111,7 +114,7 @@ class SpecqCollector(Collector):
                 per_pos.add_metric([model, proposer, str(pos)], s.get(Counter.accepted_at(pos), 0.0))
         yield from (drafts, draft_tokens, accepted, per_pos)
 
-    def _generation(self, sums) -> Iterator:
+    def _generation(self, sums: Sums) -> Iterator:
         generated = CounterMetricFamily(
             "specq_generation_tokens", "Tokens generated (committed and checkpointed).", labels=["model", "proposer"]
         )
@@ -135,7 +138,7 @@ class SpecqCollector(Collector):
                 family.add_metric([model, proposer], buckets, total)
             yield family
 
-    def _reliability(self, sums, by_state) -> Iterator:
+    def _reliability(self, sums: Sums, by_state: dict[tuple[str, str], int]) -> Iterator:
         requests = GaugeMetricFamily("specq_requests", "Requests by state.", labels=["queue", "state"])
         for (queue, state), n in sorted(by_state.items()):
             requests.add_metric([queue, state], n)

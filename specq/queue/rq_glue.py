@@ -8,6 +8,7 @@ import hashlib
 import uuid
 
 import redis
+from redis.client import Pipeline
 from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
@@ -34,7 +35,9 @@ def job_id_prefix(batch_id: str) -> str:
     return "specq-" + hashlib.sha256(batch_id.encode()).hexdigest()[:16] + "-"
 
 
-def enqueue_batch_jobs(client: redis.Redis, queue_name: str, batch_id: str, n_jobs: int, *, pipeline=None) -> list[str]:
+def enqueue_batch_jobs(
+    client: redis.Redis, queue_name: str, batch_id: str, n_jobs: int, *, pipeline: Pipeline | None = None
+) -> list[str]:
     """Jobs are wake-ups: each claims the batch's pending requests one at a time
     until none is left, so any number of jobs is safe (a surplus one finds nothing
     and ends); n_jobs bounds how many workers decode the batch at once. Each job id

@@ -10,8 +10,10 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
+from redis.client import Pipeline
 
 from specq.errors import InputError, ParameterError, SpecqError
 from specq.queue import keys
@@ -34,6 +36,10 @@ class SubmitOutcome:
     already_present: int = 0
     invalid: list[InvalidLine] = field(default_factory=list)
     jobs: int = 0
+
+
+# (line, custom_id, spec JSON, error JSON or None)
+Entry = tuple[int, str, str, str | None]
 
 
 def new_batch_id() -> str:
@@ -75,7 +81,7 @@ def spec_record(spec: PromptSpec, request: dict) -> dict:
     }
 
 
-def canonical(obj) -> str:
+def canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -146,7 +152,7 @@ def submit(
     return outcome
 
 
-def _entries(records, invalid: list[InvalidLine]) -> list[tuple[int, str, str, str | None]]:
+def _entries(records: list[tuple[int, str, dict]], invalid: list[InvalidLine]) -> list[Entry]:
     """(line, custom_id, spec JSON, error JSON or None) in line order: invalid lines
     keep their place in the output order, as failed requests."""
     entries: list[tuple[int, str, str, str | None]] = [
@@ -173,7 +179,7 @@ def _entries(records, invalid: list[InvalidLine]) -> list[tuple[int, str, str, s
     return sorted(entries, key=lambda e: e[0])
 
 
-def _check_existing(pipe, k: keys.BatchKeys, config: BatchConfig, entries) -> tuple[bool, list]:
+def _check_existing(pipe: Pipeline, k: keys.BatchKeys, config: BatchConfig, entries: list[Entry]) -> tuple[bool, list]:
     """(whether the batch is new, the entries not in it yet); refuses a batch made
     with other options and a custom_id that names a different request (the line
     number may differ: lines inserted above move it)."""

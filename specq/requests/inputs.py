@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ from specq.errors import InputError, SpecqError
 from specq.requests.ids import is_valid_unicode, request_id_fault, shown
 from specq.specdec.sampling import SamplingParams
 from specq.specdec.state import GenerationRequest
+from specq.specdec.tokenizer import Tokenizer
 
 OVERRIDE_FIELDS = ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop")
 # "category" is a free label (the benchmark groups results by it); generation ignores it.
@@ -47,6 +48,10 @@ OPENAI_BODY_FIELDS = frozenset(
         "user",
     }
 )
+
+
+# Makes the error for a line: raise fail("what is wrong").
+Fail = Callable[[str], InputError]
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,7 @@ def parse_line(obj: Any, line: int, where: str) -> PromptSpec:
     )
 
 
-def parse_openai_line(obj: dict, line: int, fail) -> PromptSpec:
+def parse_openai_line(obj: dict, line: int, fail: Fail) -> PromptSpec:
     unknown = sorted(set(obj) - OPENAI_LINE_FIELDS)
     if unknown:
         raise fail(
@@ -157,7 +162,7 @@ def parse_openai_line(obj: dict, line: int, fail) -> PromptSpec:
     return PromptSpec(custom_id=custom_id, line=line, messages=messages, overrides=overrides, openai=True, model=model)
 
 
-def check_custom_id(custom_id: Any, fail, note: str = "") -> str:
+def check_custom_id(custom_id: Any, fail: Fail, note: str = "") -> str:
     """The request id, if it follows the rule of specq.requests.ids."""
     fault = request_id_fault(custom_id)
     if fault:
@@ -186,7 +191,7 @@ def lone_surrogate_path(obj: Any) -> str | None:
     return None
 
 
-def check_messages(messages: Any, fail) -> tuple[dict[str, str], ...]:
+def check_messages(messages: Any, fail: Fail) -> tuple[dict[str, str], ...]:
     if not isinstance(messages, list) or not messages:
         raise fail("field 'messages' must be a non-empty list")
     for i, m in enumerate(messages):
@@ -334,7 +339,7 @@ class GenerationDefaults:
     raw_prompt: bool = False  # feed `prompt` as-is instead of as a user chat message
 
 
-def to_request(spec: PromptSpec, tokenizer, defaults: GenerationDefaults) -> GenerationRequest:
+def to_request(spec: PromptSpec, tokenizer: Tokenizer, defaults: GenerationDefaults) -> GenerationRequest:
     """Tokenize one request: `messages` through the model's chat template; `prompt`
     as a single user message (or verbatim with raw_prompt)."""
     opts = {name: spec.overrides.get(name, getattr(defaults, name)) for name in OVERRIDE_FIELDS}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -93,7 +94,7 @@ def create_app(settings: Settings) -> FastAPI:
         return _error(503, "the queue's Redis is unavailable; retry", "server_error")
 
     @app.middleware("http")
-    async def bounded_bodies(request: Request, call_next):
+    async def bounded_bodies(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         # Refused from the header, before a byte of the body is read.
         length = request.headers.get("content-length")
         limit = settings.max_file_bytes + 2**20 if request.url.path == "/v1/files" else MAX_JSON_BODY
@@ -285,7 +286,7 @@ def create_app(settings: Settings) -> FastAPI:
     def get_batch(batch_id: str) -> dict[str, Any]:
         return batches.to_api(client, batch_id, _known(batch_id))
 
-    def _control(batch_id: str, action) -> dict[str, Any]:
+    def _control(batch_id: str, action: Callable[[control.Target], dict[str, int]]) -> dict[str, Any]:
         rec = _known(batch_id)
         if rec.get("failed_at"):
             raise ApiError(400, f"batch {batch_id} failed validation; there is nothing to {action.__name__}")
@@ -295,7 +296,10 @@ def create_app(settings: Settings) -> FastAPI:
     @app.post("/v1/batches/{batch_id}/cancel", dependencies=v1)
     def cancel_batch(batch_id: str) -> dict[str, Any]:
         rec = _known(batch_id)
-        if not rec.get("cancelling_at") and not rec.get("failed_at"):
+        status = batches.to_api(client, batch_id, rec)["status"]
+        if status in ("completed", "failed"):
+            raise ApiError(400, f"batch {batch_id} is {status}; only a batch in progress can be cancelled")
+        if not rec.get("cancelling_at"):
             batches.save(client, batch_id, {"cancelling_at": f"{time.time():.3f}"})
         return _control(batch_id, control.cancel)
 

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import gguf
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.constants import GGML_QUANT_SIZES
@@ -60,7 +61,7 @@ class RawTensor:
     data: np.ndarray  # uint8 [rows, bytes per row]: rows = product of shape[:-1]
 
 
-def write_file(writer) -> None:
+def write_file(writer: gguf.GGUFWriter) -> None:
     """Write a filled-in gguf.GGUFWriter's header, metadata and tensors, and close it."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

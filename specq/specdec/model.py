@@ -169,7 +169,7 @@ class KVCache:
     a row still never depend on the path. The kernels take a float16 cache as its
     uint16 bits (`kernel_keys`, `kernel_values`): numba has no float16 arrays."""
 
-    def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype=np.float32) -> None:
+    def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype: type = np.float32) -> None:
         self._cfg = cfg
         self.dtype = np.dtype(dtype)
         self.capacity = 0

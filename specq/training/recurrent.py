@@ -68,7 +68,18 @@ class _Params:
         return [self.w_in, self.b_in, self.w_out]
 
 
-def step_loss_and_grads(state, embedded, label, next_hidden, w_in, b_in, w_out, head_rows, reg_weight, reg_scale):
+def step_loss_and_grads(
+    state: np.ndarray,
+    embedded: np.ndarray,
+    label: np.ndarray,
+    next_hidden: np.ndarray,
+    w_in: np.ndarray,
+    b_in: np.ndarray,
+    w_out: np.ndarray,
+    head_rows: np.ndarray,
+    reg_weight: float,
+    reg_scale: float,
+) -> tuple[float, np.ndarray, tuple[np.ndarray, ...]]:
     """One head step on rows state, embedded [r, d]: the loss (cross-entropy where
     label >= 0, over head_rows [S, d]; squared distance to next_hidden where it is
     finite, divided by reg_scale) and its gradients. Returns (loss, new states, grads)."""
@@ -106,7 +117,7 @@ def _targets(features: Features):
     nxt2 = np.where(nxt >= 0, nxt[np.maximum(nxt, 0)], -1)
     d = features.hidden.shape[1]
 
-    def hidden_at(rows):
+    def hidden_at(rows: np.ndarray) -> np.ndarray:
         out = np.full((len(rows), d), np.nan, np.float32)
         out[rows >= 0] = features.hidden[rows[rows >= 0]]
         return out

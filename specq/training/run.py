@@ -24,7 +24,7 @@ from specq.specdec.proposers import MedusaHeads, MedusaProposer, NoProposer
 from specq.specdec.proposers.medusa import format_tree
 from specq.specdec.proposers.recurrent import RecurrentHead, RecurrentHeadProposer
 from specq.specdec.sampling import SamplingParams
-from specq.training.distill import distill
+from specq.training.distill import Answer, distill
 from specq.training.features import Features, collect_features
 from specq.training.gate import choose_gate
 from specq.training.heads import TrainConfig, accuracy, label_ranks, train_heads
@@ -34,6 +34,9 @@ from specq.training.tree_shape import choose_tree
 FEATURES_FORMAT = 2  # 2: with each row's next token
 HEAD_KINDS = ("recurrent", "medusa")
 HELD_OUT_EVERY = 10  # every 10th answer (in file order) is held out for the accuracy figures
+
+
+Say = Callable[[str], None]  # where progress lines go
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,16 @@ def train_heads_file(
     return TrainingReport(kind, len(answers), len(train), len(held_out), top1, top5, detail)
 
 
-def _train_medusa(engine, train, held_out, out_path, metadata, n_heads, config: TrainConfig, say):
+def _train_medusa(
+    engine: Engine,
+    train: Features,
+    held_out: Features,
+    out_path: str,
+    metadata: dict[str, str],
+    n_heads: int,
+    config: TrainConfig,
+    say: Say,
+) -> tuple[list[float], list[float], dict]:
     output_head = dequantized(engine.model.weights.w_output)
     w, b = train_heads(
         train, output_head, config, progress=_every(200, lambda s, n, loss: say(f"step {s}/{n}: loss {loss:.3f}"))
@@ -144,7 +156,16 @@ def _train_medusa(engine, train, held_out, out_path, metadata, n_heads, config: 
     return scores.top1, scores.top5, metadata
 
 
-def _train_recurrent(engine, train, held_out, out_path, metadata, depth, config: RecurrentConfig, say):
+def _train_recurrent(
+    engine: Engine,
+    train: Features,
+    held_out: Features,
+    out_path: str,
+    metadata: dict[str, str],
+    depth: int,
+    config: RecurrentConfig,
+    say: Say,
+) -> tuple[list[float], list[float], dict]:
     embedding = dequantized(engine.model.weights.token_embedding)
     tied = engine.model.weights.w_output is engine.model.weights.token_embedding
     output_head = embedding if tied else dequantized(engine.model.weights.w_output)
@@ -187,7 +208,9 @@ def _train_recurrent(engine, train, held_out, out_path, metadata, depth, config:
     return scores.top1, scores.top5, metadata
 
 
-def _features(engine, answers, answers_path, work_dir, n_heads, say) -> Features:
+def _features(
+    engine: Engine, answers: list[Answer], answers_path: str, work_dir: str, n_heads: int, say: Say
+) -> Features:
     # The format tag changes whenever the stored arrays do, so older caches are not read.
     digest = hashlib.sha256(
         f"{FEATURES_FORMAT} {file_sha256(answers_path)} {engine.model.fingerprint} {n_heads}".encode()
@@ -208,7 +231,7 @@ def _features(engine, answers, answers_path, work_dir, n_heads, say) -> Features
 def _every(n: int, report: Callable) -> Callable:
     """Pass on every n-th progress call, and the last."""
 
-    def progress(done, total, *rest):
+    def progress(done: int, total: int, *rest: float) -> None:
         if done % n == 0 or done == total:
             report(done, total, *rest)
 

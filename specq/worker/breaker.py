@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 FAILURES_TO_OPEN = 3
 FIRST_BACKOFF_S = 5.0
@@ -14,7 +15,7 @@ MAX_BACKOFF_S = 300.0
 
 
 class Breaker:
-    def __init__(self, *, clock=time.monotonic) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.consecutive_failures = 0
         self.opened = 0  # times it opened since the last success: sets the backoff

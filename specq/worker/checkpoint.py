@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from specq.errors import SpecqError
 from specq.specdec.state import DecodeState
@@ -15,7 +16,7 @@ class CheckpointError(SpecqError):
     """A checkpoint that cannot be resumed here: corrupt, or made with another model."""
 
 
-def _canonical(obj) -> str:
+def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
 

@@ -16,6 +16,8 @@ import threading
 import uuid
 from dataclasses import dataclass
 
+import redis
+
 from specq.errors import ModelFileError, SpecqError
 from specq.queue.store import BatchStore, Lease
 from specq.requests.config import BatchConfig
@@ -40,7 +42,7 @@ def new_worker_id() -> str:
 
 
 class WorkerContext:
-    def __init__(self, worker_id: str | None = None, client=None) -> None:
+    def __init__(self, worker_id: str | None = None, client: redis.Redis | None = None) -> None:
         self.worker_id = worker_id or new_worker_id()
         self.client = client  # for specq's own reads and writes; None: the job's connection
         self.stop_requested = threading.Event()

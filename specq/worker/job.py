@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -83,7 +84,7 @@ class SpecqJob(Job):
     names a job carries are never imported (specq sets none)."""
 
     @property
-    def func(self):
+    def func(self) -> Callable[[str], dict[str, Any]]:
         name, args, kwargs = self.func_name, self.args, self.kwargs
         if name not in (JOB_FUNCTION, *FORMER_JOB_FUNCTIONS) or self.instance is not None:
             raise ForeignJobError(f"refusing job {self.id}: it names {name!r}; a specq worker runs only {JOB_FUNCTION}")
@@ -92,13 +93,13 @@ class SpecqJob(Job):
         return work_on_batch
 
     @property
-    def success_callback(self):
+    def success_callback(self) -> None:
         return None
 
     @property
-    def failure_callback(self):
+    def failure_callback(self) -> None:
         return None
 
     @property
-    def stopped_callback(self):
+    def stopped_callback(self) -> None:
         return None

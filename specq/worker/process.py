@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from types import FrameType
 
 import redis
 from redis.backoff import NoBackoff
@@ -60,7 +61,7 @@ class SpecqWorker(SimpleWorker):
         signal.signal(signal.SIGINT, self._stop_signal)
         signal.signal(signal.SIGTERM, self._stop_signal)
 
-    def _stop_signal(self, signum, frame) -> None:
+    def _stop_signal(self, signum: int, frame: FrameType | None) -> None:
         self.runtime.stop_requested.set()
         self.request_stop(signum, frame)
 
@@ -231,7 +232,7 @@ def check_health(client: redis.Redis, host: str | None = None) -> tuple[bool, st
 
 
 def _stop_on_signals(runtime: WorkerContext) -> None:
-    def handler(signum, frame) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         runtime.stop_requested.set()
 
     signal.signal(signal.SIGINT, handler)

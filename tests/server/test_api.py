@@ -169,6 +169,8 @@ def test_a_batch_runs_through_the_openai_client_and_equals_generate(api, server,
     status = json.loads(specq(["status", batch.id, "--json"], env).stdout)
     assert status["counts"]["completed"] == 5
     assert [b.id for b in api.batches.list(limit=10)] == [batch.id]
+    with pytest.raises(openai.BadRequestError, match="completed"):
+        api.batches.cancel(batch.id)
 
 
 def test_a_malformed_file_makes_a_failed_batch_naming_the_line(api, tmp_path):
@@ -229,6 +231,7 @@ def test_pause_resume_and_cancel(api, server, tmp_path):
         cancelled = api.batches.cancel(batch.id)
         assert cancelled.status in ("cancelling", "cancelled") and cancelled.cancelling_at
         final = poll(api, batch.id, ("cancelled",), timeout=60)
+        assert api.batches.cancel(batch.id).status == "cancelled"  # cancelling twice is harmless
     finally:
         stop_process(worker)
     counts = final.request_counts

@@ -4,6 +4,8 @@ draft distribution is one-hot."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -28,7 +30,7 @@ class NgramProposer:
         return Draft(tokens=tuple(lookup(ctx.tokens, k, self.max_ngram, self.min_ngram)))
 
 
-def lookup(tokens, k: int, max_ngram: int, min_ngram: int) -> list[int]:
+def lookup(tokens: Sequence[int], k: int, max_ngram: int, min_ngram: int) -> list[int]:
     """Up to k tokens that followed the latest earlier match of the longest suffix
     of `tokens` (longest n first, from max_ngram down to min_ngram)."""
     seq = np.asarray(tokens, dtype=np.int64)

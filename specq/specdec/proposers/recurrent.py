@@ -156,7 +156,7 @@ class RecurrentHead:
             )
 
 
-def draft_output_head(model: LlamaModel, vocab: np.ndarray):
+def draft_output_head(model: LlamaModel, vocab: np.ndarray) -> Weight:
     """The target's output head restricted to the draft vocabulary's rows, kept in its
     own quantization (so its rows give the same logits as the full head)."""
     w = model.weights.w_output
