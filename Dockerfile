@@ -16,7 +16,8 @@ RUN pip install --no-cache-dir . \
  && python -c "import specq.specdec.kernels, specq.specdec.qkernels"
 
 # Runs as an unprivileged user; the compiled-kernel cache stays readable.
-RUN useradd --create-home specq && chmod -R a+rX /var/cache/numba
+RUN useradd --create-home specq && chmod -R a+rX /var/cache/numba \
+ && mkdir -p /var/lib/specq && chown specq /var/lib/specq
 USER specq
 
 ENTRYPOINT ["specq"]

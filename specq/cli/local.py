@@ -168,7 +168,7 @@ def _decode_batch(
             spec, final = specs[next_out], done.pop(next_out)
             if as_json:
                 result = Result.of(spec.custom_id, engine.text(final), final)
-                click.echo(dumps_line(result.line(openai=spec.openai, model=spec.model)))
+                click.echo(dumps_line(result.line(endpoint=spec.endpoint, model=spec.model)))
             else:
                 click.echo(engine.text(final), color=True)
             _summary(spec, final)

@@ -14,7 +14,7 @@ from typing import TextIO
 from specq.jsonl import dumps_line
 from specq.queue.store import BatchStore, _text
 from specq.queue.vocabulary import RequestState
-from specq.requests.result import Result, error_line
+from specq.requests.result import Result, endpoint_of, error_line
 
 CHUNK = 500  # requests read from Redis at a time: export memory is bounded by this, not the batch
 
@@ -32,11 +32,11 @@ def iter_results(store: BatchStore) -> Iterator[tuple[str, dict | None, dict | N
         results, specs, states, errors = pipe.execute()
         for rid, raw, raw_spec, state, raw_error in zip(chunk, results, specs, states, errors):
             spec = json.loads(raw_spec) if raw_spec else {}
-            openai = bool(spec.get("openai"))
+            endpoint = endpoint_of(spec)
             if raw is not None:
                 prompt_ids = spec.get("request", {}).get("prompt_ids", [])
                 result = Result.from_stored(json.loads(raw), prompt_ids)
-                yield rid, result.line(openai=openai, model=spec.get("model", ""), batch_id=store.batch_id), None
+                yield rid, result.line(endpoint=endpoint, model=spec.get("model", ""), batch_id=store.batch_id), None
             elif _text(state) in (RequestState.FAILED, RequestState.CANCELLED):
                 error = (
                     json.loads(raw_error or "{}")
@@ -50,7 +50,7 @@ def iter_results(store: BatchStore) -> Iterator[tuple[str, dict | None, dict | N
                         rid,
                         error.get("reason"),
                         error.get("message"),
-                        openai=openai,
+                        openai=bool(endpoint),
                         line=error.get("line", spec.get("line")),
                         batch_id=store.batch_id,
                     ),

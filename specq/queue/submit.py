@@ -75,7 +75,8 @@ def spec_record(spec: PromptSpec, request: dict) -> dict:
         "custom_id": spec.custom_id,
         "line": spec.line,
         "category": spec.category,
-        "openai": spec.openai,
+        "openai": spec.openai,  # what specq before the completions endpoint read
+        "endpoint": spec.endpoint,
         "model": spec.model,
         "request": request,
     }

@@ -31,12 +31,15 @@ MAX_TOP_K = 1_000_000
 # The OpenAI Batch request line: {"custom_id", "method": "POST", "url":
 # "/v1/chat/completions", "body": {...}}. Body fields outside these would change the
 # meaning of the request (tools, n > 1, logprobs), so they are refused, not ignored.
-OPENAI_URL = "/v1/chat/completions"
+CHAT_URL = "/v1/chat/completions"
+COMPLETIONS_URL = "/v1/completions"  # a raw prompt, no chat template, as OpenAI's completions API
+OPENAI_URLS = (CHAT_URL, COMPLETIONS_URL)
 OPENAI_LINE_FIELDS = frozenset({"custom_id", "method", "url", "body"})
 OPENAI_BODY_FIELDS = frozenset(
     {
         "model",
         "messages",
+        "prompt",
         "max_tokens",
         "max_completion_tokens",
         "temperature",
@@ -65,8 +68,13 @@ class PromptSpec:
     prompt: str | None = None
     messages: tuple[dict[str, str], ...] | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
-    openai: bool = False  # an OpenAI Batch line: results come back in that shape
+    # An OpenAI Batch line's url (results come back in that API's shape); "" for a plain line.
+    endpoint: str = ""
     model: str = ""  # the OpenAI body's "model", echoed in the result
+
+    @property
+    def openai(self) -> bool:
+        return bool(self.endpoint)
 
 
 @dataclass(frozen=True)
@@ -125,8 +133,9 @@ def parse_openai_line(obj: dict, line: int, fail: Fail) -> PromptSpec:
     custom_id = check_custom_id(obj.get("custom_id"), fail, " (required in an OpenAI Batch line)")
     if obj.get("method") != "POST":
         raise fail(f"field 'method' must be \"POST\", got {obj.get('method')!r}")
-    if obj.get("url") != OPENAI_URL:
-        raise fail(f"field 'url' must be {OPENAI_URL!r}, got {obj.get('url')!r}")
+    url = obj.get("url")
+    if url not in OPENAI_URLS:
+        raise fail(f"field 'url' must be one of {', '.join(map(repr, OPENAI_URLS))}, got {url!r}")
     body = obj.get("body")
     if not isinstance(body, dict):
         raise fail("field 'body' must be an object")
@@ -142,9 +151,17 @@ def parse_openai_line(obj: dict, line: int, fail: Fail) -> PromptSpec:
         raise fail("body field 'model' must be a string")
     if "max_tokens" in body and "max_completion_tokens" in body:
         raise fail("body has both 'max_tokens' and 'max_completion_tokens'; give one")
-    if "messages" not in body:
-        raise fail("body needs 'messages'")
-    messages = check_messages(body["messages"], lambda msg: fail("body " + msg))
+    messages, prompt = None, None
+    if url == CHAT_URL:
+        if "messages" not in body or "prompt" in body:
+            raise fail(f"a {CHAT_URL} body needs 'messages' (and no 'prompt')")
+        messages = check_messages(body["messages"], lambda msg: fail("body " + msg))
+    else:
+        if "prompt" not in body or "messages" in body:
+            raise fail(f"a {COMPLETIONS_URL} body needs 'prompt' (and no 'messages')")
+        prompt = body["prompt"]
+        if not isinstance(prompt, str) or not prompt:
+            raise fail("body field 'prompt' must be a non-empty string (one prompt a line)")
     overrides = {}
     for source, name in (
         ("max_tokens", "max_tokens"),
@@ -159,7 +176,9 @@ def parse_openai_line(obj: dict, line: int, fail: Fail) -> PromptSpec:
                 overrides[name] = check_option(name, body[source])
             except OptionError as exc:
                 raise fail(f"body field {source!r} {exc}") from None
-    return PromptSpec(custom_id=custom_id, line=line, messages=messages, overrides=overrides, openai=True, model=model)
+    return PromptSpec(
+        custom_id=custom_id, line=line, prompt=prompt, messages=messages, overrides=overrides, endpoint=url, model=model
+    )
 
 
 def check_custom_id(custom_id: Any, fail: Fail, note: str = "") -> str:
@@ -345,7 +364,7 @@ def to_request(spec: PromptSpec, tokenizer: Tokenizer, defaults: GenerationDefau
     opts = {name: spec.overrides.get(name, getattr(defaults, name)) for name in OVERRIDE_FIELDS}
     if spec.messages is not None:
         prompt_ids = tokenizer.encode_chat(list(spec.messages))
-    elif defaults.raw_prompt:
+    elif defaults.raw_prompt or spec.endpoint == COMPLETIONS_URL:
         prompt_ids = tokenizer.encode(spec.prompt)
     else:
         prompt_ids = tokenizer.encode_chat([{"role": "user", "content": spec.prompt}])

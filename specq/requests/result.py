@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from specq.requests.inputs import CHAT_URL, COMPLETIONS_URL
 from specq.specdec.state import DecodeState
 
 
@@ -80,14 +81,16 @@ class Result:
             d.get("worker") or "",
         )
 
-    def line(self, *, openai: bool = False, model: str = "", batch_id: str = "") -> dict[str, Any]:
+    def line(self, *, endpoint: str = "", model: str = "", batch_id: str = "") -> dict[str, Any]:
+        """The output line: plain for endpoint "", else the Batch output line of that
+        OpenAI endpoint (a chat.completion, or a text_completion for /v1/completions)."""
         extra = {
             "token_ids": self.token_ids,
             "prompt_token_ids": self.prompt_token_ids,
             "metrics": self.metrics,
             "worker": self.worker,
         }
-        if not openai:
+        if not endpoint:
             return {
                 "custom_id": self.custom_id,
                 "text": self.text,
@@ -96,19 +99,18 @@ class Result:
                 "specq": extra,
             }
         rid = request_id(batch_id, self.custom_id)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": self.finish_reason, "logprobs": None}
+        if endpoint == COMPLETIONS_URL:
+            kind, prefix, choice = "text_completion", "cmpl", {"text": self.text, **choice}
+        else:
+            kind, prefix = "chat.completion", "chatcmpl"
+            choice = {"message": {"role": "assistant", "content": self.text}, **choice}
         body = {
-            "id": f"chatcmpl-{rid}",
-            "object": "chat.completion",
+            "id": f"{prefix}-{rid}",
+            "object": kind,
             "created": int(self.completed_at),
             "model": model or "specq",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": self.text},
-                    "finish_reason": self.finish_reason,
-                    "logprobs": None,
-                }
-            ],
+            "choices": [{"index": 0, **choice}],
             "usage": self.usage,
         }
         return {
@@ -134,3 +136,9 @@ def request_id(batch_id: str, custom_id: str) -> str:
     """The Batch output's request id: stable for a (batch, custom_id), so exporting
     twice writes the same file."""
     return hashlib.sha256(f"{batch_id}\0{custom_id}".encode()).hexdigest()[:24]
+
+
+def endpoint_of(spec: dict[str, Any]) -> str:
+    """A stored request record's endpoint; records from before the completions
+    endpoint say only whether they were OpenAI (chat) lines."""
+    return spec.get("endpoint") or (CHAT_URL if spec.get("openai") else "")

@@ -230,10 +230,20 @@ def create_app(settings: Settings) -> FastAPI:
             "created_at": f"{now:.3f}",
         }
         records, invalid = prepare(str(path), settings.config, settings.model_file)
-        if invalid or not records:
-            errors = [
-                {"code": "invalid_request", "message": bad.message, "param": None, "line": bad.line} for bad in invalid
-            ] or [{"code": "empty_file", "message": "the file holds no requests", "param": None, "line": None}]
+        errors = [
+            {"code": "invalid_request", "message": bad.message, "param": None, "line": bad.line} for bad in invalid
+        ]
+        # As OpenAI's: every line names the batch's endpoint.
+        errors += [
+            _endpoint_error(line, record["endpoint"], endpoint)
+            for line, _, record in records
+            if record["endpoint"] != endpoint
+        ]
+        errors.sort(key=lambda e: e["line"])
+        if errors or not records:
+            errors = errors or [
+                {"code": "empty_file", "message": "the file holds no requests", "param": None, "line": None}
+            ]
             batches.save(
                 client, batch_id, {**fields, "failed_at": f"{now:.3f}", "errors": {"object": "list", "data": errors}}
             )
@@ -312,6 +322,16 @@ def create_app(settings: Settings) -> FastAPI:
         return _control(batch_id, control.resume)
 
     return app
+
+
+def _endpoint_error(line: int, got: str, endpoint: str) -> dict[str, Any]:
+    said = f"url {got!r}" if got else "no url (not a Batch request line)"
+    return {
+        "code": "mismatched_endpoint",
+        "param": "url",
+        "line": line,
+        "message": f"line {line}: {said}, but the batch's endpoint is {endpoint!r}",
+    }
 
 
 def _check_metadata(metadata: Any) -> None:

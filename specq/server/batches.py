@@ -26,8 +26,9 @@ from specq.queue import keys
 from specq.queue.status import batch_status
 from specq.queue.store import _text
 from specq.queue.vocabulary import Flag, RequestState
+from specq.requests.inputs import CHAT_URL, COMPLETIONS_URL
 
-ENDPOINTS = ("/v1/chat/completions",)
+ENDPOINTS = (CHAT_URL, COMPLETIONS_URL)
 COMPLETION_WINDOWS = ("24h",)
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
 OUTPUT_SUFFIX, ERRORS_SUFFIX = "-output", "-errors"

@@ -515,3 +515,36 @@ def test_numeric_options_above_their_bound_are_refused_saying_so(name, value, bo
 @pytest.mark.parametrize("name, value", [("temperature", 100), ("temperature", 100.0), ("top_k", 1_000_000)])
 def test_numeric_options_at_their_bound_are_accepted(name, value):
     assert check_option(name, value) == value
+
+
+# --- the OpenAI completions endpoint ------------------------------------------------
+
+
+def completions_line(custom_id="c", prompt="Once upon a time", **body) -> dict:
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/completions", "body": {"prompt": prompt, **body}}
+
+
+def test_a_completions_line_is_a_raw_prompt(tokenizer):
+    (spec,) = parse_jsonl(lines(completions_line(max_tokens=5, model="m")))
+    assert spec.endpoint == "/v1/completions" and spec.openai and spec.prompt == "Once upon a time"
+    assert spec.messages is None and spec.model == "m" and spec.overrides == {"max_tokens": 5}
+    request = to_request(spec, tokenizer, GenerationDefaults())
+    # No chat template: the prompt's own tokens, as OpenAI's completions API takes it.
+    assert list(request.prompt_ids) == tokenizer.encode("Once upon a time")
+    (chat,) = parse_jsonl(lines(openai_line(content="Once upon a time")))
+    assert chat.endpoint == "/v1/chat/completions"
+    assert list(to_request(chat, tokenizer, GenerationDefaults()).prompt_ids) != list(request.prompt_ids)
+
+
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        (completions_line(prompt=["a", "b"]), "'prompt' must be a non-empty string"),
+        (completions_line(prompt=""), "'prompt' must be a non-empty string"),
+        ({**completions_line(), "body": {"messages": [{"role": "user", "content": "x"}]}}, "needs 'prompt'"),
+        (openai_line(prompt="x"), "needs 'messages' (and no 'prompt')"),
+        ({**completions_line(), "url": "/v1/embeddings"}, "'url' must be one of"),
+    ],
+)
+def test_a_line_that_does_not_fit_its_endpoint_is_refused(line, fragment):
+    assert fragment in refused(line)

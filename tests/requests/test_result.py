@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specq.requests.result import Result, error_line
+from specq.requests.result import Result, endpoint_of, error_line
 
 RESULT = Result(
     "req-1",
@@ -20,12 +20,28 @@ RESULT = Result(
 )
 
 
-@pytest.mark.parametrize("openai", [False, True])
-def test_a_stored_result_reads_back_to_the_same_line(openai):
+@pytest.mark.parametrize("endpoint", ["", "/v1/chat/completions", "/v1/completions"])
+def test_a_stored_result_reads_back_to_the_same_line(endpoint):
     stored = json.loads(json.dumps(RESULT.stored()))  # through Redis as JSON
     again = Result.from_stored(stored, RESULT.prompt_token_ids)
     assert again == RESULT
-    assert again.line(openai=openai, model="m", batch_id="b") == RESULT.line(openai=openai, model="m", batch_id="b")
+    assert again.line(endpoint=endpoint, model="m", batch_id="b") == RESULT.line(
+        endpoint=endpoint, model="m", batch_id="b"
+    )
+
+
+def test_each_endpoint_gets_its_own_body():
+    chat = RESULT.line(endpoint="/v1/chat/completions")["response"]["body"]
+    assert chat["object"] == "chat.completion" and chat["choices"][0]["message"]["content"] == "Paris."
+    completion = RESULT.line(endpoint="/v1/completions")["response"]["body"]
+    assert completion["object"] == "text_completion" and completion["id"].startswith("cmpl-")
+    assert completion["choices"] == [{"index": 0, "text": "Paris.", "finish_reason": "stop", "logprobs": None}]
+
+
+def test_records_from_before_the_completions_endpoint_keep_their_shape():
+    assert endpoint_of({"openai": True}) == "/v1/chat/completions"
+    assert endpoint_of({"openai": False}) == endpoint_of({}) == ""
+    assert endpoint_of({"openai": True, "endpoint": "/v1/completions"}) == "/v1/completions"
 
 
 def test_usage_counts_the_prompt_and_the_completion():
@@ -34,9 +50,9 @@ def test_usage_counts_the_prompt_and_the_completion():
 
 
 def test_the_batch_request_id_is_stable_and_differs_by_batch():
-    a = RESULT.line(openai=True, batch_id="b1")
-    assert a == RESULT.line(openai=True, batch_id="b1")
-    assert a["id"] != RESULT.line(openai=True, batch_id="b2")["id"]
+    a = RESULT.line(endpoint="/v1/chat/completions", batch_id="b1")
+    assert a == RESULT.line(endpoint="/v1/chat/completions", batch_id="b1")
+    assert a["id"] != RESULT.line(endpoint="/v1/chat/completions", batch_id="b2")["id"]
     assert a["id"] == "batch_req_" + a["response"]["request_id"]
 
 

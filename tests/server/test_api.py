@@ -217,25 +217,36 @@ def test_keys_ids_and_fields_are_checked(server, api, tmp_path):
 @pytest.mark.slow
 def test_pause_resume_and_cancel(api, server, tmp_path):
     url, env = server
-    uploaded, _ = upload(api, tmp_path, batch_lines(6, max_tokens=12))
-    batch = api.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
-    paused = api.post(f"/batches/{batch.id}/pause", cast_to=openai.types.Batch)
-    assert paused.status == "in_progress" and paused.model_extra["specq"]["paused"] is True
+    uploaded, _ = upload(api, tmp_path, batch_lines(6))
+
+    def create():
+        return api.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+
+    doomed, kept = create(), create()
+    for batch in (doomed, kept):
+        paused = api.post(f"/batches/{batch.id}/pause", cast_to=openai.types.Batch)
+        assert paused.status == "in_progress" and paused.model_extra["specq"]["paused"] is True
     worker = start_worker(env)
     try:
         time.sleep(2)
         # Paused before any worker came: nothing was decoded.
-        assert api.batches.retrieve(batch.id).request_counts.completed == 0
-        api.post(f"/batches/{batch.id}/resume", cast_to=openai.types.Batch)
-        wait_until(lambda: api.batches.retrieve(batch.id).request_counts.completed >= 1, 60, "a completed request")
-        cancelled = api.batches.cancel(batch.id)
+        assert api.batches.retrieve(doomed.id).request_counts.completed == 0
+        assert api.batches.retrieve(kept.id).request_counts.completed == 0
+        cancelled = api.batches.cancel(doomed.id)
         assert cancelled.status in ("cancelling", "cancelled") and cancelled.cancelling_at
-        final = poll(api, batch.id, ("cancelled",), timeout=60)
-        assert api.batches.cancel(batch.id).status == "cancelled"  # cancelling twice is harmless
+        final = poll(api, doomed.id, ("cancelled",), timeout=60)
+        assert api.batches.cancel(doomed.id).status == "cancelled"  # cancelling twice is harmless
+        # Resuming a cancelled batch leaves it cancelled; resuming the paused one runs it.
+        assert api.post(f"/batches/{doomed.id}/resume", cast_to=openai.types.Batch).status == "cancelled"
+        assert api.post(f"/batches/{kept.id}/resume", cast_to=openai.types.Batch).status == "in_progress"
+        done = poll(api, kept.id, ("completed",), timeout=120)
     finally:
         stop_process(worker)
-    counts = final.request_counts
-    assert counts.total == 6 and counts.completed + counts.failed == 6 and final.cancelled_at >= final.created_at
+    assert final.request_counts.total == final.request_counts.failed == 6 and final.request_counts.completed == 0
+    assert final.cancelled_at >= final.created_at and final.error_file_id
+    errors = [json.loads(line) for line in api.files.content(final.error_file_id).text.splitlines()]
+    assert [e["error"]["code"] for e in errors] == ["cancelled"] * 6 and errors[0]["response"] is None
+    assert done.request_counts.completed == 6 and done.model_extra["specq"]["paused"] is False
 
 
 @pytest.mark.slow
@@ -267,3 +278,45 @@ def test_serve_refuses_to_listen_beyond_loopback_without_a_key(queue_env, long_m
         timeout=60,
     )
     assert proc.returncode == 2 and "--api-key" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def completion_lines(n: int, max_tokens: int = 8) -> str:
+    return "".join(
+        json.dumps(
+            {
+                "custom_id": f"c{i}",
+                "method": "POST",
+                "url": "/v1/completions",
+                "body": {"model": "toy", "max_tokens": max_tokens, "prompt": f"once {i} " * (1 + i % 3)},
+            }
+        )
+        + "\n"
+        for i in range(n)
+    )
+
+
+@pytest.mark.slow
+def test_a_completions_batch_gives_text_completions_as_generate_does(api, server, tmp_path, long_model_path):
+    url, env = server
+    uploaded, path = upload(api, tmp_path, completion_lines(3))
+    batch = api.batches.create(input_file_id=uploaded.id, endpoint="/v1/completions", completion_window="24h")
+    worker = start_worker(env, "--burst")
+    try:
+        done = poll(api, batch.id, ("completed",))
+    finally:
+        stop_process(worker)
+    got = [json.loads(line) for line in api.files.content(done.output_file_id).text.splitlines()]
+    assert all(g["response"]["body"]["object"] == "text_completion" for g in got)
+    local = specq(["generate", "--input", str(path), "--json", "--model", long_model_path, "--max-tokens", "12"], env)
+    expected = [json.loads(line) for line in local.stdout.splitlines()]
+    key = lambda line: (line["custom_id"], line["response"]["body"]["choices"], line["specq"]["token_ids"])  # noqa: E731
+    assert [key(g) for g in got] == [key(e) for e in expected]
+
+
+def test_lines_must_name_the_batch_endpoint(api, tmp_path):
+    mixed = batch_lines(2) + completion_lines(1) + '{"custom_id": "p", "prompt": "plain"}\n'
+    uploaded, _ = upload(api, tmp_path, mixed)
+    batch = api.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert batch.status == "failed"
+    assert [(e.line, e.code) for e in batch.errors.data] == [(3, "mismatched_endpoint"), (4, "mismatched_endpoint")]
+    assert "'/v1/completions'" in batch.errors.data[0].message and "no url" in batch.errors.data[1].message
