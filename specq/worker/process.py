@@ -21,6 +21,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rq import SimpleWorker
+from rq.exceptions import StopRequested
 
 from specq.errors import SpecqError
 from specq.queue import keys
@@ -152,6 +153,10 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
                 worked |= worker.work(burst=burst, logging_level=os.environ.get("SPECQ_LOG_LEVEL", "INFO"))
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 log.warning("lost Redis (%s)", exc.__class__.__name__)
+            except StopRequested:
+                # A signal while RQ tears its loop down (after a burst, say): RQ's own
+                # handler raises there, outside the loop that would catch it.
+                runtime.stop_requested.set()
             _stop_on_signals(runtime)  # RQ's handlers assume its loop is running
             if runtime.stop_requested.is_set():
                 return worked
