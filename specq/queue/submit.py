@@ -22,6 +22,7 @@ from specq.queue.vocabulary import Counter, FailureKind, RequestState
 from specq.requests.config import BatchConfig, check_max_tokens
 from specq.requests.ids import check_batch_id
 from specq.requests.inputs import InvalidLine, PromptSpec, read_jsonl_lenient, to_request
+from specq.requests.result import endpoint_of
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model_config import LlamaConfig
 from specq.specdec.tokenizer import Tokenizer
@@ -215,6 +216,9 @@ def _as_written_now(stored: bytes) -> dict:
 
 
 def _without_line(record_json: str) -> dict:
+    """A request record as this version writes it, less its line number: one from
+    before the completions endpoint has no "endpoint", which its "openai" implies."""
     record = json.loads(record_json)
     record.pop("line", None)
+    record["endpoint"] = endpoint_of(record)
     return record

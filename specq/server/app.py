@@ -2,22 +2,24 @@
 /health and Prometheus /metrics. Every route is a short read or write on the queue;
 decoding is the workers' (there is no second path to the engine).
 
+The API key and the bounds on request bodies are checked by the Guard around the
+application (guard.py), before a byte of a body is read.
+
 Errors have OpenAI's shape ({"error": {"message", "type", "param", "code"}}), so the
 official client raises its own exception classes for them (401, 404, 400, 413).
 """
 
 from __future__ import annotations
 
-import hmac
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import redis
-from fastapi import Depends, FastAPI, File, Form, Request, UploadFile
+from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -25,13 +27,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from specq.errors import SpecqError
 from specq.jsonl import dumps_line
 from specq.queue import control
+from specq.queue.connection import RedisUnavailable
 from specq.queue.results import iter_results
 from specq.queue.server_checks import require_noeviction
+from specq.queue.status import BatchDamaged
 from specq.queue.store import BatchStore
 from specq.queue.submit import prepare, submit
 from specq.requests.config import BatchConfig
 from specq.server import batches
 from specq.server.files import PURPOSES, FileStore, FileTooLarge
+from specq.server.guard import Guard
 
 # A batch request's JSON body is a few hundred bytes; anything near this is not one.
 MAX_JSON_BODY = 64 * 2**10
@@ -68,7 +73,7 @@ def _error(status: int, message: str, type_: str, param: str | None = None, code
     return JSONResponse({"error": {"message": message, "type": type_, "param": param, "code": code}}, status)
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings) -> Guard:
     app = FastAPI(title="specq", docs_url=None, redoc_url=None, openapi_url=None)
     store = FileStore(settings.files_dir, settings.max_file_bytes)
     client = settings.client
@@ -93,24 +98,15 @@ def create_app(settings: Settings) -> FastAPI:
     async def redis_error(request: Request, exc: redis.RedisError) -> JSONResponse:
         return _error(503, "the queue's Redis is unavailable; retry", "server_error")
 
-    @app.middleware("http")
-    async def bounded_bodies(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        # Refused from the header, before a byte of the body is read.
-        length = request.headers.get("content-length")
-        limit = settings.max_file_bytes + 2**20 if request.url.path == "/v1/files" else MAX_JSON_BODY
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            return _error(413, f"request body is larger than the limit of {limit} bytes", "invalid_request_error")
-        return await call_next(request)
-
-    def authorized(request: Request) -> None:
-        if settings.api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), settings.api_key.encode()):
-            raise ApiError(401, "missing or wrong API key (Authorization: Bearer KEY)", code="invalid_api_key")
-
-    v1 = [Depends(authorized)]
+    @app.exception_handler(SpecqError)
+    async def specq_error(request: Request, exc: SpecqError) -> JSONResponse:
+        # specq's own faults, raised by the queue's code: the user's (400), Redis (503),
+        # or a batch whose keys were damaged (500, saying what is wrong).
+        if isinstance(exc, RedisUnavailable):
+            return _error(503, str(exc), "server_error")
+        if isinstance(exc, BatchDamaged):
+            return _error(500, f"batch damaged: {exc}", "server_error")
+        return _error(400, str(exc), "invalid_request_error")
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -130,7 +126,7 @@ def create_app(settings: Settings) -> FastAPI:
         registry.register(SpecqCollector(client))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/v1/models", dependencies=v1)
+    @app.get("/v1/models")
     def models() -> dict[str, Any]:
         created = int(os.path.getmtime(settings.model_file))
         return {
@@ -139,7 +135,7 @@ def create_app(settings: Settings) -> FastAPI:
         }
 
     # --- files -----------------------------------------------------------------
-    @app.post("/v1/files", dependencies=v1)
+    @app.post("/v1/files")
     async def create_file(file: Annotated[UploadFile, File()], purpose: Annotated[str, Form()]) -> dict[str, Any]:
         if purpose not in PURPOSES:
             raise ApiError(400, f"purpose must be one of {', '.join(PURPOSES)}, got {purpose!r}", param="purpose")
@@ -154,12 +150,12 @@ def create_app(settings: Settings) -> FastAPI:
             raise ApiError(413, str(exc), param="file") from None
         return stored.to_api()
 
-    @app.get("/v1/files", dependencies=v1)
+    @app.get("/v1/files")
     def list_files(purpose: str | None = None) -> dict[str, Any]:
         found = [f.to_api() for f in store.list() if purpose in (None, f.purpose)]
         return {"object": "list", "data": found, "has_more": False}
 
-    @app.get("/v1/files/{file_id}", dependencies=v1)
+    @app.get("/v1/files/{file_id}")
     def get_file(file_id: str) -> dict[str, Any]:
         stored = store.get(file_id)
         if stored is not None:
@@ -177,7 +173,7 @@ def create_app(settings: Settings) -> FastAPI:
             "status_details": None,
         }
 
-    @app.get("/v1/files/{file_id}/content", dependencies=v1)
+    @app.get("/v1/files/{file_id}/content")
     def file_content(file_id: str) -> Response:
         path = store.path(file_id)
         if path is not None:
@@ -185,7 +181,7 @@ def create_app(settings: Settings) -> FastAPI:
         result = _result_file(file_id)
         return StreamingResponse(_result_lines(result["batch_id"], result["kind"]), media_type="application/jsonl")
 
-    @app.delete("/v1/files/{file_id}", dependencies=v1)
+    @app.delete("/v1/files/{file_id}")
     def delete_file(file_id: str) -> dict[str, Any]:
         if not store.delete(file_id):
             raise ApiError(404, f"no file {file_id!r}", code="not_found")
@@ -205,7 +201,7 @@ def create_app(settings: Settings) -> FastAPI:
                 yield (dumps_line(line) + "\n").encode()
 
     # --- batches ---------------------------------------------------------------
-    @app.post("/v1/batches", dependencies=v1)
+    @app.post("/v1/batches")
     def create_batch(body: dict[str, Any]) -> dict[str, Any]:
         input_file_id, endpoint = body.get("input_file_id"), body.get("endpoint")
         window, metadata = body.get("completion_window"), body.get("metadata")
@@ -229,9 +225,26 @@ def create_app(settings: Settings) -> FastAPI:
             "metadata": metadata,
             "created_at": f"{now:.3f}",
         }
-        records, invalid = prepare(str(path), settings.config, settings.model_file)
+        filename = store.get(input_file_id).filename
+
+        def shown(message: str) -> str:
+            return message.replace(str(path), filename)  # the server's own paths are not the user's business
+
+        def failed(errors: list[dict[str, Any]]) -> None:
+            batches.save(
+                client,
+                batch_id,
+                {**fields, "failed_at": f"{time.time():.3f}", "errors": {"object": "list", "data": errors}},
+            )
+
+        try:
+            records, invalid = prepare(str(path), settings.config, settings.model_file)
+        except (SpecqError, OSError) as exc:  # an unreadable file: not UTF-8, say, or deleted meanwhile
+            failed([{"code": "invalid_file", "message": shown(str(exc)), "param": None, "line": None}])
+            return batches.to_api(client, batch_id, batches.record(client, batch_id))
         errors = [
-            {"code": "invalid_request", "message": bad.message, "param": None, "line": bad.line} for bad in invalid
+            {"code": "invalid_request", "message": shown(bad.message), "param": None, "line": bad.line}
+            for bad in invalid
         ]
         # As OpenAI's: every line names the batch's endpoint.
         errors += [
@@ -241,38 +254,28 @@ def create_app(settings: Settings) -> FastAPI:
         ]
         errors.sort(key=lambda e: e["line"])
         if errors or not records:
-            errors = errors or [
-                {"code": "empty_file", "message": "the file holds no requests", "param": None, "line": None}
-            ]
-            batches.save(
-                client, batch_id, {**fields, "failed_at": f"{now:.3f}", "errors": {"object": "list", "data": errors}}
+            failed(
+                errors or [{"code": "empty_file", "message": "the file holds no requests", "param": None, "line": None}]
             )
+            return batches.to_api(client, batch_id, batches.record(client, batch_id))
+        try:
+            submit(
+                client,
+                str(path),
+                settings.config,
+                model_file=settings.model_file,
+                batch_id=batch_id,
+                queue=settings.queue,
+            )
+        except (SpecqError, OSError) as exc:
+            failed([{"code": "invalid_file", "message": shown(str(exc)), "param": None, "line": None}])
         else:
+            # Recorded once the queue holds the batch: no API batch is left half made
+            # (a Redis error above is a 503 and leaves nothing the API lists).
             batches.save(client, batch_id, fields)
-            try:
-                submit(
-                    client,
-                    str(path),
-                    settings.config,
-                    model_file=settings.model_file,
-                    batch_id=batch_id,
-                    queue=settings.queue,
-                )
-            except SpecqError as exc:
-                batches.save(
-                    client,
-                    batch_id,
-                    {
-                        "failed_at": f"{time.time():.3f}",
-                        "errors": {
-                            "object": "list",
-                            "data": [{"code": "invalid_request", "message": str(exc), "param": None, "line": None}],
-                        },
-                    },
-                )
         return batches.to_api(client, batch_id, batches.record(client, batch_id))
 
-    @app.get("/v1/batches", dependencies=v1)
+    @app.get("/v1/batches")
     def list_batches(limit: int = 20, after: str | None = None) -> dict[str, Any]:
         if not 1 <= limit <= PAGE_LIMIT:
             raise ApiError(400, f"limit must be between 1 and {PAGE_LIMIT}", param="limit")
@@ -292,7 +295,7 @@ def create_app(settings: Settings) -> FastAPI:
             raise ApiError(404, f"no batch {batch_id!r}", code="not_found")
         return rec
 
-    @app.get("/v1/batches/{batch_id}", dependencies=v1)
+    @app.get("/v1/batches/{batch_id}")
     def get_batch(batch_id: str) -> dict[str, Any]:
         return batches.to_api(client, batch_id, _known(batch_id))
 
@@ -300,10 +303,10 @@ def create_app(settings: Settings) -> FastAPI:
         rec = _known(batch_id)
         if rec.get("failed_at"):
             raise ApiError(400, f"batch {batch_id} failed validation; there is nothing to {action.__name__}")
-        action(control.resolve(client, batch_id))
+        action(control.resolve(client, batch_id))  # an InputError (the queue lost the batch) is a 400
         return batches.to_api(client, batch_id, batches.record(client, batch_id))
 
-    @app.post("/v1/batches/{batch_id}/cancel", dependencies=v1)
+    @app.post("/v1/batches/{batch_id}/cancel")
     def cancel_batch(batch_id: str) -> dict[str, Any]:
         rec = _known(batch_id)
         status = batches.to_api(client, batch_id, rec)["status"]
@@ -313,15 +316,18 @@ def create_app(settings: Settings) -> FastAPI:
             batches.save(client, batch_id, {"cancelling_at": f"{time.time():.3f}"})
         return _control(batch_id, control.cancel)
 
-    @app.post("/v1/batches/{batch_id}/pause", dependencies=v1)
+    @app.post("/v1/batches/{batch_id}/pause")
     def pause_batch(batch_id: str) -> dict[str, Any]:
         return _control(batch_id, control.pause)
 
-    @app.post("/v1/batches/{batch_id}/resume", dependencies=v1)
+    @app.post("/v1/batches/{batch_id}/resume")
     def resume_batch(batch_id: str) -> dict[str, Any]:
         return _control(batch_id, control.resume)
 
-    return app
+    def body_limit(path: str) -> int:
+        return settings.max_file_bytes + 2**20 if path == "/v1/files" else MAX_JSON_BODY
+
+    return Guard(app, api_key=settings.api_key, limit_for=body_limit)
 
 
 def _endpoint_error(line: int, got: str, endpoint: str) -> dict[str, Any]:

@@ -7,7 +7,8 @@ Its status is read from the queue each time, never stored, so that `specq pause`
 `resume` and `cancel` on the command line show through the API at once.
 
 Statuses: a file that fails validation makes a `failed` batch (no specq batch), its
-`errors` naming each line as `specq submit` does; otherwise `in_progress` while
+`errors` naming each line as `specq submit` does (a batch whose keys were deleted or
+damaged in Redis shows as `failed` too, saying so); otherwise `in_progress` while
 requests are queued, running or paused, `cancelling` while a cancelled batch still
 has requests running, then `cancelled`, else `completed`. Results are read on
 demand, so `finalizing` is never seen; batches do not expire.
@@ -22,8 +23,9 @@ from typing import Any
 
 import redis
 
+from specq.errors import InputError
 from specq.queue import keys
-from specq.queue.status import batch_status
+from specq.queue.status import BatchDamaged, batch_status
 from specq.queue.store import _text
 from specq.queue.vocabulary import Flag, RequestState
 from specq.requests.inputs import CHAT_URL, COMPLETIONS_URL
@@ -108,9 +110,12 @@ def to_api(client: redis.Redis, batch_id: str, rec: dict[str, Any], now: float |
     }
     if rec.get("failed_at"):
         return {**obj, "status": "failed", "failed_at": _int(rec["failed_at"])}
-    if not client.exists(keys.BatchKeys(batch_id).meta):
-        return obj  # still being validated and submitted
-    st = batch_status(client, batch_id, now)
+    try:
+        st = batch_status(client, batch_id, now)
+    except (InputError, BatchDamaged) as exc:
+        # Deleted or damaged in Redis behind the API's back: said, not a 500 for every listing.
+        lost = {"code": "batch_damaged", "message": str(exc), "param": None, "line": None}
+        return {**obj, "status": "failed", "errors": {"object": "list", "data": [lost]}}
     counts = st["counts"]
     failed = counts[RequestState.FAILED] + counts[RequestState.CANCELLED]
     obj.update(
@@ -121,7 +126,8 @@ def to_api(client: redis.Redis, batch_id: str, rec: dict[str, Any], now: float |
         specq={k: st[k] for k in ("tokens", "tokens_per_second", "tau", "acceptance_rate", "eta_seconds", "stalled")}
         | {"paused": Flag.PAUSED in st["flags"], "counts": counts},
     )
-    cancelled = Flag.CANCELLED in st["flags"]
+    # A cancel that came after the last request finished cancelled nothing: completed.
+    cancelled = Flag.CANCELLED in st["flags"] and not (st["done"] and counts[RequestState.CANCELLED] == 0)
     if cancelled:
         running = counts[RequestState.RUNNING]
         ended = _int(rec.get("ended_at"))

@@ -77,6 +77,32 @@ def test_resubmitting_the_same_file_enqueues_nothing_twice(client, queue_env, tm
     assert other.exit_code == 1 and "different options" in other.output
 
 
+@pytest.mark.parametrize("kind", ["plain", "openai"])
+def test_a_batch_written_before_the_completions_endpoint_takes_its_file_again(
+    client, queue_env, tmp_path, long_model_path, kind
+):
+    """Request records written before they said their endpoint (only "openai") are
+    the same requests: resubmitting the file, or running `specq run` again after an
+    upgrade, adds nothing and refuses nothing."""
+    path = tmp_path / "p.jsonl"
+    if kind == "plain":
+        write_prompts(path, 3)
+    else:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+        lines = [
+            {"custom_id": f"o{i}", "method": "POST", "url": "/v1/chat/completions", "body": body} for i in range(3)
+        ]
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    cli("submit", str(path), "--model", long_model_path, "--batch-id", "old")
+    spec_key = BatchKeys("old").spec
+    for rid, raw in client.hgetall(spec_key).items():
+        record = json.loads(raw)
+        assert record.pop("endpoint") == ("" if kind == "plain" else "/v1/chat/completions")
+        client.hset(spec_key, rid, json.dumps(record))  # as the previous version wrote it
+    again = cli("submit", str(path), "--model", long_model_path, "--batch-id", "old", "--json")
+    assert json.loads(again.output.strip().splitlines()[-1])["added"] == 0
+
+
 def test_status_reads_without_changing_anything(client, queue_env, tmp_path, long_model_path):
     path = write_prompts(tmp_path / "p.jsonl", 4)
     cli("submit", str(path), "--model", long_model_path, "--batch-id", "ro")

@@ -320,3 +320,59 @@ def test_lines_must_name_the_batch_endpoint(api, tmp_path):
     assert batch.status == "failed"
     assert [(e.line, e.code) for e in batch.errors.data] == [(3, "mismatched_endpoint"), (4, "mismatched_endpoint")]
     assert "'/v1/completions'" in batch.errors.data[0].message and "no url" in batch.errors.data[1].message
+
+
+def raw_request(url: str, method: str, path: str, body_chunks: list[bytes], headers: dict[str, str]) -> tuple[int, str]:
+    """A request sent chunked (no Content-Length), as a hostile client may send it."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        conn.putrequest(method, path)
+        for k, v in {**headers, "Transfer-Encoding": "chunked"}.items():
+            conn.putheader(k, v)
+        conn.endheaders()
+        try:
+            for chunk in body_chunks:
+                conn.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            conn.send(b"0\r\n\r\n")
+        except OSError:
+            pass  # the server answered and closed before the whole body was sent
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+def test_the_key_and_the_body_bounds_come_before_the_body_is_read(server):
+    url, _ = server
+    big = [b"x" * 65536] * 4  # 256 KiB of JSON body, over the 64 KiB bound, with no Content-Length
+    # Without the key, nothing is read: 401, even for a body that is not JSON at all.
+    assert raw_request(url, "POST", "/v1/batches", [b"{not json"], {})[0] == 401
+    assert raw_request(url, "POST", "/v1/batches", big, {})[0] == 401
+    status, body = raw_request(url, "POST", "/v1/batches", big, {"Authorization": f"Bearer {KEY}"})
+    assert status == 413 and "larger than the limit" in json.loads(body)["error"]["message"]
+    # The server is still whole.
+    assert get(url + "/health")[0] == 200
+
+
+def test_an_unreadable_file_or_a_lost_batch_is_said_not_a_500(api, server, client, tmp_path):
+    url, _ = server
+    path = tmp_path / "utf16.jsonl"
+    path.write_bytes(batch_lines(2).encode("utf-16"))
+    with open(path, "rb") as fh:
+        uploaded = api.files.create(file=fh, purpose="batch")
+    batch = api.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert batch.status == "failed" and batch.errors.data[0].code == "invalid_file"
+    assert "UTF-8" in batch.errors.data[0].message and "/files/" not in batch.errors.data[0].message
+    good, _ = upload(api, tmp_path, batch_lines(2))
+    kept = api.batches.create(input_file_id=good.id, endpoint="/v1/chat/completions", completion_window="24h")
+    for key in client.scan_iter(f"specq:batch:{kept.id}*"):
+        client.delete(key)  # someone deleted the batch's keys by hand
+    lost = api.batches.retrieve(kept.id)
+    assert lost.status == "failed" and lost.errors.data[0].code == "batch_damaged"
+    assert {b.id for b in api.batches.list()} == {batch.id, kept.id}  # the listing still works
+    with pytest.raises(openai.BadRequestError, match="no batch"):
+        api.post(f"/batches/{kept.id}/pause", cast_to=openai.types.Batch)
