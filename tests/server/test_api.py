@@ -173,6 +173,7 @@ def test_a_batch_runs_through_the_openai_client_and_equals_generate(api, server,
         api.batches.cancel(batch.id)
 
 
+@pytest.mark.slow
 def test_a_malformed_file_makes_a_failed_batch_naming_the_line(api, tmp_path):
     lines = batch_lines(3).splitlines()
     lines[1] = '{"custom_id": "q1", "method": "POST", "url": "/v1/chat/completions", "body": {"max_tokens": 5}}'
@@ -313,6 +314,7 @@ def test_a_completions_batch_gives_text_completions_as_generate_does(api, server
     assert [key(g) for g in got] == [key(e) for e in expected]
 
 
+@pytest.mark.slow
 def test_lines_must_name_the_batch_endpoint(api, tmp_path):
     mixed = batch_lines(2) + completion_lines(1) + '{"custom_id": "p", "prompt": "plain"}\n'
     uploaded, _ = upload(api, tmp_path, mixed)
@@ -346,6 +348,7 @@ def raw_request(url: str, method: str, path: str, body_chunks: list[bytes], head
         conn.close()
 
 
+@pytest.mark.slow
 def test_the_key_and_the_body_bounds_come_before_the_body_is_read(server):
     url, _ = server
     big = [b"x" * 65536] * 4  # 256 KiB of JSON body, over the 64 KiB bound, with no Content-Length
@@ -358,6 +361,7 @@ def test_the_key_and_the_body_bounds_come_before_the_body_is_read(server):
     assert get(url + "/health")[0] == 200
 
 
+@pytest.mark.slow
 def test_an_unreadable_file_or_a_lost_batch_is_said_not_a_500(api, server, client, tmp_path):
     url, _ = server
     path = tmp_path / "utf16.jsonl"
