@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 
 import click
 
@@ -76,5 +77,18 @@ def serve(host, port, api_key, queue, max_file_bytes, redis_url, **options) -> N
             max_file_bytes=max_file_bytes,
         )
         app = create_app(settings)
+    _check_can_listen(host, port)
     click.echo(f"serving the Batch API on http://{host}:{port}/v1 (queue {queue})", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """A port in use or a host not of this machine is one line, said before the
+    server announces itself (uvicorn would log it after, and exit)."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

@@ -96,9 +96,13 @@ def submit(
     batch_id: str | None = None,
     queue: str,
     skip_invalid: bool = False,
+    prepared: tuple[list[tuple[int, str, dict]], list[InvalidLine]] | None = None,
 ) -> SubmitOutcome:
+    """`prepared`: what prepare() returned for this file, when the caller has looked
+    at it already (the Batch API checks every line's endpoint), so it is not read and
+    tokenized twice."""
     batch_id = check_batch_id(batch_id) if batch_id else new_batch_id()
-    records, invalid = prepare(path, config, model_file)
+    records, invalid = prepared if prepared is not None else prepare(path, config, model_file)
     if invalid and not skip_invalid:
         more = f" ({len(invalid)} invalid lines in all; --skip-invalid submits the rest)" if len(invalid) > 1 else ""
         raise InputError(invalid[0].message + more)

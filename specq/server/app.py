@@ -266,6 +266,7 @@ def create_app(settings: Settings) -> Guard:
                 model_file=settings.model_file,
                 batch_id=batch_id,
                 queue=settings.queue,
+                prepared=(records, invalid),
             )
         except (SpecqError, OSError) as exc:
             failed([{"code": "invalid_file", "message": shown(str(exc)), "param": None, "line": None}])

@@ -407,7 +407,7 @@ add_low, add_high = _add_widened(0), _add_widened(4)
 @intrinsic
 def total_f64(typingctx, low, high):  # pragma: no cover - compiled
     """((l0 + h0) + (l1 + h1)) + ((l2 + h2) + (l3 + h3)): the sums add_low and add_high keep,
-    in one fixed order (test_fused's reference spells it out)."""
+    in one fixed order (test_block_ops's reference spells it out)."""
 
     def codegen(context, builder, sig, args):
         pairs = builder.fadd(args[0], args[1])

@@ -80,23 +80,19 @@ def api(server):
     return openai.OpenAI(base_url=server[0] + "/v1", api_key=KEY, max_retries=0)
 
 
-def batch_lines(n: int, max_tokens: int = 10) -> str:
-    return "".join(
-        json.dumps(
-            {
-                "custom_id": f"q{i}",
-                "method": "POST",
-                "url": "/v1/chat/completions",
-                "body": {
-                    "model": "toy",
-                    "max_tokens": max_tokens,
-                    "messages": [{"role": "user", "content": f"tell {i} " * (1 + i % 3)}],
-                },
-            }
-        )
-        + "\n"
-        for i in range(n)
-    )
+def batch_lines(n: int, max_tokens: int = 10, url: str = "/v1/chat/completions") -> str:
+    """n OpenAI Batch request lines for `url`: chat messages, or a raw prompt for
+    /v1/completions."""
+    lines = []
+    for i in range(n):
+        body: dict = {"model": "toy", "max_tokens": max_tokens}
+        if url == "/v1/completions":
+            body["prompt"] = f"once {i} " * (1 + i % 3)
+        else:
+            body["messages"] = [{"role": "user", "content": f"tell {i} " * (1 + i % 3)}]
+        custom_id = f"c{i}" if url == "/v1/completions" else f"q{i}"
+        lines.append(json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body}) + "\n")
+    return "".join(lines)
 
 
 def upload(api, tmp_path, text: str, name: str = "in.jsonl"):
@@ -281,25 +277,23 @@ def test_serve_refuses_to_listen_beyond_loopback_without_a_key(queue_env, long_m
     assert proc.returncode == 2 and "--api-key" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def completion_lines(n: int, max_tokens: int = 8) -> str:
-    return "".join(
-        json.dumps(
-            {
-                "custom_id": f"c{i}",
-                "method": "POST",
-                "url": "/v1/completions",
-                "body": {"model": "toy", "max_tokens": max_tokens, "prompt": f"once {i} " * (1 + i % 3)},
-            }
-        )
-        + "\n"
-        for i in range(n)
-    )
+def test_serve_on_a_port_in_use_is_one_line(queue_env, long_model_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "specq", "serve", "--port", str(port), "--model", long_model_path],
+            env=queue_env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"Error: cannot listen on 127.0.0.1:{port}: Address already in use"]
 
 
 @pytest.mark.slow
 def test_a_completions_batch_gives_text_completions_as_generate_does(api, server, tmp_path, long_model_path):
     url, env = server
-    uploaded, path = upload(api, tmp_path, completion_lines(3))
+    uploaded, path = upload(api, tmp_path, batch_lines(3, max_tokens=8, url="/v1/completions"))
     batch = api.batches.create(input_file_id=uploaded.id, endpoint="/v1/completions", completion_window="24h")
     worker = start_worker(env, "--burst")
     try:
@@ -316,7 +310,9 @@ def test_a_completions_batch_gives_text_completions_as_generate_does(api, server
 
 @pytest.mark.slow
 def test_lines_must_name_the_batch_endpoint(api, tmp_path):
-    mixed = batch_lines(2) + completion_lines(1) + '{"custom_id": "p", "prompt": "plain"}\n'
+    mixed = (
+        batch_lines(2) + batch_lines(1, max_tokens=8, url="/v1/completions") + '{"custom_id": "p", "prompt": "plain"}\n'
+    )
     uploaded, _ = upload(api, tmp_path, mixed)
     batch = api.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
     assert batch.status == "failed"
