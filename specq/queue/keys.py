@@ -25,6 +25,10 @@ Layout (B = batch id, R = a request's custom_id):
   specq:reaper                  str   short lock: one reaper at a time
   specq:api:batches             zset  B -> creation time, for the batches made through `specq serve`
   specq:api:batch:B             hash  what only the Batch API knows of B: input file, endpoint, metadata, times
+  specq:syncq:Q:batches         set   the synchronous batches (`specq serve`'s completions) whose jobs go to Q-sync
+  specq:syncq:Q:room            zset  worker id -> until when it decodes one of them with room for more
+  specq:syncq:Q:yielding        str   short lock: one worker at a time hands its batch back for them
+  specq:news:B                  pub/sub channel: the requests of B just checkpointed (a wake-up, not state)
 """
 
 from __future__ import annotations
@@ -35,6 +39,22 @@ BATCHES = f"{PREFIX}:batches"
 WORKERS = f"{PREFIX}:workers"
 REAPER_LOCK = f"{PREFIX}:reaper"
 API_BATCHES = f"{PREFIX}:api:batches"
+
+
+def sync_batches(queue: str) -> str:
+    return f"{PREFIX}:syncq:{queue}:batches"
+
+
+def sync_room(queue: str) -> str:
+    return f"{PREFIX}:syncq:{queue}:room"
+
+
+def sync_yielding(queue: str) -> str:
+    return f"{PREFIX}:syncq:{queue}:yielding"
+
+
+def news(batch_id: str) -> str:
+    return f"{PREFIX}:news:{batch_id}"
 
 
 def worker(worker_id: str) -> str:

@@ -190,3 +190,17 @@ DELETE_IF = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+# Forget a finished request of a synchronous batch, once its answer was delivered:
+# every record of it goes, and the counts stay exact. A request not yet finished is
+# left alone. KEYS: state counts ids spec ckpt result error attempts fence req_flags
+FORGET = """
+local rid = ARGV[1]
+local st = redis.call('HGET', KEYS[1], rid)
+if st ~= 'completed' and st ~= 'failed' and st ~= 'cancelled' then return 0 end
+redis.call('HDEL', KEYS[1], rid)
+redis.call('HINCRBY', KEYS[2], st, -1)
+redis.call('LREM', KEYS[3], 1, rid)
+for i = 4, #KEYS do redis.call('HDEL', KEYS[i], rid) end
+return 1
+"""

@@ -21,6 +21,24 @@ JOB_FUNCTION = "specq.worker.job.work_on_batch"
 # workers still run them (the same function, the same one argument).
 FORMER_JOB_FUNCTIONS = frozenset({"specq.jobs.task.work_on_batch"})
 RESULT_TTL_S = 3600  # a job's return value is a small summary; results live in specq's keys
+# A synchronous request enqueues a job of its own: many, small and soon useless.
+SYNC_RESULT_TTL_S = 60
+# The high-priority queue beside each queue: `specq serve`'s synchronous completions.
+# Workers listen on it first, and a worker decoding a batch yields to it (sync.py).
+SYNC_QUEUE_SUFFIX = "-sync"
+
+
+def sync_queue(queue: str) -> str:
+    return queue + SYNC_QUEUE_SUFFIX
+
+
+def listened_queues(queues: list[str] | tuple[str, ...]) -> list[str]:
+    """What a worker asked for `queues` listens on: each one's synchronous queue
+    first (RQ takes jobs from the first queue that has one), then the queues."""
+    syncs = [sync_queue(q) for q in queues if not q.endswith(SYNC_QUEUE_SUFFIX)]
+    return list(dict.fromkeys([*syncs, *queues]))
+
+
 FAILURE_TTL_S = 7 * 24 * 3600
 
 
@@ -57,7 +75,7 @@ def enqueue_batch_jobs(
             JOB_FUNCTION,
             args=[batch_id],
             timeout=JOB_TIMEOUT_S,
-            result_ttl=RESULT_TTL_S,
+            result_ttl=SYNC_RESULT_TTL_S if queue_name.endswith(SYNC_QUEUE_SUFFIX) else RESULT_TTL_S,
             failure_ttl=FAILURE_TTL_S,
             job_id=job_id,
             description=f"specq batch {batch_id}",

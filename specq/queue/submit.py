@@ -47,26 +47,39 @@ def new_batch_id() -> str:
     return time.strftime("b%Y%m%d-%H%M%S-", time.gmtime()) + uuid.uuid4().hex[:6]
 
 
+class RequestChecker:
+    """The model's tokenizer and context, read once (the server checks every
+    synchronous request with them): a parsed line becomes a spec record, or a
+    SpecqError names what is wrong with it."""
+
+    def __init__(self, model_file: str) -> None:
+        f = GGUFFile(model_file)
+        self.tokenizer = Tokenizer.from_gguf(f)
+        self.model = LlamaConfig.from_gguf(f)
+
+    def record(self, spec: PromptSpec, config: BatchConfig) -> dict:
+        request = to_request(spec, self.tokenizer, config.defaults)
+        self.model.check_prompt(request.prompt_ids)
+        check_max_tokens(request.max_tokens, "max_tokens")
+        return spec_record(spec, request.to_dict())
+
+
 def prepare(path: str, config: BatchConfig, model_file: str) -> tuple[list[tuple[int, str, dict]], list[InvalidLine]]:
     """Parse and tokenize every line: (line, custom_id, spec record) for the valid
     ones, InvalidLine for the rest. Reads only the tokenizer and the model's
     configuration, not its weights."""
     check_max_tokens(config.defaults.max_tokens, "--max-tokens")
     specs, invalid = read_jsonl_lenient(path)
-    f = GGUFFile(model_file)
-    tokenizer = Tokenizer.from_gguf(f)
-    model = LlamaConfig.from_gguf(f)
+    checker = RequestChecker(model_file)
     records = []
     for spec in specs:
         try:
-            request = to_request(spec, tokenizer, config.defaults)
-            model.check_prompt(request.prompt_ids)
-            check_max_tokens(request.max_tokens, "max_tokens")
+            record = checker.record(spec, config)
         except SpecqError as exc:
             message = str(exc) if str(exc).startswith(path) else f"{path}: line {spec.line}: {exc}"
             invalid.append(InvalidLine(spec.line, spec.custom_id, message))
             continue
-        records.append((spec.line, spec.custom_id, spec_record(spec, request.to_dict())))
+        records.append((spec.line, spec.custom_id, record))
     invalid.sort(key=lambda x: x.line)
     return records, invalid
 

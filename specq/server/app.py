@@ -11,6 +11,8 @@ official client raises its own exception classes for them (401, 404, 400, 413).
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -34,13 +36,19 @@ from specq.queue.status import BatchDamaged
 from specq.queue.store import BatchStore
 from specq.queue.submit import prepare, submit
 from specq.requests.config import BatchConfig
+from specq.requests.inputs import CHAT_URL, COMPLETIONS_URL
 from specq.server import batches
+from specq.server.completions import CompletionError, SyncCompletions
 from specq.server.files import PURPOSES, FileStore, FileTooLarge
 from specq.server.guard import Guard
 
 # A batch request's JSON body is a few hundred bytes; anything near this is not one.
 MAX_JSON_BODY = 64 * 2**10
+# A completion request holds its prompt: the model's whole context is some 30 KiB of
+# text, JSON escapes can multiply it by six.
+MAX_COMPLETION_BODY = 2**20
 PAGE_LIMIT = 100
+log = logging.getLogger("specq.server")
 
 
 @dataclass(frozen=True)
@@ -74,13 +82,28 @@ def _error(status: int, message: str, type_: str, param: str | None = None, code
 
 
 def create_app(settings: Settings) -> Guard:
-    app = FastAPI(title="specq", docs_url=None, redoc_url=None, openapi_url=None)
     store = FileStore(settings.files_dir, settings.max_file_bytes)
     client = settings.client
+    completions = SyncCompletions(client, settings.config, settings.queue, settings.model_file, settings.model_name)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        completions.start()
+        try:
+            yield
+        finally:
+            completions.stop()
+
+    app = FastAPI(title="specq", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
         return _error(exc.status, exc.message, exc.type, exc.param, exc.code)
+
+    @app.exception_handler(CompletionError)
+    async def completion_error(request: Request, exc: CompletionError) -> JSONResponse:
+        type_ = "server_error" if exc.status >= 500 else "invalid_request_error"
+        return _error(exc.status, exc.message, type_, exc.param)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -96,7 +119,10 @@ def create_app(settings: Settings) -> Guard:
 
     @app.exception_handler(redis.RedisError)
     async def redis_error(request: Request, exc: redis.RedisError) -> JSONResponse:
-        return _error(503, "the queue's Redis is unavailable; retry", "server_error")
+        log.warning("%s %s: Redis failed: %s: %s", request.method, request.url.path, exc.__class__.__name__, exc)
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)):
+            return _error(503, "the queue's Redis is unavailable; retry", "server_error")
+        return _error(500, f"the queue's Redis refused a command: {exc}", "server_error")
 
     @app.exception_handler(SpecqError)
     async def specq_error(request: Request, exc: SpecqError) -> JSONResponse:
@@ -133,6 +159,15 @@ def create_app(settings: Settings) -> Guard:
             "object": "list",
             "data": [{"id": settings.model_name, "object": "model", "created": created, "owned_by": "specq"}],
         }
+
+    # --- synchronous completions -------------------------------------------------
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: dict[str, Any], request: Request) -> Response:
+        return await completions.respond(CHAT_URL, body, request)
+
+    @app.post("/v1/completions")
+    async def text_completions(body: dict[str, Any], request: Request) -> Response:
+        return await completions.respond(COMPLETIONS_URL, body, request)
 
     # --- files -----------------------------------------------------------------
     @app.post("/v1/files")
@@ -326,7 +361,9 @@ def create_app(settings: Settings) -> Guard:
         return _control(batch_id, control.resume)
 
     def body_limit(path: str) -> int:
-        return settings.max_file_bytes + 2**20 if path == "/v1/files" else MAX_JSON_BODY
+        if path == "/v1/files":
+            return settings.max_file_bytes + 2**20
+        return MAX_COMPLETION_BODY if path in batches.ENDPOINTS else MAX_JSON_BODY
 
     return Guard(app, api_key=settings.api_key, limit_for=body_limit)
 

@@ -21,11 +21,12 @@ import numpy as np
 from specq.errors import ParameterError
 from specq.specdec.acceptance import accept, accept_tree_greedy, resolve_rule
 from specq.specdec.adaptive import ROW_COSTS, choose_k
+from specq.specdec.completion_text import completion_text, final_text_so_far
 from specq.specdec.model import LlamaModel, Segment, SegmentOutput
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
 from specq.specdec.rng import uniform
 from specq.specdec.state import DecodeState, GenerationRequest, Metrics
-from specq.specdec.stops import held_back, truncate_at_stop
+from specq.specdec.stops import truncate_at_stop
 from specq.specdec.tokenizer import Tokenizer
 
 
@@ -109,17 +110,10 @@ class Engine:
         return states
 
     def text(self, state: DecodeState) -> str:
-        """The completion's text: end-of-turn tokens dropped, cut before a stop string."""
-        text = self.tokenizer.decode(state.output_ids)
-        return text if state.stop_text_index is None else text[: state.stop_text_index]
+        return completion_text(self.tokenizer, state)
 
     def stream_text(self, state: DecodeState) -> str:
-        """The part of the text that is final already: no incomplete UTF-8 character
-        and no suffix that might still become a stop string. Grows monotonically."""
-        if state.finished:
-            return self.text(state)
-        text = self.tokenizer.stream_decoder().push(state.output_ids)
-        return text[: len(text) - held_back(text, state.request.stop)]
+        return final_text_so_far(self.tokenizer, state)
 
 
 def cache_positions(model: LlamaModel, request: GenerationRequest) -> int:

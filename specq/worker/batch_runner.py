@@ -21,15 +21,16 @@ import redis
 from rq.timeouts import JobTimeoutException
 
 from specq.errors import SpecqError
+from specq.queue import sync
 from specq.queue.histograms import PendingCounts
 from specq.queue.store import BatchStore, Lease
 from specq.queue.timing import HEARTBEAT_S, LEASE_TTL_MS, MAX_ATTEMPTS
 from specq.queue.vocabulary import Counter, FailureKind, Flag, RequestState
+from specq.requests import checkpoint
 from specq.requests.config import BatchConfig, kv_memory
 from specq.requests.result import Result
 from specq.specdec.engine import DecodeGroup, Engine
 from specq.specdec.state import DecodeState, GenerationRequest
-from specq.worker import checkpoint
 from specq.worker.context import LoadedEngine, WorkerContext
 
 FLAG_CHECK_S = 0.25  # pause and cancel take effect within this, plus one round
@@ -82,9 +83,22 @@ def result_payload(engine: Engine, custom_id: str, state: DecodeState, worker_id
 
 class BatchRunner:
     def __init__(
-        self, store: BatchStore, config: BatchConfig, loaded: LoadedEngine, runtime: WorkerContext, *, deadline: float
+        self,
+        store: BatchStore,
+        config: BatchConfig,
+        loaded: LoadedEngine,
+        runtime: WorkerContext,
+        *,
+        deadline: float,
+        serves_sync: str | None = None,
+        yields_to_sync: str | None = None,
     ) -> None:
         self.store = store
+        # The queue whose synchronous requests this batch holds (the runner says whether
+        # it has room for more), or the queue whose synchronous requests this ordinary
+        # batch yields to (sync.py); at most one of them is set.
+        self.serves_sync = serves_sync
+        self.yields_to_sync = None if serves_sync else yields_to_sync
         self.config = config
         self.engine = loaded.engine
         self.fingerprint = loaded.fingerprint
@@ -97,7 +111,7 @@ class BatchRunner:
         self._claimed: dict[str, Lease] = {}  # claimed, not yet owned (spec and checkpoint being read)
         self.summary = {"completed": 0, "failed": 0, "retried": 0, "handed_back": 0, "released": 0, "lost": 0}
         self._last_renew = time.monotonic()
-        self._last_flag_check = float("-inf")
+        self._last_check_in = float("-inf")
         # Seconds spent in Redis calls ("store_seconds") and wall seconds of this loop
         # ("worker_seconds"), each reported with the next write: their ratio is the
         # share of a worker's time that checkpointing costs.
@@ -135,13 +149,15 @@ class BatchRunner:
         the job, its leases are no longer renewed once it returns or raises."""
         try:
             while True:
-                if self.runtime.stop_requested.is_set() or time.monotonic() > self.deadline:
+                self._drop_lost()
+                yielding = self._check_in()
+                if yielding or self.runtime.stop_requested.is_set() or time.monotonic() > self.deadline:
                     for rid in list(self.owned):
                         self.pending_counts.add(Counter.RESUMES_PREEMPT)
                         self.summary["handed_back" if self._let_go(rid, RequestState.QUEUED) else "lost"] += 1
+                    if yielding:
+                        self.summary["yielded_to_sync"] = 1
                     break
-                self._drop_lost()
-                self._apply_flags()
                 self._fill()
                 if not self.group:
                     break
@@ -158,6 +174,9 @@ class BatchRunner:
         finally:
             for rid in list(self.owned) + list(self._claimed):
                 self.runtime.release(self.store.batch_id, rid)
+            if self.serves_sync:
+                with contextlib.suppress(redis.RedisError):  # else its place in the room set expires by itself
+                    sync.mark_room(self.store.client, self.serves_sync, self.runtime.worker_id, False)
         return self.summary
 
     def _ride_out_outage(self, exc: BaseException) -> None:
@@ -241,6 +260,9 @@ class BatchRunner:
                 else:
                     self.store.count(Counter.FENCED_WRITES_REFUSED)  # a zombie is worth an operator's attention
                     self._forget(rid)
+        if self.serves_sync:
+            with self._redis_time():
+                sync.announce(self.store.client, self.store.batch_id, [rid for rid, _ in results])
         if now - self._last_renew >= HEARTBEAT_S:
             # Also renewed by the worker's heartbeat thread; this covers a job run by
             # a plain RQ worker, which has none.
@@ -365,18 +387,28 @@ class BatchRunner:
                     raise
                 self._retry_or_fail(rid, exc)
 
-    def _apply_flags(self) -> None:
-        # Once per FLAG_CHECK_S, not every round: a small model's rounds take a few
-        # milliseconds, and a Redis round trip each would be a large share of them.
+    def _check_in(self) -> bool:
+        """Once per FLAG_CHECK_S, not every round (a small model's rounds take a few
+        milliseconds, and a Redis round trip each would be a large share of them):
+        let go of requests paused or cancelled; say whether this synchronous batch's
+        decode group has room; or ask whether this ordinary batch should yield to a
+        synchronous request. Returns whether to yield."""
         now = time.monotonic()
-        if not self.owned or now - self._last_flag_check < FLAG_CHECK_S:
-            return
-        self._last_flag_check = now
+        if not self.owned or now - self._last_check_in < FLAG_CHECK_S:
+            return False
+        self._last_check_in = now
+        yielding = False
         with self._redis_time():
             flags = self.store.flags(list(self.owned))
+            if self.serves_sync:
+                has_room = len(self.group) < self.config.batch_size
+                sync.mark_room(self.store.client, self.serves_sync, self.runtime.worker_id, has_room)
+            elif self.yields_to_sync:
+                yielding = sync.should_yield(self.store.client, self.yields_to_sync, self.runtime.worker_id)
         for rid, flag in flags.items():
             if flag in (Flag.PAUSED, Flag.CANCELLED):
                 self.summary["released" if self._let_go(rid, flag) else "lost"] += 1
+        return yielding
 
     def _drop_lost(self) -> None:
         for rid in list(self.owned):

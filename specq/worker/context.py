@@ -20,11 +20,11 @@ import redis
 
 from specq.errors import ModelFileError, SpecqError
 from specq.queue.store import BatchStore, Lease
+from specq.requests.checkpoint import fingerprint
 from specq.requests.config import BatchConfig
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import file_sha256
 from specq.worker.breaker import Breaker
-from specq.worker.checkpoint import fingerprint
 from specq.worker.guarded_proposer import GuardedProposer
 
 
@@ -45,6 +45,7 @@ class WorkerContext:
     def __init__(self, worker_id: str | None = None, client: redis.Redis | None = None) -> None:
         self.worker_id = worker_id or new_worker_id()
         self.client = client  # for specq's own reads and writes; None: the job's connection
+        self.queues: frozenset[str] = frozenset()  # what this process's RQ worker listens on
         self.stop_requested = threading.Event()
         self._engines: dict[tuple[str, ...], LoadedEngine] = {}
         self._lock = threading.Lock()

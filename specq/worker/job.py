@@ -17,7 +17,7 @@ from rq import get_current_job
 from rq.job import Job
 
 from specq.errors import SpecqError
-from specq.queue.rq_glue import FORMER_JOB_FUNCTIONS, JOB_FUNCTION, enqueue_batch_jobs
+from specq.queue.rq_glue import FORMER_JOB_FUNCTIONS, JOB_FUNCTION, enqueue_batch_jobs, sync_queue
 from specq.queue.store import BatchStore
 from specq.queue.timing import JOB_SECONDS
 from specq.requests.config import BatchConfig
@@ -37,7 +37,8 @@ def work_on_batch(batch_id: str) -> dict[str, Any]:
         return {"batch": batch_id, "skipped": "no such batch (deleted?)"}
     if not client.llen(store.keys.pending):
         return {"batch": batch_id, "skipped": "nothing pending"}
-    queue = store.meta().get("queue", "specq")
+    meta = store.meta()
+    queue = meta.get("queue", "specq")
     if runtime.breaker.state == "open":
         # Sick: give the job to a healthy worker, and take nothing until the probe.
         enqueue_batch_jobs(client, queue, batch_id, 1)
@@ -52,7 +53,15 @@ def work_on_batch(batch_id: str) -> dict[str, Any]:
         return {"batch": batch_id, "skipped": "unreadable configuration"}
     try:
         loaded = runtime.engine_for(config)
-        runner = BatchRunner(store, config, loaded, runtime, deadline=time.monotonic() + JOB_SECONDS)
+        runner = BatchRunner(
+            store,
+            config,
+            loaded,
+            runtime,
+            deadline=time.monotonic() + JOB_SECONDS,
+            serves_sync=meta.get("sync") or None,
+            yields_to_sync=queue if sync_queue(queue) in runtime.queues else None,
+        )
         summary = runner.run()
     except (redis.ConnectionError, redis.TimeoutError):
         raise  # Redis is away, not the model: no breaker; the reaper restores a job for the batch

@@ -28,7 +28,7 @@ from specq.queue import keys
 from specq.queue.connection import RedisUnavailable
 from specq.queue.control import reap_all, sweep
 from specq.queue.liveness import fresh_workers, worker_is_alive
-from specq.queue.rq_glue import make_queue
+from specq.queue.rq_glue import listened_queues, make_queue
 from specq.queue.server_checks import require_noeviction
 from specq.queue.status import read_batch
 from specq.queue.store import BatchStore, _text
@@ -128,6 +128,8 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
     keeping the loaded model. A refused password ends it with RedisUnavailable."""
     store_client = with_socket_timeout(client, STORE_SOCKET_TIMEOUT_S)
     runtime = WorkerContext(client=store_client)
+    queues = listened_queues(list(queues))
+    runtime.queues = frozenset(queues)
     context_mod.install(runtime)
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     _stop_on_signals(runtime)

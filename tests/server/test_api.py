@@ -10,74 +10,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import openai
 import pytest
 from queue_helpers import specq, start_worker, stop_process, wait_until
-
-KEY = "test-key-" + "x" * 24
-
-
-def get(url: str) -> tuple[int, str]:
-    """(status, body) of a plain GET, with no API key."""
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def server(queue_env, long_model_path):
-    """(base URL, environment) of a running `specq serve` on the toy model."""
-    port = free_port()
-    env = {**queue_env, "SPECQ_API_KEY": KEY}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specq",
-            "serve",
-            "--port",
-            str(port),
-            "--model",
-            long_model_path,
-            "--max-tokens",
-            "12",
-            "--batch-size",
-            "4",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"specq serve exited {proc.returncode}: {proc.stderr.read()}")
-        try:
-            return get(url + "/health")[0] == 200
-        except OSError:
-            return False
-
-    wait_until(up, 60, "the server to answer /health")
-    yield url, env
-    stop_process(proc)
-
-
-@pytest.fixture
-def api(server):
-    return openai.OpenAI(base_url=server[0] + "/v1", api_key=KEY, max_retries=0)
+from server_helpers import KEY, get
 
 
 def batch_lines(n: int, max_tokens: int = 10, url: str = "/v1/chat/completions") -> str:

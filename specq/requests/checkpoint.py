@@ -31,7 +31,9 @@ def encode(state: DecodeState, fp: str) -> str:
     return _canonical({**body, "checksum": hashlib.sha256(_canonical(body).encode()).hexdigest()})
 
 
-def decode(text: str, expected_fp: str) -> DecodeState:
+def decode(text: str, expected_fp: str | None) -> DecodeState:
+    """The state a checkpoint holds, checksum verified; with expected_fp, only if it
+    was made by that model and proposer (None: a reader that only shows progress)."""
     try:
         doc = json.loads(text)
         body = {"state": doc["state"], "fingerprint": doc["fingerprint"]}
@@ -40,7 +42,7 @@ def decode(text: str, expected_fp: str) -> DecodeState:
         raise CheckpointError("checkpoint is not valid JSON with state, fingerprint and checksum") from None
     if hashlib.sha256(_canonical(body).encode()).hexdigest() != checksum:
         raise CheckpointError("checkpoint checksum does not match its contents (corrupted)")
-    if body["fingerprint"] != expected_fp:
+    if expected_fp is not None and body["fingerprint"] != expected_fp:
         raise CheckpointError(
             f"checkpoint was made with another model or proposer (fingerprint {body['fingerprint'][:12]}, "
             f"this worker's is {expected_fp[:12]}); refusing to resume it"
