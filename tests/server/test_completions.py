@@ -140,7 +140,9 @@ def test_a_running_batch_yields_to_a_synchronous_request(api, server, tmp_path, 
         stop_process(proc)
     out = [json.loads(x) for x in api.files.content(api.batches.retrieve(batch.id).output_file_id).text.splitlines()]
     local = specq(
-        ["generate", "--input", str(path), "--json", "--model", long_model_path, "--batch-size", "4"], server[1], timeout=300
+        ["generate", "--input", str(path), "--json", "--model", long_model_path, "--batch-size", "4"],
+        server[1],
+        timeout=300,
     ).stdout
     expected = [json.loads(x) for x in local.splitlines()]
     assert [o["specq"]["token_ids"] for o in out] == [e["specq"]["token_ids"] for e in expected]
