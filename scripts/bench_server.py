@@ -1,14 +1,17 @@
 """Load figures for `specq serve`: one batch of many small requests through the OpenAI
-Batch API, with the official `openai` client, while worker processes decode it.
+Batch API and, while the workers decode it, many concurrent synchronous (streamed)
+chat requests, all with the official `openai` client.
 
-    python scripts/bench_server.py                     # 1,000 requests, toy model, 2 workers
-    python scripts/bench_server.py --requests 50 --workers 1
+    python scripts/bench_server.py                     # 1,000 in a batch + 50 concurrent, 2 workers
+    python scripts/bench_server.py --requests 50 --concurrent 8 --workers 1
 
 It starts a private Redis (the embedded server) in a temporary directory, writes a
 toy model so that decoding takes a minute rather than hours, runs `specq serve` and
 the workers as real processes, and prints a JSON report: the upload and create
 times, the latency of `batches.retrieve` (status) calls made while the workers run,
-the time to completion, and whether every request came back, in input order.
+the time to completion and whether every request came back, in input order; for the
+synchronous requests, sent together once the batch is decoding, the time to the
+first streamed token and to the whole answer, and whether each came back whole.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import openai
@@ -62,6 +67,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--concurrent", type=int, default=50, help="synchronous requests sent at once")
+    parser.add_argument("--sync-max-tokens", type=int, default=32)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,23 +111,30 @@ def main() -> None:
             report["create_s"] = time.perf_counter() - t0
             started = time.perf_counter()
             workers = [
-                subprocess.Popen([sys.executable, "-m", "specq", "worker", "--burst"], env=env)
-                for _ in range(args.workers)
+                subprocess.Popen([sys.executable, "-m", "specq", "worker"], env=env) for _ in range(args.workers)
             ]
             latencies = []
+            sync_results: list[dict] = []
+            burst = threading.Thread(target=lambda: sync_results.extend(synchronous(client, args)))
             while True:
                 t0 = time.perf_counter()
                 batch = client.batches.retrieve(batch.id)
                 latencies.append(time.perf_counter() - t0)
                 if batch.status != "in_progress":
                     break
+                if not burst.is_alive() and not sync_results and batch.model_extra["specq"]["tokens"] > 0:
+                    burst.start()  # once the workers are busy with the batch
                 time.sleep(0.1)
             report["decode_wall_s"] = time.perf_counter() - started
+            if burst.ident is None:
+                burst.start()  # the batch ended before it could
+            burst.join()
             report["status"] = batch.status
             report["status_calls"] = len(latencies)
             report["status_p50_ms"] = 1000 * statistics.median(latencies)
             report["status_p95_ms"] = 1000 * percentile(latencies, 0.95)
             report["status_max_ms"] = 1000 * max(latencies)
+            report.update(summarize(sync_results, args))
             t0 = time.perf_counter()
             out = client.files.content(batch.output_file_id).text.splitlines() if batch.output_file_id else []
             report["download_s"] = time.perf_counter() - t0
@@ -136,6 +150,50 @@ def main() -> None:
                     proc.terminate()
                     proc.wait(30)
             redis_server.stop()
+
+
+def synchronous(client: openai.OpenAI, args: argparse.Namespace) -> list[dict]:
+    """args.concurrent streamed chat requests sent at once: per request, seconds to
+    the first piece of text and to the end, and the completion's token count."""
+
+    def one(i: int) -> dict:
+        t0 = time.perf_counter()
+        first, tokens = None, 0
+        stream = client.chat.completions.create(
+            model="toy",
+            messages=[{"role": "user", "content": f"question {i}"}],
+            max_tokens=args.sync_max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        for chunk in stream:
+            if first is None and chunk.choices and chunk.choices[0].delta.content:
+                first = time.perf_counter() - t0
+            if chunk.usage:
+                tokens = chunk.usage.completion_tokens
+        return {"first_s": first, "total_s": time.perf_counter() - t0, "tokens": tokens}
+
+    if args.concurrent <= 0:
+        return []
+    with ThreadPoolExecutor(args.concurrent) as pool:
+        return list(pool.map(one, range(args.concurrent)))
+
+
+def summarize(results: list[dict], args: argparse.Namespace) -> dict:
+    if not results:
+        return {"sync_requests": 0}
+    firsts = [r["first_s"] for r in results if r["first_s"] is not None]
+    totals = [r["total_s"] for r in results]
+    return {
+        "sync_requests": len(results),
+        "sync_whole": sum(r["tokens"] == args.sync_max_tokens for r in results),
+        "sync_first_token_p50_s": statistics.median(firsts) if firsts else None,
+        "sync_first_token_max_s": max(firsts) if firsts else None,
+        "sync_total_p50_s": statistics.median(totals),
+        "sync_total_p95_s": percentile(totals, 0.95),
+        "sync_total_max_s": max(totals),
+        "sync_tokens_per_s": sum(r["tokens"] for r in results) / max(totals),
+    }
 
 
 if __name__ == "__main__":

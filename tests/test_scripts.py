@@ -256,10 +256,12 @@ def test_chaos_short(tmp_path):
 
 @pytest.mark.slow  # a private Redis, `specq serve` and a worker: about 10 s
 def test_bench_server_small(tmp_path):
-    small = "--requests 12 --workers 1 --max-tokens 3".split()
+    small = "--requests 12 --workers 1 --max-tokens 3 --concurrent 4 --sync-max-tokens 6".split()
     report = json.loads(ok(run_script("bench_server.py", *small, env=_private_env(tmp_path))))
     assert report["status"] == "completed" and report["completed"] == report["output_lines"] == 12
     assert report["failed"] == 0 and report["in_input_order"] is True
     assert report["status_calls"] >= 1 and 0 < report["status_p50_ms"] <= report["status_max_ms"] < 10_000
     for key in ("upload_s", "create_s", "decode_wall_s", "download_s"):
         assert 0 < report[key] < 120, key
+    assert report["sync_requests"] == report["sync_whole"] == 4  # every synchronous answer whole
+    assert 0 < report["sync_first_token_p50_s"] <= report["sync_total_max_s"] < 120

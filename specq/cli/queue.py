@@ -121,6 +121,8 @@ def format_batch(st: dict) -> str:
     flags = f"  [{', '.join(st['flags'])}]" if st["flags"] else ""
     tau = f"{st['tau']:.2f}" if st["tau"] is not None else "-"
     acc = f"{st['acceptance_rate']:.2f}" if st["acceptance_rate"] is not None else "-"
+    if st.get("synchronous"):
+        flags += "  (specq serve's synchronous completions; each leaves once answered)"
     return "\n".join(
         [
             f"batch {st['batch_id']}  queue {st['queue']}  proposer {st['proposer']}  "

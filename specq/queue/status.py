@@ -56,6 +56,28 @@ def workers_alive(client: redis.Redis, now: float | None = None) -> list[str]:
     return [_text(w) for w in client.zrangebyscore(keys.WORKERS, now - WORKER_ALIVE_S, "+inf")]
 
 
+def worker_details(client: redis.Redis, worker_ids: list[str]) -> list[dict[str, Any]]:
+    """What each worker's heartbeat last said: host, pid, queues, requests held, breaker."""
+    pipe = client.pipeline(transaction=False)
+    for worker_id in worker_ids:
+        pipe.hgetall(keys.worker(worker_id))
+    out = []
+    for worker_id, raw in zip(worker_ids, pipe.execute()):
+        info = {_text(k): _text(v) for k, v in raw.items()}
+        out.append(
+            {
+                "id": worker_id,
+                "host": info.get("host", "?"),
+                "pid": int(info.get("pid") or 0),
+                "queues": [q for q in info.get("queues", "").split(",") if q],
+                "held": int(info.get("held") or 0),
+                "jobs_done": int(info.get("jobs_done") or 0),
+                "breaker": info.get("breaker", ""),
+            }
+        )
+    return out
+
+
 def batch_ids(client: redis.Redis) -> list[str]:
     return [_text(b) for b in client.zrange(keys.BATCHES, 0, -1)]
 
@@ -97,7 +119,8 @@ def read_batch(client: redis.Redis, batch_id: str) -> BatchRecord:
         problems.append(f"not listed in {keys.BATCHES}")
     config = _config_from_meta(meta, problems)
     for present, name in ((n_ids, "ids list"), (n_specs, "spec hash"), (n_states, "state hash")):
-        if not present:
+        # A synchronous batch (queue/sync.py) forgets each request once answered: empty is its rest.
+        if not present and not meta.get("sync"):
             problems.append(f"{name} missing")
     counts = _parse(raw_counts, int, "counts hash", problems)
     if counts is not None:
@@ -194,6 +217,7 @@ def batch_status(
         "created": float(meta.get("created", 0)),
         "queue": meta.get("queue"),
         "source": meta.get("source"),
+        "synchronous": bool(meta.get("sync")),
         "proposer": config.get("proposer"),
         "precision": config.get("precision", "f32"),  # batches from before the field were f32
         "flags": flags,

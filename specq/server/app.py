@@ -32,12 +32,12 @@ from specq.queue import control
 from specq.queue.connection import RedisUnavailable
 from specq.queue.results import iter_results
 from specq.queue.server_checks import require_noeviction
-from specq.queue.status import BatchDamaged
+from specq.queue.status import BatchDamaged, overview, worker_details
 from specq.queue.store import BatchStore
 from specq.queue.submit import prepare, submit
 from specq.requests.config import BatchConfig
 from specq.requests.inputs import CHAT_URL, COMPLETIONS_URL
-from specq.server import batches
+from specq.server import batches, page
 from specq.server.completions import CompletionError, SyncCompletions
 from specq.server.files import PURPOSES, FileStore, FileTooLarge
 from specq.server.guard import Guard
@@ -151,6 +151,21 @@ def create_app(settings: Settings) -> Guard:
         registry = CollectorRegistry()
         registry.register(SpecqCollector(client))
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/")
+    def status_page() -> Response:
+        return Response(page.HTML, media_type="text/html", headers={"Content-Security-Policy": page.CSP})
+
+    @app.get("/status.js")
+    def status_script() -> Response:
+        return Response(page.SCRIPT, media_type="text/javascript", headers={"Content-Security-Policy": page.CSP})
+
+    @app.get("/v1/specq/status")
+    def queue_status() -> dict[str, Any]:
+        """What the status page shows: every batch of the queue (the API's and the
+        command line's alike) and the workers alive."""
+        found = overview(client)
+        return {"batches": found["batches"], "workers": worker_details(client, found["workers_alive"])}
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
