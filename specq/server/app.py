@@ -11,6 +11,7 @@ official client raises its own exception classes for them (401, 404, 400, 413).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -24,11 +25,12 @@ import redis
 from fastapi import FastAPI, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specq.errors import SpecqError
 from specq.jsonl import dumps_line
-from specq.queue import control
+from specq.queue import control, keys
 from specq.queue.connection import RedisUnavailable
 from specq.queue.results import iter_results
 from specq.queue.server_checks import require_noeviction
@@ -48,6 +50,7 @@ MAX_JSON_BODY = 64 * 2**10
 # text, JSON escapes can multiply it by six.
 MAX_COMPLETION_BODY = 2**20
 PAGE_LIMIT = 100
+EXPIRY_CHECK_S = 60.0
 log = logging.getLogger("specq.server")
 
 
@@ -86,12 +89,22 @@ def create_app(settings: Settings) -> Guard:
     client = settings.client
     completions = SyncCompletions(client, settings.config, settings.queue, settings.model_file, settings.model_name)
 
+    async def expire_forever() -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_CHECK_S)
+            try:
+                await run_in_threadpool(batches.expire_overdue, client)
+            except (redis.RedisError, SpecqError, OSError) as exc:
+                log.warning("expiring overdue batches failed (%s); next pass", exc.__class__.__name__)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         completions.start()
+        expiry = asyncio.get_running_loop().create_task(expire_forever())
         try:
             yield
         finally:
+            expiry.cancel()
             completions.stop()
 
     app = FastAPI(title="specq", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
@@ -214,7 +227,7 @@ def create_app(settings: Settings) -> Guard:
         return {
             "id": file_id,
             "object": "file",
-            "bytes": 0,
+            "bytes": _result_bytes(result),
             "created_at": result["created_at"],
             "filename": f"{result['kind']}.jsonl",
             "purpose": "batch_output",
@@ -228,8 +241,7 @@ def create_app(settings: Settings) -> Guard:
         path = store.path(file_id)
         if path is not None:
             return StreamingResponse(_read_file(path), media_type="application/jsonl")
-        result = _result_file(file_id)
-        return StreamingResponse(_result_lines(result["batch_id"], result["kind"]), media_type="application/jsonl")
+        return StreamingResponse(_result_lines(_result_file(file_id)), media_type="application/jsonl")
 
     @app.delete("/v1/files/{file_id}")
     def delete_file(file_id: str) -> dict[str, Any]:
@@ -242,13 +254,33 @@ def create_app(settings: Settings) -> Guard:
         rec = batches.record(client, found[0]) if found else None
         if rec is None or not BatchStore(client, found[0]).exists():
             raise ApiError(404, f"no file {file_id!r}", code="not_found")
-        return {"batch_id": found[0], "kind": found[1], "created_at": int(float(rec["created_at"]))}
+        return {
+            "batch_id": found[0],
+            "kind": found[1],
+            "created_at": int(float(rec["created_at"])),
+            "expired": bool(rec.get("expired_at")),
+            "bytes": rec.get(f"{found[1]}_bytes"),
+            "ended": bool(rec.get("ended_at") or rec.get("expired_at")),
+        }
 
-    def _result_lines(batch_id: str, kind: str):
-        for _, out, err in iter_results(BatchStore(client, batch_id)):
-            line = out if kind == "output" else err
-            if line is not None:
-                yield (dumps_line(line) + "\n").encode()
+    def _result_lines(result: dict[str, Any]):
+        for _, out, err in iter_results(BatchStore(client, result["batch_id"])):
+            line = out if result["kind"] == "output" else err
+            if line is None:
+                continue
+            if result["expired"] and line["error"] and line["error"]["code"] == "cancelled":
+                line["error"] = {"code": "batch_expired", "message": "the batch expired before this request completed"}
+            yield (dumps_line(line) + "\n").encode()
+
+    def _result_bytes(result: dict[str, Any]) -> int:
+        """The file's size: counted from its lines, and kept once the batch has ended
+        (its lines no longer change)."""
+        if result["bytes"] is not None:
+            return int(result["bytes"])
+        size = sum(len(chunk) for chunk in _result_lines(result))
+        if result["ended"]:
+            client.hset(keys.api_batch(result["batch_id"]), f"{result['kind']}_bytes", size)
+        return size
 
     # --- batches ---------------------------------------------------------------
     @app.post("/v1/batches")

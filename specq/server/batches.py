@@ -10,8 +10,12 @@ Statuses: a file that fails validation makes a `failed` batch (no specq batch), 
 `errors` naming each line as `specq submit` does (a batch whose keys were deleted or
 damaged in Redis shows as `failed` too, saying so); otherwise `in_progress` while
 requests are queued, running or paused, `cancelling` while a cancelled batch still
-has requests running, then `cancelled`, else `completed`. Results are read on
-demand, so `finalizing` is never seen; batches do not expire.
+has requests running, then `cancelled`, else `completed`. A batch not finished
+within its completion window (24 h from its creation) is `expired`: its unfinished
+requests are cancelled (their error lines say `batch_expired`) and what completed
+stays in the output file, as OpenAI's. Expiry happens when the API reads the batch
+past its window (the server looks at every unfinished batch once a minute). Results
+are read on demand, so `finalizing` is never seen.
 """
 
 from __future__ import annotations
@@ -24,14 +28,14 @@ from typing import Any
 import redis
 
 from specq.errors import InputError
-from specq.queue import keys
+from specq.queue import control, keys
 from specq.queue.status import BatchDamaged, batch_status
 from specq.queue.store import _text
 from specq.queue.vocabulary import Flag, RequestState
 from specq.requests.inputs import CHAT_URL, COMPLETIONS_URL
 
 ENDPOINTS = (CHAT_URL, COMPLETIONS_URL)
-COMPLETION_WINDOWS = ("24h",)
+COMPLETION_WINDOWS = {"24h": 24 * 3600}
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
 OUTPUT_SUFFIX, ERRORS_SUFFIX = "-output", "-errors"
 
@@ -98,11 +102,11 @@ def to_api(client: redis.Redis, batch_id: str, rec: dict[str, Any], now: float |
         "error_file_id": None,
         "created_at": created,
         "in_progress_at": None,
-        "expires_at": None,
+        "expires_at": created + COMPLETION_WINDOWS.get(rec["completion_window"], 0),
         "finalizing_at": None,
         "completed_at": None,
         "failed_at": None,
-        "expired_at": None,
+        "expired_at": _int(rec.get("expired_at")),
         "cancelling_at": _int(rec.get("cancelling_at")),
         "cancelled_at": None,
         "request_counts": {"total": 0, "completed": 0, "failed": 0},
@@ -128,7 +132,11 @@ def to_api(client: redis.Redis, batch_id: str, rec: dict[str, Any], now: float |
     )
     # A cancel that came after the last request finished cancelled nothing: completed.
     cancelled = Flag.CANCELLED in st["flags"] and not (st["done"] and counts[RequestState.CANCELLED] == 0)
-    if cancelled:
+    if not st["done"] and not cancelled and now >= obj["expires_at"]:
+        obj["expired_at"] = _expire(client, batch_id, now)
+    if obj["expired_at"]:
+        obj["status"] = "expired"
+    elif cancelled:
         running = counts[RequestState.RUNNING]
         ended = _int(rec.get("ended_at"))
         if running:
@@ -140,6 +148,26 @@ def to_api(client: redis.Redis, batch_id: str, rec: dict[str, Any], now: float |
     else:
         obj["status"] = "in_progress"
     return obj
+
+
+def _expire(client: redis.Redis, batch_id: str, now: float) -> int:
+    """Past its window: what is unfinished is cancelled (workers let go of it within a
+    round); the time is kept so that later reads agree."""
+    client.hsetnx(keys.api_batch(batch_id), "expired_at", str(int(now)))
+    control.cancel(control.resolve(client, batch_id))
+    return int(float(_text(client.hget(keys.api_batch(batch_id), "expired_at"))))
+
+
+def expire_overdue(client: redis.Redis, now: float | None = None) -> int:
+    """Read every API batch, so that those past their window expire even when nobody
+    polls them. Returns how many are expired."""
+    now = time.time() if now is None else now
+    expired = 0
+    for batch_id in [_text(b) for b in client.zrange(keys.API_BATCHES, 0, -1)]:
+        rec = record(client, batch_id)
+        if rec is not None and not any(rec.get(f) for f in ("expired_at", "failed_at", "ended_at")):
+            expired += to_api(client, batch_id, rec, now)["status"] == "expired"
+    return expired
 
 
 def _mark_ended(client: redis.Redis, batch_id: str, now: float) -> int:

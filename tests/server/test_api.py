@@ -78,8 +78,9 @@ def test_a_batch_runs_through_the_openai_client_and_equals_generate(api, server,
         stop_process(worker)
     assert done.request_counts.completed == 5 and done.request_counts.failed == 0 and done.error_file_id is None
     assert done.completed_at >= done.created_at and done.output_file_id
-    out = api.files.content(done.output_file_id).text.splitlines()
-    got = [json.loads(line) for line in out]
+    content = api.files.content(done.output_file_id).content
+    assert api.files.retrieve(done.output_file_id).bytes == len(content) > 0
+    got = [json.loads(line) for line in content.decode().splitlines()]
     local = specq(
         [
             "generate",
@@ -313,3 +314,23 @@ def test_an_unreadable_file_or_a_lost_batch_is_said_not_a_500(api, server, clien
     assert {b.id for b in api.batches.list()} == {batch.id, kept.id}  # the listing still works
     with pytest.raises(openai.BadRequestError, match="no batch"):
         api.post(f"/batches/{kept.id}/pause", cast_to=openai.types.Batch)
+
+
+def test_a_batch_past_its_window_expires_keeping_what_completed(api, server, tmp_path, client):
+    """Expiry is checked against the time given, so the test need not wait 24 hours:
+    the server's own code, on the server's Redis, reads the batch a day later."""
+    from specq.server import batches
+
+    uploaded, _ = upload(api, tmp_path, batch_lines(3))
+    batch = api.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert batch.expires_at == batch.created_at + 24 * 3600 and batch.expired_at is None
+    rec = batches.record(client, batch.id)
+    assert batches.to_api(client, batch.id, rec, now=batch.created_at + 3600)["status"] == "in_progress"
+    assert batches.expire_overdue(client, now=batch.created_at + 24 * 3600 + 1) == 1
+    expired = api.batches.retrieve(batch.id)
+    assert expired.status == "expired" and expired.expired_at >= batch.created_at + 24 * 3600
+    assert expired.request_counts.failed == 3 and expired.output_file_id is None
+    errors = [json.loads(x) for x in api.files.content(expired.error_file_id).text.splitlines()]
+    assert [e["custom_id"] for e in errors] == ["q0", "q1", "q2"]
+    assert {e["error"]["code"] for e in errors} == {"batch_expired"}
+    assert api.files.retrieve(expired.error_file_id).bytes == len(api.files.content(expired.error_file_id).content)
