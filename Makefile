@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specq-installed
 
-.PHONY: demo test test-fast install clean heads
+.PHONY: demo test test-fast install clean heads browser
 
 install: $(STAMP)
 
@@ -24,8 +24,11 @@ demo: $(STAMP)
 	$(BIN)/specq run examples/prompts.jsonl -o demo.results.jsonl
 	$(BIN)/python -c "import json; [print(f\"--- {r['custom_id']}\n{r['text']}\") for r in map(json.loads, open('demo.results.jsonl'))]"
 
-# Lint and format checks first (seconds), then the whole suite.
-test: $(STAMP)
+# Lint and format checks first (seconds), then the whole suite. The status page's test
+# loads it in headless Chromium: installed from the distribution's packages when it
+# is missing and this is a Debian-like machine that allows it; else that test skips,
+# saying so.
+test: $(STAMP) browser
 	$(BIN)/ruff check specq tests scripts
 	$(BIN)/ruff format --check specq tests scripts
 	$(BIN)/python -m pytest
@@ -46,3 +49,10 @@ heads: $(STAMP)
 
 clean:
 	rm -rf $(VENV)
+
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { command -v apt-get >/dev/null 2>&1 && timeout 900 sh -c \
+	    'apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
+	     { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; }'; } || \
+	  echo "no Chromium here (apt-get install chromium): the status page's browser test will skip"
