@@ -1,4 +1,4 @@
-"""`specq serve`: the OpenAI Batch API on this machine's queue."""
+"""`specq serve`: the OpenAI Batch API, synchronous completions and a status page on this machine's queue."""
 
 from __future__ import annotations
 
@@ -39,14 +39,22 @@ def is_loopback(host: str) -> bool:
     show_default=True,
     help="Largest file an upload may be (OpenAI's limit: 200 MiB).",
 )
+@click.option(
+    "--max-sync-requests",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Synchronous completion requests followed at once; more get a 429.",
+)
 @model_options
 @generation_options
 @batch_options
 @redis_option
-def serve(host, port, api_key, queue, max_file_bytes, redis_url, **options) -> None:
-    """Serve the OpenAI Batch API (files, batches) over the queue; `specq worker`
-    processes do the decoding. Model and generation options are the defaults of the
-    batches created through it.
+def serve(host, port, api_key, queue, max_file_bytes, max_sync_requests, redis_url, **options) -> None:
+    """Serve the OpenAI Batch API (files, batches), synchronous chat and text
+    completions (streamed or whole) and a status page at / over the queue; `specq
+    worker` processes do the decoding. Model and generation options are the defaults
+    of the batches and requests made through it.
 
     \b
     specq serve --port 8000
@@ -75,11 +83,14 @@ def serve(host, port, api_key, queue, max_file_bytes, redis_url, **options) -> N
             files_dir=data_dir() / "files",
             api_key=api_key,
             max_file_bytes=max_file_bytes,
+            max_sync_requests=max_sync_requests,
         )
         app = create_app(settings)
     _check_can_listen(host, port)
     click.echo(f"serving the Batch API on http://{host}:{port}/v1 (queue {queue})", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    # Streams may be long: on SIGTERM, open ones get this long to end, then are cut
+    # (their requests cancelled), so that a stop never hangs on a client.
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
 
 
 def _check_can_listen(host: str, port: int) -> None:

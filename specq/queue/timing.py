@@ -1,5 +1,6 @@
 """The queue's clocks: leases, heartbeats, job lengths and retry limits (one home
-for each; SPECQ_LEASE_TTL_MS and SPECQ_HEARTBEAT_S override two of them)."""
+for each; SPECQ_LEASE_TTL_MS, SPECQ_HEARTBEAT_S and SPECQ_MAX_ATTEMPTS override three
+of them)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ DEFAULT_QUEUE = "specq"
 
 LEASE_TTL_MS = int(env_number("SPECQ_LEASE_TTL_MS", 30_000))  # a silent worker's requests are taken over after this
 HEARTBEAT_S = env_number("SPECQ_HEARTBEAT_S", 5.0)  # leases are renewed, and the reaper runs, this often
-MAX_ATTEMPTS = 3  # a request abandoned or failing more often than this without a new checkpoint fails
+# A request abandoned or failing more often than this without a new checkpoint fails:
+# a prompt that kills every worker it reaches must not take the whole pool down. A
+# deployment whose workers are preempted often (spot machines) may want more.
+MAX_ATTEMPTS = int(env_number("SPECQ_MAX_ATTEMPTS", 3))
 JOB_SECONDS = 1800  # a job hands its requests back and re-enqueues itself after this
 JOB_TIMEOUT_S = JOB_SECONDS + 900  # RQ's hard limit: only reached by a job that hangs
 WORKER_ALIVE_S = 3 * HEARTBEAT_S

@@ -1,12 +1,13 @@
 """The HTTP application: the OpenAI Files and Batches APIs, specq's pause and resume,
-/health and Prometheus /metrics. Every route is a short read or write on the queue;
-decoding is the workers' (there is no second path to the engine).
+synchronous completions (completions.py), the status page (page.py), /health and
+Prometheus /metrics. Every route is a short read or write on the queue; decoding is
+the workers' (there is no second path to the engine).
 
 The API key and the bounds on request bodies are checked by the Guard around the
 application (guard.py), before a byte of a body is read.
 
 Errors have OpenAI's shape ({"error": {"message", "type", "param", "code"}}), so the
-official client raises its own exception classes for them (401, 404, 400, 413).
+official client raises its own exception classes for them (401, 404, 400, 413, 429).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from specq.queue.submit import prepare, submit
 from specq.requests.config import BatchConfig
 from specq.requests.inputs import CHAT_URL, COMPLETIONS_URL
 from specq.server import batches, page
-from specq.server.completions import CompletionError, SyncCompletions
+from specq.server.completions import MAX_IN_FLIGHT, CompletionError, SyncCompletions
 from specq.server.files import PURPOSES, FileStore, FileTooLarge
 from specq.server.guard import Guard
 
@@ -64,6 +65,7 @@ class Settings:
     files_dir: Path
     api_key: str | None = None
     max_file_bytes: int = 200 * 2**20
+    max_sync_requests: int = MAX_IN_FLIGHT
 
 
 class ApiError(Exception):
@@ -87,7 +89,14 @@ def _error(status: int, message: str, type_: str, param: str | None = None, code
 def create_app(settings: Settings) -> Guard:
     store = FileStore(settings.files_dir, settings.max_file_bytes)
     client = settings.client
-    completions = SyncCompletions(client, settings.config, settings.queue, settings.model_file, settings.model_name)
+    completions = SyncCompletions(
+        client,
+        settings.config,
+        settings.queue,
+        settings.model_file,
+        settings.model_name,
+        max_in_flight=settings.max_sync_requests,
+    )
 
     async def expire_forever() -> None:
         while True:

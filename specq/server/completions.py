@@ -46,6 +46,10 @@ FINISHED = (RequestState.COMPLETED, RequestState.FAILED, RequestState.CANCELLED)
 JANITOR_S = 30.0
 # A reader that cannot reach Redis keeps trying this long (a restart takes seconds).
 REDIS_PATIENCE_S = 60.0
+# Requests a server follows at once by default; more are refused with a 429 (each
+# holds a connection, a task and reads of Redis, and the workers serve them a decode
+# group at a time anyway).
+MAX_IN_FLIGHT = 256
 log = logging.getLogger("specq.server")
 
 
@@ -84,8 +88,17 @@ class Submitted:
 
 
 class SyncCompletions:
-    def __init__(self, client: redis.Redis, config: BatchConfig, queue: str, model_file: str, model_name: str) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        config: BatchConfig,
+        queue: str,
+        model_file: str,
+        model_name: str,
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
         self.client = client
+        self.max_in_flight = max_in_flight
         self.config = sync.sync_config(config)
         self.queue = queue
         self.batch_id = sync.sync_batch_id(self.config, queue)
@@ -129,6 +142,11 @@ class SyncCompletions:
 
     # --- one request -------------------------------------------------------------
     async def respond(self, url: str, body: dict[str, Any], request: Request) -> Response:
+        # The requests being followed (their readers' wake-up events) are the ones in flight.
+        if self.news is not None and len(self.news.waiters) >= self.max_in_flight:
+            raise CompletionError(
+                429, f"{self.max_in_flight} synchronous requests are in progress already; retry later"
+            )
         submitted = await run_in_threadpool(self._submit, url, body)
         if submitted.stream:
             return StreamingResponse(

@@ -13,6 +13,7 @@ import time
 import openai
 import pytest
 from queue_helpers import specq, start_worker, stop_process, wait_until
+from server_helpers import KEY, start_server
 
 from specq.queue import keys
 from specq.queue.vocabulary import RequestState
@@ -148,15 +149,46 @@ def test_a_running_batch_yields_to_a_synchronous_request(api, server, tmp_path, 
     assert [o["specq"]["token_ids"] for o in out] == [e["specq"]["token_ids"] for e in expected]
 
 
-def test_a_client_that_leaves_mid_stream_cancels_its_request(api, worker, client):
-    stream = api.chat.completions.create(model="toy", messages=MESSAGES, max_tokens=4000, stream=True)
+@pytest.fixture
+def slow_api(queue_env, slow_model_path, client):
+    """A server on the slower toy model (a long answer lasts seconds) that follows one
+    synchronous request at a time, and a worker."""
+    env = {**queue_env, "SPECQ_API_KEY": KEY}
+    server, url = start_server(env, slow_model_path, "--max-sync-requests", "1")
+    worker = start_worker(env)
+    try:
+        wait_until(lambda: client.zcard(keys.WORKERS) >= 1, 60, "the worker's first heartbeat")
+        yield openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
+    finally:
+        stop_process(worker)
+        stop_process(server)
+
+
+def test_a_client_that_leaves_mid_stream_cancels_its_request(slow_api, client):
+    stream = slow_api.chat.completions.create(model="toy", messages=MESSAGES, max_tokens=900, stream=True)
     for i, _ in enumerate(stream):
         if i == 3:
             break
     stream.close()
     wait_until(lambda: set(sync_states(client).values()) == {RequestState.CANCELLED}, 20, "the request to be cancelled")
     # The worker is free again: the next request is answered.
-    assert api.chat.completions.create(model="toy", messages=MESSAGES, max_tokens=5).usage.completion_tokens == 5
+    assert slow_api.chat.completions.create(model="toy", messages=MESSAGES, max_tokens=5).usage.completion_tokens == 5
+
+
+def test_more_synchronous_requests_than_allowed_get_a_429(slow_api):
+    stream = slow_api.chat.completions.create(model="toy", messages=MESSAGES, max_tokens=900, stream=True)
+    next(c for c in stream if c.choices and c.choices[0].delta.content)  # text: followed now
+    with pytest.raises(openai.RateLimitError, match="1 synchronous requests are in progress"):
+        slow_api.chat.completions.create(model="toy", messages=MESSAGES, max_tokens=5)
+    stream.close()
+
+    def answered() -> bool:
+        try:
+            return slow_api.chat.completions.create(model="toy", messages=MESSAGES, max_tokens=5) is not None
+        except openai.RateLimitError:
+            return False
+
+    wait_until(answered, 20, "the place to be free again")
 
 
 def test_a_worker_killed_mid_stream_changes_nothing_the_client_sees(api, server, worker, client):
