@@ -9,8 +9,9 @@ from server_helpers import KEY, start_server
 
 
 @pytest.fixture
-def server(queue_env, long_model_path):
-    """(base URL, environment) of a running `specq serve` on the toy model."""
+def server(queue_env, long_model_path, client):
+    """(base URL, environment) of a running `specq serve` on the toy model, on a Redis
+    emptied for the test (the client fixture flushes it)."""
     env = {**queue_env, "SPECQ_API_KEY": KEY}
     proc, url = start_server(env, long_model_path, "--max-tokens", "12", "--batch-size", "4")
     yield url, env
