@@ -144,6 +144,22 @@ def test_importing_the_queue_loads_no_numba_and_no_model():
     assert done.stdout.strip() == "", f"importing specq.queue loaded: {done.stdout.strip()}"
 
 
+def test_the_command_line_loads_no_numba_until_a_command_decodes():
+    """`specq status`, `submit`, `run`'s parent and the rest start without the model's
+    kernels (importing them costs about a second); the commands that decode import
+    the engine themselves."""
+    code = (
+        "import sys, specq.cli\n"
+        "bad = sorted(m for m in sys.modules if m == 'numba' or m.startswith('numba.') or m in "
+        "('specq.specdec.model', 'specq.specdec.engine', 'specq.worker.batch_runner'))\n"
+        "print(' '.join(m for m in bad if not m.startswith('numba.')))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "", f"importing specq.cli loaded: {done.stdout.strip()}"
+
+
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_every_package_is_documented(package):
     doc = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")

@@ -7,6 +7,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,10 +25,12 @@ from specq.jsonl import dumps_line
 from specq.requests.config import DEFAULT_BATCH_SIZE, BatchConfig
 from specq.requests.inputs import GenerationDefaults, PromptSpec, read_jsonl, to_request
 from specq.requests.result import Result
-from specq.specdec.engine import Engine
 from specq.specdec.precision import INTEGER
-from specq.specdec.proposers import PROPOSERS
+from specq.specdec.proposer_names import PROPOSERS
 from specq.specdec.state import DecodeState
+
+if TYPE_CHECKING:  # the engine (numba, the model) is imported by the commands that decode
+    from specq.specdec.engine import Engine
 
 
 @click.command()

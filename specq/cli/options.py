@@ -17,7 +17,7 @@ from specq.requests.config import (
 from specq.requests.inputs import GenerationDefaults, OptionError, check_option
 from specq.specdec.acceptance import ACCEPT_RULES
 from specq.specdec.precision import AUTO, PRECISIONS, resolve
-from specq.specdec.proposers import PROPOSERS
+from specq.specdec.proposer_names import PROPOSERS
 
 
 def option_check(name: str):

@@ -9,8 +9,7 @@ from dataclasses import replace
 import click
 
 from specq.errors import SpecqError
-from specq.training.heads import TrainConfig
-from specq.training.recurrent import RecurrentConfig
+from specq.training.configs import RecurrentConfig, TrainConfig
 
 
 @click.command("train-heads")

@@ -20,18 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specq.training.configs import TrainConfig
 from specq.training.features import NO_LABEL, Features
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    epochs: int = 3
-    batch_rows: int = 256
-    learning_rate: float = 1e-3
-    weight_decay: float = 0.0
-    seed: int = 0
-    mine_rows: int = 8192  # rows sampled before each epoch to find the heads' top tokens
-    mine_top: int = 10  # each sampled row adds its top tokens, per head, to the loss's vocabulary
 
 
 @dataclass

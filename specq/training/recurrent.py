@@ -24,19 +24,9 @@ import numpy as np
 from specq.specdec.matmul import embed, linear
 from specq.specdec.model import LlamaModel
 from specq.specdec.proposers.recurrent import RecurrentHead, draft_output_head, sigmoid
+from specq.training.configs import RecurrentConfig
 from specq.training.features import NO_LABEL, Features
 from specq.training.heads import Adam
-
-
-@dataclass(frozen=True)
-class RecurrentConfig:
-    epochs: int = 8
-    batch_rows: int = 256
-    learning_rate: float = 1e-3
-    hidden: int = 1024  # width of the head's inner layer
-    vocab: int = 8192  # size of the draft vocabulary
-    regression_weight: float = 1.0  # of the hidden-state distance, against cross-entropy
-    seed: int = 0
 
 
 @dataclass
