@@ -121,9 +121,14 @@ def run(input_path, output, errors_path, processes, skip_invalid, kv_memory, red
             click.echo("\ninterrupted: workers are checkpointing; run the same command again to continue", err=True)
             supervisor.stop()
             sys.exit(130)
-        finally:
+        except BaseException:
             supervisor.stop()  # whatever ended the wait (an error too): no worker outlives the run
-        n_out, n_err = write_results(client, batch_id, output, errors_path if _has_errors(st) else None)
+            raise
+        supervisor.signal_stop()  # the workers exit while the results are written
+        try:
+            n_out, n_err = write_results(client, batch_id, output, errors_path if _has_errors(st) else None)
+        finally:
+            supervisor.stop()
     click.echo(
         f"batch {batch_id}: {n_out} results in {output}" + (f", {n_err} errors in {errors_path}" if n_err else ""),
         err=True,

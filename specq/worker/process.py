@@ -326,11 +326,16 @@ class Supervisor:
     def running(self) -> int:
         return len(self.children)
 
-    def stop(self, timeout: float = 60.0) -> None:
+    def signal_stop(self) -> None:
+        """SIGTERM to every child, without waiting: they hand their work back and exit
+        while the caller does something else (stop() then waits)."""
         self.stopping = True
         for proc, _ in self.children:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        self.signal_stop()
         deadline = time.monotonic() + timeout
         for proc, _ in self.children:
             try:
