@@ -12,6 +12,7 @@ import time
 
 import openai
 import pytest
+import redis
 from queue_helpers import specq, start_worker, stop_process, wait_until
 from server_helpers import KEY, start_server
 
@@ -219,3 +220,48 @@ def kill_the_decoder(client) -> int:
                 os.kill(pid, signal.SIGKILL)
                 return pid
     raise AssertionError("no worker holds a synchronous request")
+
+
+def test_a_redis_restart_mid_stream_changes_nothing_the_client_sees(own_redis, slow_model_path):
+    """Redis stopped (its append-only file written) and started again while a worker
+    decodes a streamed request: the server's readers wait for it, the worker hands
+    the request back from its latest state, and the stream goes on to the very text
+    the uninterrupted request gives."""
+    server, env = own_redis
+    env = {**env, "SPECQ_API_KEY": KEY}
+    proc, url = start_server(env, slow_model_path)
+    worker = start_worker(env)
+    api = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+    body = {"model": "toy", "messages": MESSAGES, "max_tokens": 600, "temperature": 0.7, "seed": 5}
+    try:
+        wait_until(lambda: api.models.list() is not None, 30, "the server")
+        whole = None
+
+        def answered() -> bool:
+            nonlocal whole
+            try:
+                whole = api.chat.completions.create(**body).choices[0].message.content
+            except openai.InternalServerError:  # no worker heartbeat yet
+                return False
+            return True
+
+        wait_until(answered, 60, "a first answer")
+        pieces: list[str] = []
+        restarted = False
+        for chunk in api.chat.completions.create(**body, stream=True):
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+            if len(pieces) == 10 and not restarted:
+                server.stop()
+                time.sleep(1.5)
+                server.ensure_running()
+                restarted = True
+        assert restarted and "".join(pieces) == whole
+        # The restart met the request mid-decode: it was handed back and resumed.
+        client = redis.Redis(unix_socket_path=str(server.socket))
+        (batch_id,) = [b for b in client.zrange(keys.BATCHES, 0, -1) if b.startswith(b"sync-")]
+        stats = client.hgetall(keys.BatchKeys(batch_id.decode()).stats)
+        assert float(stats.get(b"resume_prefills", 0)) >= 1, stats
+    finally:
+        stop_process(worker)
+        stop_process(proc)
