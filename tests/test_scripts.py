@@ -265,3 +265,12 @@ def test_bench_server_small(tmp_path):
         assert 0 < report[key] < 120, key
     assert report["sync_requests"] == report["sync_whole"] == 4  # every synchronous answer whole
     assert 0 < report["sync_first_token_p50_s"] <= report["sync_total_max_s"] < 120
+
+
+@pytest.mark.slow  # spawns 2 x 2 processes that each import numba
+def test_bench_worker_memory_small(q4_model):
+    report = json.loads(ok(run_script("bench_worker_memory.py", "--model", q4_model, "--precision", "f32",
+                                      "--processes", "2")))  # fmt: skip
+    assert len(report["without_cache"]) == len(report["with_cache"]) == 2
+    for row in report["without_cache"] + report["with_cache"]:
+        assert row["rss"] > 0 and row["pss"] > 0 and row["load_s"] >= 0

@@ -95,10 +95,12 @@ def _start(engine: Engine, spec: PromptSpec, defaults: GenerationDefaults) -> De
 
 
 def _load(config: BatchConfig) -> Engine:
+    from specq.queue.connection import model_cache_dir
     from specq.specdec.loader import load_engine
 
     started = time.perf_counter()
     engine = load_engine(
+        cache_dir=model_cache_dir(),
         model_path=config.model_path or None,
         proposer=config.proposer,
         draft_model_path=config.draft_model_path or None,

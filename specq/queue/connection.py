@@ -24,6 +24,7 @@ from specq.errors import SpecqError
 
 ENV_URL = "SPECQ_REDIS_URL"
 ENV_HOME = "SPECQ_HOME"
+ENV_MODEL_CACHE = "SPECQ_MODEL_CACHE"
 SOCKET_NAME = "redis.sock"
 START_TIMEOUT_S = 15.0
 MAX_UNIX_PATH = 100  # sockaddr_un allows 108 bytes; leave room
@@ -69,6 +70,14 @@ def data_dir() -> Path:
         return Path(os.environ[ENV_HOME]).expanduser()
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "specq"
+
+
+def model_cache_dir() -> str | None:
+    """Where built models are kept for every process of this machine to map
+    (specdec/model_cache); None with SPECQ_MODEL_CACHE=off."""
+    if os.environ.get(ENV_MODEL_CACHE, "").strip().lower() in ("off", "0", "no", "false"):
+        return None
+    return str(data_dir() / "models")
 
 
 def resolve_url(url: str | None) -> str:

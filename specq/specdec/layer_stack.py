@@ -18,7 +18,8 @@ long takes BLAS, in the Python loop).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import importlib
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 from numba import config, njit, types
@@ -42,6 +43,14 @@ class StackedLayers:
     compiled: tuple  # (for several segments, for one): _run and _run_one's signatures
     extra: tuple = ()  # arguments after the sizes (int8_stack: whether activations are split)
     cache: types.Type = None  # the numba type of the caches it takes (CACHE unless said)
+
+    def __reduce__(self) -> tuple:
+        """Pickled (model_cache) with its compiled functions and cache type named, not
+        serialized: they are code of this process, not data."""
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        state["compiled"] = tuple((fn.py_func.__module__, fn.py_func.__name__) for fn in self.compiled)
+        state["cache"] = next((name for name, t in CACHE_TYPES.items() if t == self.cache), None)
+        return (_rebuild, (state,))
 
     @classmethod
     def build(cls, layers) -> tuple[StackedLayers, tuple] | None:
@@ -156,6 +165,21 @@ def _heads(qkv, first, n_heads, hd):  # pragma: no cover - compiled
 _Q = (types.uint8[:, :, :, :, ::1], types.uint16[:, :, :, :, ::1])
 CACHE = types.float32[:, :, :, ::1]  # KVCache.kernel_keys / kernel_values
 HALF_CACHE = types.uint16[:, :, :, ::1]  # the same, float16 bits (the integer precisions)
+CACHE_TYPES = {"float32": CACHE, "float16": HALF_CACHE}
+
+
+def _rebuild(state: dict) -> StackedLayers:
+    """A pickled stack (see StackedLayers.__reduce__), its functions found by name
+    in specq's own modules."""
+    compiled = []
+    for module, name in state["compiled"]:
+        if not module.startswith("specq.specdec."):
+            raise ValueError(f"a layer stack names {module}.{name}, not one of specq's compiled functions")
+        compiled.append(getattr(importlib.import_module(module), name))
+    cache = CACHE_TYPES[state["cache"]] if state["cache"] else None
+    return StackedLayers(**{**state, "compiled": tuple(compiled), "cache": cache})
+
+
 VISIBLE = types.boolean[:, ::1]
 NORMS = (types.float32[:, ::1], types.float32[:, ::1])  # attn_norm, ffn_norm: [L, d] each
 WEIGHTS = types.Tuple((*NORMS, *_Q, *_Q, *_Q, *_Q))  # the norms, then each kind's quants and scales

@@ -7,6 +7,7 @@ import importlib.util
 import os
 
 from specq.errors import ModelFileError, ParameterError
+from specq.specdec import model_cache
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model import LlamaModel
@@ -44,10 +45,17 @@ def default_model_path() -> str:
     return files[0]
 
 
-def load_model_and_tokenizer(path: str, precision: str = "f32") -> tuple[LlamaModel, Tokenizer]:
-    """One read of the file serves both the weights and the vocabulary."""
+def load_model_and_tokenizer(
+    path: str, precision: str = "f32", cache_dir: str | None = None
+) -> tuple[LlamaModel, Tokenizer]:
+    """One read of the file serves both the weights and the vocabulary. With a
+    cache_dir, the built model is shared through a memory-mapped file there
+    (model_cache): every process on the machine maps one copy of the weights."""
     f = GGUFFile(path)
-    model = LlamaModel.from_gguf(f, precision)  # checks the architecture before the vocabulary
+    if cache_dir is None:
+        model = LlamaModel.from_gguf(f, precision)  # checks the architecture before the vocabulary
+    else:
+        model = model_cache.load_or_build(cache_dir, f.sha256(), precision, lambda: LlamaModel.from_gguf(f, precision))
     return model, Tokenizer.from_gguf(f)
 
 
@@ -58,8 +66,9 @@ def load_engine(
     draft_model_path: str | None = None,
     medusa_heads_path: str | None = None,
     precision: str = "f32",
+    cache_dir: str | None = None,
 ) -> Engine:
-    model, tokenizer = load_model_and_tokenizer(model_path or default_model_path(), precision)
+    model, tokenizer = load_model_and_tokenizer(model_path or default_model_path(), precision, cache_dir)
     chosen = make_proposer(
         proposer, model, tokenizer, draft_model_path=draft_model_path, medusa_heads_path=medusa_heads_path
     )

@@ -105,6 +105,7 @@ def load_for_batch(config: BatchConfig) -> LoadedEngine:
     that is not the one the batch was submitted with. A proposer that cannot be loaded
     here (a missing or corrupt heads file, a broken draft model) degrades to plain
     decoding: slower, and still exact, since the target model alone decides every token."""
+    from specq.queue.connection import model_cache_dir
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer, shipped_heads_for
     from specq.specdec.proposers.none import NoProposer
 
@@ -114,7 +115,10 @@ def load_for_batch(config: BatchConfig) -> LoadedEngine:
         # A CPU without the instructions refuses before reading the weights; like a
         # model file that differs, that is this worker's fault, not the requests'.
         int8.require()
-    model, tokenizer = load_model_and_tokenizer(config.model_path or default_model_path(), config.precision)
+    # Every worker process of this machine maps one copy of the built weights.
+    model, tokenizer = load_model_and_tokenizer(
+        config.model_path or default_model_path(), config.precision, model_cache_dir()
+    )
     degraded = ""
     try:
         proposer = make_proposer(
