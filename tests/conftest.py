@@ -22,6 +22,24 @@ from specq.testing import toy_gguf  # noqa: E402
 pytest_plugins = ["redis_fixtures"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Models built by the tests' processes are shared through a cache of the
+    session's own (specdec/model_cache), never the user's $SPECQ_HOME."""
+    if "SPECQ_MODEL_CACHE" not in os.environ:
+        import tempfile
+
+        os.environ["SPECQ_MODEL_CACHE"] = config._specq_model_cache = tempfile.mkdtemp(prefix="specq-test-models-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    made = getattr(config, "_specq_model_cache", None)
+    if made:
+        import shutil
+
+        shutil.rmtree(made, ignore_errors=True)
+        del os.environ["SPECQ_MODEL_CACHE"]
+
+
 @pytest.fixture(scope="session")
 def toy_model_file(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., str]:
     """A function: keyword arguments of toy_gguf.write_toy_model -> path of that toy

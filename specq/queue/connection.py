@@ -74,10 +74,12 @@ def data_dir() -> Path:
 
 def model_cache_dir() -> str | None:
     """Where built models are kept for every process of this machine to map
-    (specdec/model_cache); None with SPECQ_MODEL_CACHE=off."""
-    if os.environ.get(ENV_MODEL_CACHE, "").strip().lower() in ("off", "0", "no", "false"):
+    (specdec/model_cache): $SPECQ_HOME/models, or the directory SPECQ_MODEL_CACHE
+    names; None with SPECQ_MODEL_CACHE=off."""
+    chosen = os.environ.get(ENV_MODEL_CACHE, "").strip()
+    if chosen.lower() in ("off", "0", "no", "false"):
         return None
-    return str(data_dir() / "models")
+    return os.path.expanduser(chosen) if chosen else str(data_dir() / "models")
 
 
 def resolve_url(url: str | None) -> str:
