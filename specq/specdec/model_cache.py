@@ -17,6 +17,7 @@ only specq's and numpy's own classes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -26,6 +27,7 @@ import os
 import pickle
 import struct
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -149,7 +151,13 @@ class _Unpickler(pickle.Unpickler):
 
 
 def _remove_stale(current: Path, model_sha256: str, precision: str) -> None:
-    """Files of the same model and precision from other versions of specq."""
+    """Files of the same model and precision from other versions of specq, and the
+    half-written files of processes killed while writing (an hour old: not one that
+    another process is writing now)."""
     for old in current.parent.glob(f"{model_sha256[:32]}-{precision}-*.model"):
         if old != current:
             old.unlink(missing_ok=True)
+    for partial in current.parent.glob(".model-*"):
+        with contextlib.suppress(OSError):
+            if time.time() - partial.stat().st_mtime > 3600:
+                partial.unlink()

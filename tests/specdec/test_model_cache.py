@@ -4,8 +4,10 @@ or hostile file is rebuilt (and never run), and old versions' files are removed.
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -87,10 +89,15 @@ def test_files_of_other_versions_are_removed_and_an_unwritable_cache_only_costs_
     sha = GGUFFile(toy_model_path).sha256()
     stale = tmp_path / f"{sha[:32]}-f32-0000000000000000.model"
     stale.write_bytes(b"old")
+    killed_writer, busy_writer = tmp_path / ".model-killed", tmp_path / ".model-busy"
+    killed_writer.write_bytes(b"half")
+    busy_writer.write_bytes(b"half")
+    os.utime(killed_writer, (time.time() - 7200, time.time() - 7200))
     other_precision = tmp_path / f"{sha[:32]}-int8-0000000000000000.model"
     other_precision.write_bytes(b"old")
     model_cache.load_or_build(tmp_path, sha, "f32", lambda: LlamaModel.load(toy_model_path))
     assert not stale.exists() and other_precision.exists()
+    assert not killed_writer.exists() and busy_writer.exists()
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("")
     model = model_cache.load_or_build(blocked / "sub", sha, "f32", lambda: LlamaModel.load(toy_model_path))
