@@ -129,35 +129,38 @@ def test_the_check_sees_a_violation(tmp_path, monkeypatch):
     assert any("must not import specq.queue" in v for v in found)
 
 
-def test_importing_the_queue_loads_no_numba_and_no_model():
+def _heavy_modules_after(imports: str, heavy: tuple[str, ...]) -> str:
+    """What of numba and `heavy` a fresh interpreter has loaded after running
+    `imports` (numba named once, not with its hundreds of submodules)."""
     code = (
-        "import pkgutil, importlib, sys, specq.queue\n"
-        "for m in pkgutil.walk_packages(specq.queue.__path__, 'specq.queue.'):\n"
-        "    importlib.import_module(m.name)\n"
-        "bad = sorted(m for m in sys.modules if m == 'numba' or m.startswith('numba.') or m in "
-        "('specq.specdec.model', 'specq.specdec.engine', 'specq.worker'))\n"
+        f"import sys\n{imports}\n"
+        f"bad = sorted(m for m in sys.modules if m == 'numba' or m in {heavy!r})\n"
         "print(' '.join(bad))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "", f"importing specq.queue loaded: {done.stdout.strip()}"
+    return done.stdout.strip()
+
+
+def test_importing_the_queue_loads_no_numba_and_no_model():
+    imports = (
+        "import pkgutil, importlib, specq.queue\n"
+        "for m in pkgutil.walk_packages(specq.queue.__path__, 'specq.queue.'):\n"
+        "    importlib.import_module(m.name)"
+    )
+    loaded = _heavy_modules_after(imports, ("specq.specdec.model", "specq.specdec.engine", "specq.worker"))
+    assert loaded == "", f"importing specq.queue loaded: {loaded}"
 
 
 def test_the_command_line_loads_no_numba_until_a_command_decodes():
     """`specq status`, `submit`, `run`'s parent and the rest start without the model's
     kernels (importing them costs about a second); the commands that decode import
     the engine themselves."""
-    code = (
-        "import sys, specq.cli\n"
-        "bad = sorted(m for m in sys.modules if m == 'numba' or m.startswith('numba.') or m in "
-        "('specq.specdec.model', 'specq.specdec.engine', 'specq.worker.batch_runner'))\n"
-        "print(' '.join(m for m in bad if not m.startswith('numba.')))\n"
+    loaded = _heavy_modules_after(
+        "import specq.cli", ("specq.specdec.model", "specq.specdec.engine", "specq.worker.batch_runner")
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "", f"importing specq.cli loaded: {done.stdout.strip()}"
+    assert loaded == "", f"importing specq.cli loaded: {loaded}"
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
