@@ -293,7 +293,7 @@ def results(batch_id, output, errors_path, redis_url) -> None:
     multiple=True,
     default=(DEFAULT_QUEUE,),
     show_default=True,
-    help="Queue to take jobs from (repeatable).",
+    help="Queue to take jobs from (repeatable); its synchronous queue, QUEUE-sync, comes first.",
 )
 @click.option(
     "--processes",

@@ -142,7 +142,7 @@ def create_app(settings: Settings) -> Guard:
     @app.exception_handler(redis.RedisError)
     async def redis_error(request: Request, exc: redis.RedisError) -> JSONResponse:
         log.warning("%s %s: Redis failed: %s: %s", request.method, request.url.path, exc.__class__.__name__, exc)
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)):
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, redis.ReadOnlyError)):
             return _error(503, "the queue's Redis is unavailable; retry", "server_error")
         return _error(500, f"the queue's Redis refused a command: {exc}", "server_error")
 
