@@ -30,7 +30,9 @@ from specq.specdec.layer_stack import (
 def build(layers) -> tuple[StackedLayers, tuple] | None:
     """(the stack, the layers rebuilt as views into it), or None unless every block
     matrix is a Q4_1 Int8Matrix (the default model's)."""
-    if not layers or not all(
+    if not layers or any(lw.b_qkv is not None for lw in layers):
+        return None  # the compiled loop has no biases
+    if not all(
         isinstance(getattr(lw, k), Int8Matrix)
         and getattr(lw, k).type_name == "Q4_1"
         and getattr(lw, k).split == layers[0].w_qkv.split

@@ -56,7 +56,9 @@ class StackedLayers:
     def build(cls, layers) -> tuple[StackedLayers, tuple] | None:
         """(the stack, the layers rebuilt as views into it), or None when some block
         matrix is not Q4_1. The views keep a single copy of the weights in memory."""
-        if not layers or not all(
+        if not layers or any(lw.b_qkv is not None for lw in layers):
+            return None  # the compiled loop has no biases: such blocks run one call at a time
+        if not all(
             isinstance(getattr(lw, k), QuantizedMatrix) and getattr(lw, k).type_name == "Q4_1"
             for lw in layers
             for k in KINDS

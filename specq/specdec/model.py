@@ -48,6 +48,7 @@ class LayerWeights:
     ffn_norm: np.ndarray  # [d]
     w_gate_up: Weight  # [2 * ffn, d]: gate and up fused into one product
     w_down: Weight  # [d, ffn]
+    b_qkv: np.ndarray | None = None  # [(Hq + 2 Hkv) * hd]: qwen2's q, k and v biases
 
 
 @dataclass(frozen=True)
@@ -70,15 +71,27 @@ class LlamaWeights:
         return replace(self, token_embedding=embedding, layers=layers, w_output=output)
 
 
+def halves_to_pairs(n_heads: int, head_dim: int) -> np.ndarray:
+    """Row order that makes RoPE over halves (x[i], x[i + hd/2]) RoPE over adjacent
+    pairs (x[2i], x[2i+1]), per head: rows 0, hd/2, 1, hd/2 + 1, ... Applied to both
+    q and k, it leaves every attention score unchanged (the same permutation on both
+    sides of each dot product), as llama.cpp's converter does for llama files."""
+    half = head_dim // 2
+    within = np.stack([np.arange(half), np.arange(half) + half], axis=1).reshape(-1)  # [hd]
+    return (np.arange(n_heads)[:, None] * head_dim + within[None, :]).reshape(-1)
+
+
 def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
-    def matrix(name: str, n_out: int, n_in: int) -> Weight:
+    def matrix(name: str, n_out: int, n_in: int, rows: np.ndarray | None = None) -> Weight:
         info = f.tensor_info(name)
         if info.shape != (n_out, n_in):
             raise ModelFileError(f"tensor {name!r} has shape {info.shape}, expected {(n_out, n_in)}")
         if info.type_name in QUANTIZED_TYPES:  # kept as blocks: the products read them
             raw = f.raw_tensor(name)
-            return QuantizedMatrix.from_gguf_bytes(raw.data, raw.type_name, raw.shape)
-        return np.ascontiguousarray(f.tensor(name))  # [n_out, n_in] float32
+            data = raw.data if rows is None else raw.data[rows]  # rows of blocks are independent
+            return QuantizedMatrix.from_gguf_bytes(data, raw.type_name, raw.shape)
+        full = f.tensor(name)  # [n_out, n_in] float32
+        return np.ascontiguousarray(full if rows is None else full[rows])
 
     def fused(parts: list[Weight]) -> Weight:
         """Rows stacked into one matrix: one product instead of several. Quantized
@@ -87,19 +100,30 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
             return QuantizedMatrix.concat(parts)
         return np.concatenate([dequantized(p) for p in parts], axis=0)
 
-    def vector(name: str, n: int) -> np.ndarray:
+    def vector(name: str, n: int, rows: np.ndarray | None = None) -> np.ndarray:
         v = f.tensor(name).reshape(-1)
         if v.shape != (n,):
             raise ModelFileError(f"tensor {name!r} has shape {v.shape}, expected {(n,)}")
-        return v
+        return v if rows is None else v[rows]
 
     d, hd = cfg.d_model, cfg.head_dim
+    q_rows = halves_to_pairs(cfg.n_heads, hd) if cfg.rope_halves else None
+    k_rows = halves_to_pairs(cfg.n_kv_heads, hd) if cfg.rope_halves else None
     layers = []
     for i in range(cfg.n_layers):
         p = f"blk.{i}."
-        wq = matrix(p + "attn_q.weight", cfg.n_heads * hd, d)
-        wk = matrix(p + "attn_k.weight", cfg.n_kv_heads * hd, d)
+        wq = matrix(p + "attn_q.weight", cfg.n_heads * hd, d, q_rows)
+        wk = matrix(p + "attn_k.weight", cfg.n_kv_heads * hd, d, k_rows)
         wv = matrix(p + "attn_v.weight", cfg.n_kv_heads * hd, d)
+        b_qkv = None
+        if cfg.qkv_bias:
+            b_qkv = np.concatenate(
+                [
+                    vector(p + "attn_q.bias", cfg.n_heads * hd, q_rows),
+                    vector(p + "attn_k.bias", cfg.n_kv_heads * hd, k_rows),
+                    vector(p + "attn_v.bias", cfg.n_kv_heads * hd),
+                ]
+            )
         gate = matrix(p + "ffn_gate.weight", cfg.d_ffn, d)
         up = matrix(p + "ffn_up.weight", cfg.d_ffn, d)
         layers.append(
@@ -110,6 +134,7 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
                 ffn_norm=vector(p + "ffn_norm.weight", d),
                 w_gate_up=fused([gate, up]),
                 w_down=matrix(p + "ffn_down.weight", d, cfg.d_ffn),
+                b_qkv=b_qkv,
             )
         )
     embedding = matrix("token_embd.weight", cfg.vocab_size, d)
@@ -327,7 +352,7 @@ class LlamaModel:
             n_values(x)
             for lw in w.layers
             for x in (lw.attn_norm, lw.w_qkv, lw.w_out, lw.ffn_norm, lw.w_gate_up, lw.w_down)
-        )
+        ) + sum(lw.b_qkv.size for lw in w.layers if lw.b_qkv is not None)
         head = 0 if self._tied else n_values(w.w_output)
         return n_values(w.token_embedding) + layers + w.output_norm.size + head
 
@@ -452,6 +477,8 @@ class LlamaModel:
         for layer_idx, lw in enumerate(w.layers):
             h = block_ops.rms_norm(x, lw.attn_norm, cfg.rms_eps)
             qkv = plan.linear(h, lw.w_qkv)  # [rows, (Hq + 2 Hkv) * hd]
+            if lw.b_qkv is not None:
+                qkv = qkv + lw.b_qkv
             q = self._rope.apply(qkv[:, : n_q * hd].reshape(-1, n_q, hd), positions)
             k = self._rope.apply(qkv[:, n_q * hd : (n_q + n_kv) * hd].reshape(-1, n_kv, hd), positions)
             v = qkv[:, (n_q + n_kv) * hd :].reshape(-1, n_kv, hd)

@@ -1,4 +1,4 @@
-"""A LLaMA-architecture model's shape, read from a GGUF file's metadata alone: what
+"""A LLaMA-block model's shape (llama, qwen2), read from a GGUF file's metadata alone: what
 submit needs to check requests against a model without loading its weights (or the
 kernels)."""
 
@@ -10,7 +10,10 @@ from dataclasses import dataclass
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
 
-ARCHITECTURE = "llama"
+# general.architecture -> whether q, k and v have biases (qwen2). Both use the
+# LLaMA block; qwen2's files rotate halves with RoPE (llama.cpp's NEOX), which
+# load_weights turns into llama's adjacent pairs by reordering the q and k rows.
+ARCHITECTURES = {"llama": False, "qwen2": True}
 
 
 @dataclass(frozen=True)
@@ -25,31 +28,44 @@ class LlamaConfig:
     rms_eps: float
     vocab_size: int
     context_length: int
+    architecture: str = "llama"
+
+    @property
+    def qkv_bias(self) -> bool:
+        return ARCHITECTURES[self.architecture]
+
+    @property
+    def rope_halves(self) -> bool:
+        """RoPE over (x[i], x[i + hd/2]) in the file's q and k rows (NEOX), not (x[2i], x[2i+1])."""
+        return self.architecture == "qwen2"
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> LlamaConfig:
         arch = f.get("general.architecture")
-        if arch != ARCHITECTURE:
-            raise ModelFileError(f"unsupported architecture {arch!r} in {f.path} (specq runs 'llama' models)")
-        d_model = int(f.require("llama.embedding_length"))
-        n_heads = int(f.require("llama.attention.head_count"))
+        if arch not in ARCHITECTURES:
+            raise ModelFileError(
+                f"unsupported architecture {arch!r} in {f.path} (specq runs {', '.join(map(repr, ARCHITECTURES))})"
+            )
+        d_model = int(f.require(f"{arch}.embedding_length"))
+        n_heads = int(f.require(f"{arch}.attention.head_count"))
         head_dim = d_model // n_heads
-        rope_dim = int(f.get("llama.rope.dimension_count", head_dim))
+        rope_dim = int(f.get(f"{arch}.rope.dimension_count", head_dim))
         if rope_dim != head_dim:
             raise ModelFileError(f"partial rotary embeddings (rope dim {rope_dim}) are not supported")
         tokens = f.get("tokenizer.ggml.tokens")
-        vocab = int(f.get("llama.vocab_size", len(tokens) if tokens else 0))
+        vocab = int(f.get(f"{arch}.vocab_size", len(tokens) if tokens else 0))
         return cls(
-            n_layers=int(f.require("llama.block_count")),
+            n_layers=int(f.require(f"{arch}.block_count")),
             d_model=d_model,
-            d_ffn=int(f.require("llama.feed_forward_length")),
+            d_ffn=int(f.require(f"{arch}.feed_forward_length")),
             n_heads=n_heads,
-            n_kv_heads=int(f.get("llama.attention.head_count_kv", n_heads)),
+            n_kv_heads=int(f.get(f"{arch}.attention.head_count_kv", n_heads)),
             head_dim=head_dim,
-            rope_base=float(f.get("llama.rope.freq_base", 10000.0)),
-            rms_eps=float(f.get("llama.attention.layer_norm_rms_epsilon", 1e-5)),
+            rope_base=float(f.get(f"{arch}.rope.freq_base", 10000.0)),
+            rms_eps=float(f.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
             vocab_size=vocab,
-            context_length=int(f.get("llama.context_length", 2048)),
+            context_length=int(f.get(f"{arch}.context_length", 2048)),
+            architecture=arch,
         )
 
     def check_prompt(self, prompt_ids: Sequence[int]) -> None:

@@ -33,6 +33,8 @@ LLAMA3_SPLIT = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 LLAMA3_PRE = ("llama-bpe", "llama3")
+# llama.cpp's "qwen2": llama 3's regex with every digit alone.
+QWEN2_SPLIT = LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
 
 # Used when the file carries no template: `<|im_start|>{role}\n{content}<|im_end|>\n`.
 CHATML_TEMPLATE = (
@@ -66,6 +68,13 @@ def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
             [
                 pre_tokenizers.Digits(individual_digits=True),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            ]
+        )
+    if pre == "qwen2":
+        return pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
             ]
         )
     if pre in LLAMA3_PRE:

@@ -331,7 +331,9 @@ def write_toy_model(
     n_merges: vocabulary size is 259 + n_merges; two files with different n_merges
         have different vocabularies (but share their first tokens).
     architecture: general.architecture; the hyperparameter keys are prefixed with it
-        as llama.cpp does ("gpt2" makes a file specq must refuse).
+        as llama.cpp does ("gpt2" makes a file specq must refuse). "qwen2" adds q, k
+        and v biases, and its q and k rows are for RoPE over halves (NEOX), as
+        llama.cpp's converter writes qwen2 files.
     """
     weights = toy_weights(
         seed=seed,
@@ -345,6 +347,13 @@ def write_toy_model(
         n_merges=n_merges,
         quiet_end=quiet_end,
     )
+    if architecture == "qwen2":
+        # q, k and v biases, as qwen2's blocks have (large enough to matter).
+        rng = np.random.default_rng(seed + 7)
+        hd = d_model // n_heads
+        for i in range(n_layers):
+            for part, n in (("q", n_heads * hd), ("k", n_kv_heads * hd), ("v", n_kv_heads * hd)):
+                weights[f"blk.{i}.attn_{part}.bias"] = rng.normal(0.0, 0.5, n).astype(np.float32)
     tokens, token_types, merges = toy_vocab(n_merges)
     path = os.fspath(path)
     writer = GGUFWriter(path, architecture)

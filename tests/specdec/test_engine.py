@@ -525,3 +525,29 @@ def test_a_kv_budget_bounds_the_requests_decoded_together(toy, monkeypatch):
     tiny = engine.run_many(requests[:3], group_size=8, kv_budget=1)
     assert [s.output_ids for s in tiny] == [s.output_ids for s in alone[:3]]
     assert {n for n, _ in sizes} == {1}
+
+
+@pytest.mark.parametrize("precision", ["f32", "int16"])
+def test_qwen2_speculative_resumed_and_batched_equal_plain(toy_model_file, precision):
+    """A qwen2 file (q, k, v biases; RoPE over halves, reordered at load): the
+    engine's three exactness properties hold on it as on llama files."""
+    from specq.specdec import int8
+
+    if precision != "f32" and not int8.AVAILABLE:
+        pytest.skip("the integer precisions need AVX2")
+    path = toy_model_file(seed=11, architecture="qwen2", tensor_type="Q4_1", embedding_type="Q8_0")
+    model, tokenizer = load_model_and_tokenizer(path, precision)
+    assert model.config.architecture == "qwen2" and model.weights.layers[0].b_qkv is not None
+    engine = Engine(model, tokenizer, NgramProposer())
+    greedy = [request(tokenizer, p, max_tokens=30, k=4) for p in PROMPTS[:3]]
+    for req in greedy:
+        state = engine.run(req)
+        assert list(state.output_ids) == plain_greedy(model, list(req.prompt_ids), len(state.output_ids))
+    sampled = request(tokenizer, PROMPTS[0], max_tokens=30, k=4, sampling=SamplingParams(temperature=0.8, seed=4))
+    uninterrupted = engine.run(sampled)
+    state = engine.start(sampled)
+    while not state.finished:
+        state = engine.session(DecodeState.from_dict(json.loads(json.dumps(state.to_dict())))).step()
+    assert state.output_ids == uninterrupted.output_ids
+    batched = engine.run_many([*greedy, sampled], group_size=4)
+    assert [s.output_ids for s in batched] == [engine.run(r).output_ids for r in [*greedy, sampled]]

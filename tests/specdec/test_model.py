@@ -34,37 +34,41 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
     """(logits [T, vocab], final-normed hidden [T, d]) of the whole sequence from
     position 0, without a cache, one head and one position at a time."""
     meta, w = _reference_weights(path)
-    d = meta["llama.embedding_length"]
-    n_heads = meta["llama.attention.head_count"]
-    n_kv = meta["llama.attention.head_count_kv"]
+    arch = meta["general.architecture"]
+    d = meta[f"{arch}.embedding_length"]
+    n_heads = meta[f"{arch}.attention.head_count"]
+    n_kv = meta[f"{arch}.attention.head_count_kv"]
     hd = d // n_heads
-    base = meta["llama.rope.freq_base"]
-    eps = meta["llama.attention.layer_norm_rms_epsilon"]
+    base = meta[f"{arch}.rope.freq_base"]
+    eps = meta[f"{arch}.attention.layer_norm_rms_epsilon"]
     n_tok = len(token_ids)
+    neox = arch == "qwen2"  # llama.cpp's qwen2 files rotate halves, not adjacent pairs
 
     def rms_norm(x, weight):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
     def rope(vec, pos):
-        # GGUF (llama.cpp permuted Q/K): rotate adjacent pairs (x[2i], x[2i+1]).
+        # GGUF llama (llama.cpp permuted Q/K): rotate adjacent pairs (x[2i], x[2i+1]);
+        # qwen2: the two halves (x[i], x[i + hd/2]).
         out = vec.copy()
         for i in range(hd // 2):
+            a, b = (i, i + hd // 2) if neox else (2 * i, 2 * i + 1)
             angle = pos * base ** (-2 * i / hd)
             c, s = np.cos(angle), np.sin(angle)
-            out[2 * i] = vec[2 * i] * c - vec[2 * i + 1] * s
-            out[2 * i + 1] = vec[2 * i] * s + vec[2 * i + 1] * c
+            out[a] = vec[a] * c - vec[b] * s
+            out[b] = vec[a] * s + vec[b] * c
         return out
 
     def silu(x):
         return x / (1 + np.exp(-x))
 
     x = w["token_embd.weight"][token_ids]  # [T, d]
-    for layer in range(meta["llama.block_count"]):
+    for layer in range(meta[f"{arch}.block_count"]):
         p = f"blk.{layer}."
         h = rms_norm(x, w[p + "attn_norm.weight"])
-        q = h @ w[p + "attn_q.weight"].T  # [T, Hq * hd]
-        k = h @ w[p + "attn_k.weight"].T  # [T, Hkv * hd]
-        v = h @ w[p + "attn_v.weight"].T
+        q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0.0)  # [T, Hq * hd]
+        k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0.0)  # [T, Hkv * hd]
+        v = h @ w[p + "attn_v.weight"].T + w.get(p + "attn_v.bias", 0.0)
         attn = np.zeros((n_tok, n_heads * hd))
         for head in range(n_heads):
             kv_head = head // (n_heads // n_kv)
@@ -129,6 +133,9 @@ REFERENCE_CASES = {
     "q8_0": dict(seed=5, tensor_type="Q8_0"),
     "q4_1_with_q8_0_embedding": dict(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"),
     "q4_k_q6_k": dict(seed=7, n_layers=1, d_model=256, d_ffn=512, tensor_type="Q4_K", embedding_type="Q6_K"),
+    "qwen2_f32": dict(seed=8, architecture="qwen2", rope_base=1000.0),
+    "qwen2_q4_1": dict(seed=9, architecture="qwen2", tensor_type="Q4_1", embedding_type="Q8_0"),
+    "qwen2_q4_k": dict(seed=10, architecture="qwen2", n_layers=1, d_model=256, d_ffn=512, tensor_type="Q4_K"),
 }
 
 

@@ -297,8 +297,8 @@ def test_merge_outside_the_vocabulary_is_rejected(tmp_path) -> None:
 
 
 def test_pre_tokenizer_follows_the_file(tmp_path) -> None:
-    smollm, gpt2, llama3, unknown = (
-        tiny(tmp_path, pre=pre) for pre in ("smollm", "gpt2", "llama-bpe", "never-heard-of-it")
+    smollm, gpt2, llama3, unknown, qwen2 = (
+        tiny(tmp_path, pre=pre) for pre in ("smollm", "gpt2", "llama-bpe", "never-heard-of-it", "qwen2")
     )
     ids = {t: i for i, t in enumerate(smollm.token_strings())}
     assert smollm.encode("4512") == [ids[d] for d in "4512"]  # every digit alone
@@ -307,6 +307,9 @@ def test_pre_tokenizer_follows_the_file(tmp_path) -> None:
     # Llama 3: digits in groups of up to three, "451" then "2".
     assert llama3.encode("4512") == [ids["45"], ids["1"], ids["2"]]
     assert unknown.encode("4512") == gpt2.encode("4512")  # the documented fallback
+    # Qwen2: llama 3's regex with every digit alone.
+    assert qwen2.encode("4512") == [ids[d] for d in "4512"]
+    assert qwen2.encode("xyz") == gpt2.encode("xyz")  # merges apply: ignore_merges is llama 3's alone
     assert smollm.encode(" hi") == [ids["Ġhi"]]
     # Llama 3 (llama.cpp's ignore_merges) takes a pre-token found in the vocabulary whole.
     assert llama3.encode("xyz") == [ids["xyz"]]
