@@ -23,6 +23,7 @@ from specq.specdec.layer_stack import (
     VISIBLE,
     StackedLayers,
     attention,
+    beyond_llama,
     one,
 )
 
@@ -30,8 +31,8 @@ from specq.specdec.layer_stack import (
 def build(layers) -> tuple[StackedLayers, tuple] | None:
     """(the stack, the layers rebuilt as views into it), or None unless every block
     matrix is a Q4_1 Int8Matrix (the default model's)."""
-    if not layers or any(lw.b_qkv is not None for lw in layers):
-        return None  # the compiled loop has no biases
+    if not layers or any(beyond_llama(lw) for lw in layers):
+        return None  # the compiled loop is llama's block
     if not all(
         isinstance(getattr(lw, k), Int8Matrix)
         and getattr(lw, k).type_name == "Q4_1"

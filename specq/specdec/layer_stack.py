@@ -31,6 +31,12 @@ from specq.specdec.qkernels import LANES, QuantizedMatrix, q4_1_product
 KINDS = ("w_qkv", "w_out", "w_gate_up", "w_down")
 
 
+def beyond_llama(lw) -> bool:
+    """A block the compiled loop does not compute: biases (qwen2), q/k norms (qwen3),
+    or heads whose width is not d_model / n_heads."""
+    return lw.b_qkv is not None or lw.q_norm is not None or lw.w_out.shape[0] != lw.w_out.shape[1]
+
+
 @dataclass(frozen=True)
 class StackedLayers:
     """Every block's weights of one kind in one array, layer first, and the compiled
@@ -56,8 +62,8 @@ class StackedLayers:
     def build(cls, layers) -> tuple[StackedLayers, tuple] | None:
         """(the stack, the layers rebuilt as views into it), or None when some block
         matrix is not Q4_1. The views keep a single copy of the weights in memory."""
-        if not layers or any(lw.b_qkv is not None for lw in layers):
-            return None  # the compiled loop has no biases: such blocks run one call at a time
+        if not layers or any(beyond_llama(lw) for lw in layers):
+            return None  # the compiled loop is llama's block: others run one call at a time
         if not all(
             isinstance(getattr(lw, k), QuantizedMatrix) and getattr(lw, k).type_name == "Q4_1"
             for lw in layers

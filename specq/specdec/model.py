@@ -49,6 +49,8 @@ class LayerWeights:
     w_gate_up: Weight  # [2 * ffn, d]: gate and up fused into one product
     w_down: Weight  # [d, ffn]
     b_qkv: np.ndarray | None = None  # [(Hq + 2 Hkv) * hd]: qwen2's q, k and v biases
+    q_norm: np.ndarray | None = None  # [hd]: qwen3's RMSNorm of each head's q, before RoPE
+    k_norm: np.ndarray | None = None  # [hd]: ... and of each head's k
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
 
     d, hd = cfg.d_model, cfg.head_dim
     q_rows = halves_to_pairs(cfg.n_heads, hd) if cfg.rope_halves else None
+    within = halves_to_pairs(1, hd) if cfg.rope_halves else None  # the same order inside one head
     k_rows = halves_to_pairs(cfg.n_kv_heads, hd) if cfg.rope_halves else None
     layers = []
     for i in range(cfg.n_layers):
@@ -135,6 +138,8 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
                 w_gate_up=fused([gate, up]),
                 w_down=matrix(p + "ffn_down.weight", d, cfg.d_ffn),
                 b_qkv=b_qkv,
+                q_norm=vector(p + "attn_q_norm.weight", hd, within) if cfg.qk_norm else None,
+                k_norm=vector(p + "attn_k_norm.weight", hd, within) if cfg.qk_norm else None,
             )
         )
     embedding = matrix("token_embd.weight", cfg.vocab_size, d)
@@ -352,7 +357,7 @@ class LlamaModel:
             n_values(x)
             for lw in w.layers
             for x in (lw.attn_norm, lw.w_qkv, lw.w_out, lw.ffn_norm, lw.w_gate_up, lw.w_down)
-        ) + sum(lw.b_qkv.size for lw in w.layers if lw.b_qkv is not None)
+        ) + sum(x.size for lw in w.layers for x in (lw.b_qkv, lw.q_norm, lw.k_norm) if x is not None)
         head = 0 if self._tied else n_values(w.w_output)
         return n_values(w.token_embedding) + layers + w.output_norm.size + head
 
@@ -479,8 +484,13 @@ class LlamaModel:
             qkv = plan.linear(h, lw.w_qkv)  # [rows, (Hq + 2 Hkv) * hd]
             if lw.b_qkv is not None:
                 qkv = qkv + lw.b_qkv
-            q = self._rope.apply(qkv[:, : n_q * hd].reshape(-1, n_q, hd), positions)
-            k = self._rope.apply(qkv[:, n_q * hd : (n_q + n_kv) * hd].reshape(-1, n_kv, hd), positions)
+            q = qkv[:, : n_q * hd].reshape(-1, n_q, hd)
+            k = qkv[:, n_q * hd : (n_q + n_kv) * hd].reshape(-1, n_kv, hd)
+            if lw.q_norm is not None:
+                q = block_ops.rms_norm(q.reshape(-1, hd), lw.q_norm, cfg.rms_eps).reshape(q.shape)
+                k = block_ops.rms_norm(k.reshape(-1, hd), lw.k_norm, cfg.rms_eps).reshape(k.shape)
+            q = self._rope.apply(q, positions)
+            k = self._rope.apply(k, positions)
             v = qkv[:, (n_q + n_kv) * hd :].reshape(-1, n_kv, hd)
             attn = np.empty((x.shape[0], n_q * hd), dtype=np.float32)  # [rows, Hq * hd]
             for s_idx, seg in enumerate(segments):

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
 
-# general.architecture -> whether q, k and v have biases (qwen2). Both use the
-# LLaMA block; qwen2's files rotate halves with RoPE (llama.cpp's NEOX), which
-# load_weights turns into llama's adjacent pairs by reordering the q and k rows.
-ARCHITECTURES = {"llama": False, "qwen2": True}
+# general.architecture -> whether q, k and v have biases (qwen2). All use the LLaMA
+# block; qwen3 adds an RMSNorm of each head's q and k before RoPE, and may have heads
+# wider than d_model / n_heads. qwen2's and qwen3's files rotate halves with RoPE
+# (llama.cpp's NEOX), which load_weights turns into llama's adjacent pairs by
+# reordering the q and k rows.
+ARCHITECTURES = {"llama": False, "qwen2": True, "qwen3": False}
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,11 @@ class LlamaConfig:
     @property
     def rope_halves(self) -> bool:
         """RoPE over (x[i], x[i + hd/2]) in the file's q and k rows (NEOX), not (x[2i], x[2i+1])."""
-        return self.architecture == "qwen2"
+        return self.architecture in ("qwen2", "qwen3")
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.architecture == "qwen3"
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> LlamaConfig:
@@ -48,7 +54,9 @@ class LlamaConfig:
             )
         d_model = int(f.require(f"{arch}.embedding_length"))
         n_heads = int(f.require(f"{arch}.attention.head_count"))
-        head_dim = d_model // n_heads
+        head_dim = int(f.get(f"{arch}.attention.key_length", d_model // n_heads))
+        if int(f.get(f"{arch}.attention.value_length", head_dim)) != head_dim:
+            raise ModelFileError("keys and values of different widths are not supported")
         rope_dim = int(f.get(f"{arch}.rope.dimension_count", head_dim))
         if rope_dim != head_dim:
             raise ModelFileError(f"partial rotary embeddings (rope dim {rope_dim}) are not supported")

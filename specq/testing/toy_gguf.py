@@ -166,16 +166,18 @@ def toy_weights(
     logit_scale: float = 5.0,
     n_merges: int = DEFAULT_N_MERGES,
     quiet_end: bool = False,
+    head_dim: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The float32 weights of a toy model, by GGUF tensor name, in numpy order
-    (a matrix mapping n_in -> n_out is (n_out, n_in)). Deterministic in the arguments."""
-    if d_model % n_heads or n_heads % n_kv_heads:
+    (a matrix mapping n_in -> n_out is (n_out, n_in)). Deterministic in the arguments.
+    head_dim: the heads' width when it is not d_model / n_heads (as Qwen3's)."""
+    if (head_dim is None and d_model % n_heads) or n_heads % n_kv_heads:
         raise ValueError("d_model must divide by n_heads, and n_heads by n_kv_heads")
-    if (d_model // n_heads) % 2:
+    hd = head_dim or d_model // n_heads
+    if hd % 2:
         raise ValueError("the head dimension must be even (RoPE rotates pairs)")
     rng = np.random.default_rng(seed)
     vocab = toy_vocab_size(n_merges)
-    hd = d_model // n_heads
     embed_std = 1.0
     # Gains (relative to 1/sqrt(n_in) init) tuned by measuring greedy runs: the FFNs
     # dominate the residual, so the next token is mostly a random function of the last
@@ -318,6 +320,7 @@ def write_toy_model(
     rope_base: float = 10000.0,
     rms_eps: float = 1e-5,
     quiet_end: bool = False,
+    head_dim: int | None = None,
 ) -> str:
     """Write a toy model to `path` and return the path as a string.
 
@@ -332,8 +335,9 @@ def write_toy_model(
         have different vocabularies (but share their first tokens).
     architecture: general.architecture; the hyperparameter keys are prefixed with it
         as llama.cpp does ("gpt2" makes a file specq must refuse). "qwen2" adds q, k
-        and v biases, and its q and k rows are for RoPE over halves (NEOX), as
-        llama.cpp's converter writes qwen2 files.
+        and v biases, "qwen3" per-head RMSNorm weights for q and k; the q and k rows
+        of both are for RoPE over halves (NEOX), as llama.cpp's converter writes them.
+    head_dim: the heads' width when it is not d_model / n_heads (Qwen3's is wider).
     """
     weights = toy_weights(
         seed=seed,
@@ -346,11 +350,18 @@ def write_toy_model(
         logit_scale=logit_scale,
         n_merges=n_merges,
         quiet_end=quiet_end,
+        head_dim=head_dim,
     )
+    hd = head_dim or d_model // n_heads
+    if architecture == "qwen3":
+        # RMSNorm weights for q and k, per head (one vector of head_dim each).
+        rng = np.random.default_rng(seed + 9)
+        for i in range(n_layers):
+            for part in ("q", "k"):
+                weights[f"blk.{i}.attn_{part}_norm.weight"] = (1.0 + 0.3 * rng.standard_normal(hd)).astype(np.float32)
     if architecture == "qwen2":
         # q, k and v biases, as qwen2's blocks have (large enough to matter).
         rng = np.random.default_rng(seed + 7)
-        hd = d_model // n_heads
         for i in range(n_layers):
             for part, n in (("q", n_heads * hd), ("k", n_kv_heads * hd), ("v", n_kv_heads * hd)):
                 weights[f"blk.{i}.attn_{part}.bias"] = rng.normal(0.0, 0.5, n).astype(np.float32)
@@ -367,7 +378,10 @@ def write_toy_model(
     writer.add_rope_freq_base(rope_base)
     writer.add_layer_norm_rms_eps(rms_eps)
     writer.add_vocab_size(len(tokens))
-    writer.add_rope_dimension_count(d_model // n_heads)
+    writer.add_rope_dimension_count(hd)
+    if hd != d_model // n_heads:
+        writer.add_key_length(hd)
+        writer.add_value_length(hd)
     _add_tokenizer(writer, tokens, token_types, merges)
 
     overrides = dict(tensor_types or {})

@@ -528,16 +528,19 @@ def test_a_kv_budget_bounds_the_requests_decoded_together(toy, monkeypatch):
 
 
 @pytest.mark.parametrize("precision", ["f32", "int16"])
-def test_qwen2_speculative_resumed_and_batched_equal_plain(toy_model_file, precision):
-    """A qwen2 file (q, k, v biases; RoPE over halves, reordered at load): the
-    engine's three exactness properties hold on it as on llama files."""
+@pytest.mark.parametrize("architecture", ["qwen2", "qwen3"])
+def test_qwen_speculative_resumed_and_batched_equal_plain(toy_model_file, precision, architecture):
+    """qwen2 (q, k, v biases) and qwen3 (q/k norms, wide heads) files, RoPE over
+    halves reordered at load: the engine's three exactness properties hold on them
+    as on llama files."""
     from specq.specdec import int8
 
     if precision != "f32" and not int8.AVAILABLE:
         pytest.skip("the integer precisions need AVX2")
-    path = toy_model_file(seed=11, architecture="qwen2", tensor_type="Q4_1", embedding_type="Q8_0")
+    extra = {"head_dim": 32} if architecture == "qwen3" else {}
+    path = toy_model_file(seed=11, architecture=architecture, tensor_type="Q4_1", embedding_type="Q8_0", **extra)
     model, tokenizer = load_model_and_tokenizer(path, precision)
-    assert model.config.architecture == "qwen2" and model.weights.layers[0].b_qkv is not None
+    assert model.config.architecture == architecture and model._stack is None
     engine = Engine(model, tokenizer, NgramProposer())
     greedy = [request(tokenizer, p, max_tokens=30, k=4) for p in PROMPTS[:3]]
     for req in greedy:

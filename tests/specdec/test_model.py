@@ -38,11 +38,11 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
     d = meta[f"{arch}.embedding_length"]
     n_heads = meta[f"{arch}.attention.head_count"]
     n_kv = meta[f"{arch}.attention.head_count_kv"]
-    hd = d // n_heads
+    hd = meta.get(f"{arch}.attention.key_length", d // n_heads)
     base = meta[f"{arch}.rope.freq_base"]
     eps = meta[f"{arch}.attention.layer_norm_rms_epsilon"]
     n_tok = len(token_ids)
-    neox = arch == "qwen2"  # llama.cpp's qwen2 files rotate halves, not adjacent pairs
+    neox = arch in ("qwen2", "qwen3")  # llama.cpp's qwen files rotate halves, not adjacent pairs
 
     def rms_norm(x, weight):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
@@ -72,8 +72,14 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
         attn = np.zeros((n_tok, n_heads * hd))
         for head in range(n_heads):
             kv_head = head // (n_heads // n_kv)
-            qs = [rope(q[t, head * hd : (head + 1) * hd], t) for t in range(n_tok)]
-            ks = [rope(k[t, kv_head * hd : (kv_head + 1) * hd], t) for t in range(n_tok)]
+            q_norm = w.get(p + "attn_q_norm.weight")  # qwen3: each head's q and k RMS-normed first
+            k_norm = w.get(p + "attn_k_norm.weight")
+            qs = [q[t, head * hd : (head + 1) * hd] for t in range(n_tok)]
+            ks = [k[t, kv_head * hd : (kv_head + 1) * hd] for t in range(n_tok)]
+            if q_norm is not None:
+                qs, ks = [rms_norm(x, q_norm) for x in qs], [rms_norm(x, k_norm) for x in ks]
+            qs = [rope(qs[t], t) for t in range(n_tok)]
+            ks = [rope(ks[t], t) for t in range(n_tok)]
             vs = [v[t, kv_head * hd : (kv_head + 1) * hd] for t in range(n_tok)]
             for t in range(n_tok):
                 scores = np.array([qs[t] @ ks[s] / np.sqrt(hd) for s in range(t + 1)])
@@ -136,6 +142,9 @@ REFERENCE_CASES = {
     "qwen2_f32": dict(seed=8, architecture="qwen2", rope_base=1000.0),
     "qwen2_q4_1": dict(seed=9, architecture="qwen2", tensor_type="Q4_1", embedding_type="Q8_0"),
     "qwen2_q4_k": dict(seed=10, architecture="qwen2", n_layers=1, d_model=256, d_ffn=512, tensor_type="Q4_K"),
+    "qwen3_f32_wide_heads": dict(seed=12, architecture="qwen3", head_dim=32),
+    "qwen3_q8_0": dict(seed=13, architecture="qwen3", tensor_type="Q8_0"),
+    "qwen3_q4_1_wide_heads": dict(seed=14, architecture="qwen3", head_dim=32, tensor_type="Q4_1"),
 }
 
 
