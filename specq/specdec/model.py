@@ -59,6 +59,9 @@ class LlamaWeights:
     layers: tuple[LayerWeights, ...]
     output_norm: np.ndarray  # [d]
     w_output: Weight  # [vocab, d]; the embedding itself when tied (no copy)
+    # [hd/2]: Llama 3.1's RoPE frequency factors (rope_freqs.weight), dividing each
+    # pair's frequency; None without them.
+    rope_factors: np.ndarray | None = None
 
     def dequantized(self) -> LlamaWeights:
         """The same model with every matrix in float32 (the reference for the
@@ -144,11 +147,15 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
         )
     embedding = matrix("token_embd.weight", cfg.vocab_size, d)
     output = matrix("output.weight", cfg.vocab_size, d) if f.has_tensor("output.weight") else embedding
+    factors = vector("rope_freqs.weight", hd // 2) if f.has_tensor("rope_freqs.weight") else None
+    if factors is not None and not np.all(factors > 0):
+        raise ModelFileError(f"rope_freqs.weight in {f.path} holds a factor that is not positive")
     return LlamaWeights(
         token_embedding=embedding,
         layers=tuple(layers),
         output_norm=vector("output_norm.weight", d),
         w_output=output,
+        rope_factors=factors,
     )
 
 
@@ -296,9 +303,14 @@ class _Rope:
     sin: np.ndarray  # [context, hd/2]
 
     @classmethod
-    def build(cls, cfg: LlamaConfig) -> _Rope:
+    def build(cls, cfg: LlamaConfig, factors: np.ndarray | None = None) -> _Rope:
+        """Frequencies base^(-2i/hd), each divided by its factor (Llama 3.1), at
+        positions divided by the linear scaling factor."""
         inv_freq = cfg.rope_base ** (-np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim)
-        angles = np.outer(np.arange(cfg.context_length, dtype=np.float64), inv_freq)
+        if factors is not None:
+            inv_freq = inv_freq / factors.astype(np.float64)
+        positions = np.arange(cfg.context_length, dtype=np.float64) / cfg.rope_linear
+        angles = np.outer(positions, inv_freq)
         return cls(cos=np.cos(angles).astype(np.float32), sin=np.sin(angles).astype(np.float32))
 
     def apply(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -323,7 +335,7 @@ class LlamaModel:
         self.path = path
         self.fingerprint = fingerprint  # sha256 of the GGUF file
         self.precision = precision
-        self._rope = _Rope.build(config)
+        self._rope = _Rope.build(config, weights.rope_factors)
         self._tied = weights.w_output is weights.token_embedding
         if precision in INTEGER:
             weights = _for_int8(weights, split=precision == "int16")

@@ -31,6 +31,7 @@ class LlamaConfig:
     vocab_size: int
     context_length: int
     architecture: str = "llama"
+    rope_linear: float = 1.0  # linear RoPE scaling: positions divided by this
 
     @property
     def qkv_bias(self) -> bool:
@@ -60,6 +61,15 @@ class LlamaConfig:
         rope_dim = int(f.get(f"{arch}.rope.dimension_count", head_dim))
         if rope_dim != head_dim:
             raise ModelFileError(f"partial rotary embeddings (rope dim {rope_dim}) are not supported")
+        scaling = f.get(f"{arch}.rope.scaling.type", "none")
+        if scaling not in ("none", "linear"):
+            raise ModelFileError(
+                f"RoPE scaling {scaling!r} in {f.path} is not supported (none, linear, and Llama 3's frequency "
+                "factors are)"
+            )
+        rope_linear = float(f.get(f"{arch}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
+        if not rope_linear > 0:
+            raise ModelFileError(f"RoPE scaling factor {rope_linear} in {f.path} is not positive")
         tokens = f.get("tokenizer.ggml.tokens")
         vocab = int(f.get(f"{arch}.vocab_size", len(tokens) if tokens else 0))
         return cls(
@@ -74,6 +84,7 @@ class LlamaConfig:
             vocab_size=vocab,
             context_length=int(f.get(f"{arch}.context_length", 2048)),
             architecture=arch,
+            rope_linear=rope_linear,
         )
 
     def check_prompt(self, prompt_ids: Sequence[int]) -> None:

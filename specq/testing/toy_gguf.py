@@ -28,7 +28,7 @@ import os
 from collections.abc import Mapping
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, TokenType
+from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType, TokenType
 from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import quantize
 
@@ -321,6 +321,9 @@ def write_toy_model(
     rms_eps: float = 1e-5,
     quiet_end: bool = False,
     head_dim: int | None = None,
+    rope_factors: bool = False,
+    rope_linear: float | None = None,
+    rope_scaling_type: str = "linear",
 ) -> str:
     """Write a toy model to `path` and return the path as a string.
 
@@ -338,6 +341,8 @@ def write_toy_model(
         and v biases, "qwen3" per-head RMSNorm weights for q and k; the q and k rows
         of both are for RoPE over halves (NEOX), as llama.cpp's converter writes them.
     head_dim: the heads' width when it is not d_model / n_heads (Qwen3's is wider).
+    rope_factors: write Llama 3.1's rope_freqs.weight (random factors from 1 to 8).
+    rope_linear: write RoPE scaling (rope_scaling_type, linear unless said) with this factor.
     """
     weights = toy_weights(
         seed=seed,
@@ -365,6 +370,8 @@ def write_toy_model(
         for i in range(n_layers):
             for part, n in (("q", n_heads * hd), ("k", n_kv_heads * hd), ("v", n_kv_heads * hd)):
                 weights[f"blk.{i}.attn_{part}.bias"] = rng.normal(0.0, 0.5, n).astype(np.float32)
+    if rope_factors:  # Llama 3.1's: one factor per rotated pair, dividing its frequency
+        weights["rope_freqs.weight"] = np.random.default_rng(seed + 11).uniform(1.0, 8.0, hd // 2).astype(np.float32)
     tokens, token_types, merges = toy_vocab(n_merges)
     path = os.fspath(path)
     writer = GGUFWriter(path, architecture)
@@ -379,6 +386,9 @@ def write_toy_model(
     writer.add_layer_norm_rms_eps(rms_eps)
     writer.add_vocab_size(len(tokens))
     writer.add_rope_dimension_count(hd)
+    if rope_linear is not None:
+        writer.add_rope_scaling_type(RopeScalingType(rope_scaling_type))
+        writer.add_rope_scaling_factor(rope_linear)
     if hd != d_model // n_heads:
         writer.add_key_length(hd)
         writer.add_value_length(hd)

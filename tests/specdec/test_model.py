@@ -9,7 +9,7 @@ import pytest
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from specq.errors import ParameterError
+from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model import LlamaModel, Segment
 from specq.testing import toy_gguf
@@ -42,6 +42,8 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
     base = meta[f"{arch}.rope.freq_base"]
     eps = meta[f"{arch}.attention.layer_norm_rms_epsilon"]
     n_tok = len(token_ids)
+    factors = w.get("rope_freqs.weight", np.ones(hd // 2))  # Llama 3.1's frequency factors
+    linear = meta.get(f"{arch}.rope.scaling.factor", 1.0) if meta.get(f"{arch}.rope.scaling.type") == "linear" else 1.0
     neox = arch in ("qwen2", "qwen3")  # llama.cpp's qwen files rotate halves, not adjacent pairs
 
     def rms_norm(x, weight):
@@ -53,7 +55,7 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
         out = vec.copy()
         for i in range(hd // 2):
             a, b = (i, i + hd // 2) if neox else (2 * i, 2 * i + 1)
-            angle = pos * base ** (-2 * i / hd)
+            angle = pos / linear * base ** (-2 * i / hd) / factors[i]
             c, s = np.cos(angle), np.sin(angle)
             out[a] = vec[a] * c - vec[b] * s
             out[b] = vec[a] * s + vec[b] * c
@@ -143,6 +145,8 @@ REFERENCE_CASES = {
     "qwen2_q4_1": dict(seed=9, architecture="qwen2", tensor_type="Q4_1", embedding_type="Q8_0"),
     "qwen2_q4_k": dict(seed=10, architecture="qwen2", n_layers=1, d_model=256, d_ffn=512, tensor_type="Q4_K"),
     "qwen3_f32_wide_heads": dict(seed=12, architecture="qwen3", head_dim=32),
+    "llama3_rope_factors": dict(seed=15, rope_factors=True, rope_base=500000.0),
+    "linear_rope_scaling": dict(seed=16, rope_linear=4.0, tensor_type="Q4_1"),
     "qwen3_q8_0": dict(seed=13, architecture="qwen3", tensor_type="Q8_0"),
     "qwen3_q4_1_wide_heads": dict(seed=14, architecture="qwen3", head_dim=32, tensor_type="Q4_1"),
 }
@@ -328,3 +332,9 @@ def test_context_limit_of_default_toy(model):
     ctx = model.config.context_length
     with pytest.raises(ParameterError):
         model.forward([Segment(model.new_cache(), [1, 2, 3], ctx - 2)])
+
+
+def test_an_unsupported_rope_scaling_is_one_error_naming_it(toy_model_file):
+    path = toy_model_file(seed=17, rope_linear=4.0, rope_scaling_type="yarn")
+    with pytest.raises(ModelFileError, match="RoPE scaling 'yarn'"):
+        LlamaModel.load(path)
