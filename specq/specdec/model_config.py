@@ -68,6 +68,13 @@ class LlamaConfig:
                 "factors are)"
             )
         rope_linear = float(f.get(f"{arch}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
+        context = int(f.get(f"{arch}.context_length", 2048))
+        # Attention within a sliding window (Mistral's first models) is full attention
+        # over sequences no longer than the window: the context is capped at it, so
+        # every output is exact.
+        window = f.get(f"{arch}.attention.sliding_window")
+        if isinstance(window, int) and 0 < window < context:
+            context = window
         if not rope_linear > 0:
             raise ModelFileError(f"RoPE scaling factor {rope_linear} in {f.path} is not positive")
         tokens = f.get("tokenizer.ggml.tokens")
@@ -82,7 +89,7 @@ class LlamaConfig:
             rope_base=float(f.get(f"{arch}.rope.freq_base", 10000.0)),
             rms_eps=float(f.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
             vocab_size=vocab,
-            context_length=int(f.get(f"{arch}.context_length", 2048)),
+            context_length=context,
             architecture=arch,
             rope_linear=rope_linear,
         )

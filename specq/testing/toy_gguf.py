@@ -324,6 +324,7 @@ def write_toy_model(
     rope_factors: bool = False,
     rope_linear: float | None = None,
     rope_scaling_type: str = "linear",
+    sliding_window: int | None = None,
 ) -> str:
     """Write a toy model to `path` and return the path as a string.
 
@@ -343,6 +344,7 @@ def write_toy_model(
     head_dim: the heads' width when it is not d_model / n_heads (Qwen3's is wider).
     rope_factors: write Llama 3.1's rope_freqs.weight (random factors from 1 to 8).
     rope_linear: write RoPE scaling (rope_scaling_type, linear unless said) with this factor.
+    sliding_window: write attention.sliding_window (Mistral's first models).
     """
     weights = toy_weights(
         seed=seed,
@@ -386,6 +388,8 @@ def write_toy_model(
     writer.add_layer_norm_rms_eps(rms_eps)
     writer.add_vocab_size(len(tokens))
     writer.add_rope_dimension_count(hd)
+    if sliding_window is not None:
+        writer.add_sliding_window(sliding_window)
     if rope_linear is not None:
         writer.add_rope_scaling_type(RopeScalingType(rope_scaling_type))
         writer.add_rope_scaling_factor(rope_linear)

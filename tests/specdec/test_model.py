@@ -338,3 +338,13 @@ def test_an_unsupported_rope_scaling_is_one_error_naming_it(toy_model_file):
     path = toy_model_file(seed=17, rope_linear=4.0, rope_scaling_type="yarn")
     with pytest.raises(ModelFileError, match="RoPE scaling 'yarn'"):
         LlamaModel.load(path)
+
+
+def test_a_sliding_window_caps_the_context(toy_model_file):
+    """Within its window, sliding-window attention is full attention: the context is
+    the window, and a prompt beyond it is refused as too long."""
+    model = LlamaModel.load(toy_model_file(seed=18, context_length=512, sliding_window=128))
+    assert model.config.context_length == 128
+    with pytest.raises(ParameterError, match="context is 128"):
+        model.config.check_prompt(list(range(128)))
+    assert LlamaModel.load(toy_model_file(seed=18, sliding_window=4096)).config.context_length == 512
