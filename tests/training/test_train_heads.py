@@ -11,11 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from specq.cli import main
+from specq.specdec.engine import Engine
 from specq.specdec.loader import load_engine, load_model_and_tokenizer
 from specq.specdec.matmul import dequantized
 from specq.specdec.proposers import MedusaHeads, RecurrentHead, RecurrentHeadProposer
 from specq.specdec.proposers.base import ProposeContext
 from specq.specdec.sampling import SamplingParams
+from specq.specdec.state import GenerationRequest
 from specq.training.distill import read_answers
 from specq.training.features import NO_LABEL, collect_features
 from specq.training.heads import TrainConfig, accuracy, label_ranks, loss_and_grads, train_heads
@@ -283,3 +285,27 @@ def test_the_gate_drafts_only_guesses_that_pay():
     choice = choose_gate(confidence, right, 0.4, 0.05)
     assert 0.3 <= choice.gate[0] < 0.9 and choice.gate[1] < 0.8
     assert choice.tokens_per_cost == pytest.approx(per_cost) and choice.ungated_tokens_per_cost < per_cost
+
+
+@pytest.mark.slow  # trains a head end to end
+def test_a_head_trained_for_a_qwen3_file_drafts_exactly(toy_model_file, tmp_path):
+    """train-heads on another supported architecture (qwen3: q/k norms, wide heads,
+    RoPE over halves): the head loads against that model, and speculation with it
+    gives plain decoding's greedy tokens."""
+    path = toy_model_file(seed=21, architecture="qwen3", head_dim=32)
+    prompts = _prompts(tmp_path / "p.jsonl")
+    args = ["train-heads", prompts, "--model", path, "--epochs", "2", "--work-dir", str(tmp_path / "w")]
+    done = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "q.gguf")])
+    assert done.exit_code == 0, done.output
+    model, tokenizer = load_model_and_tokenizer(path)
+    head = RecurrentHead.load(str(tmp_path / "q.gguf"))
+    head.check_target(model)
+    # Ungated: on so little data the trained gate may let no draft through.
+    speculative = Engine(model, tokenizer, RecurrentHeadProposer(model, head, gate=(0.0,)))
+    plain = load_engine(model_path=path, proposer="none")
+    for prompt in ("count with me", "a b c d"):
+        ids = tokenizer.encode_chat([{"role": "user", "content": prompt}])
+        req = GenerationRequest(prompt_ids=tuple(ids), max_tokens=40, k=4, adaptive=False)
+        fast, slow = speculative.run(req), plain.run(req)
+        assert fast.output_ids == slow.output_ids
+        assert fast.metrics.drafted > 0
