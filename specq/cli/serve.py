@@ -11,6 +11,7 @@ import click
 from specq.cli.options import batch_options, config_from, generation_options, model_options, redis_option
 from specq.cli.queue import connect, user_errors
 from specq.queue.timing import DEFAULT_QUEUE
+from specq.server import MAX_SYNC_REQUESTS
 
 
 def is_loopback(host: str) -> bool:
@@ -42,7 +43,7 @@ def is_loopback(host: str) -> bool:
 @click.option(
     "--max-sync-requests",
     type=click.IntRange(min=1),
-    default=256,
+    default=MAX_SYNC_REQUESTS,
     show_default=True,
     help="Synchronous completion requests followed at once; more get a 429.",
 )

@@ -64,13 +64,15 @@ class RequestChecker:
         return spec_record(spec, request.to_dict())
 
 
-def prepare(path: str, config: BatchConfig, model_file: str) -> tuple[list[tuple[int, str, dict]], list[InvalidLine]]:
+def prepare(
+    path: str, config: BatchConfig, model_file: str, checker: RequestChecker | None = None
+) -> tuple[list[tuple[int, str, dict]], list[InvalidLine]]:
     """Parse and tokenize every line: (line, custom_id, spec record) for the valid
     ones, InvalidLine for the rest. Reads only the tokenizer and the model's
-    configuration, not its weights."""
+    configuration, not its weights (`checker`: those already read, as a server keeps them)."""
     check_max_tokens(config.defaults.max_tokens, "--max-tokens")
     specs, invalid = read_jsonl_lenient(path)
-    checker = RequestChecker(model_file)
+    checker = checker or RequestChecker(model_file)
     records = []
     for spec in specs:
         try:

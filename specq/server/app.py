@@ -40,8 +40,8 @@ from specq.queue.store import BatchStore
 from specq.queue.submit import prepare, submit
 from specq.requests.config import BatchConfig
 from specq.requests.inputs import CHAT_URL, COMPLETIONS_URL
-from specq.server import batches, page
-from specq.server.completions import MAX_IN_FLIGHT, CompletionError, SyncCompletions
+from specq.server import MAX_SYNC_REQUESTS, batches, page
+from specq.server.completions import CompletionError, SyncCompletions
 from specq.server.files import PURPOSES, FileStore, FileTooLarge
 from specq.server.guard import Guard
 
@@ -65,7 +65,7 @@ class Settings:
     files_dir: Path
     api_key: str | None = None
     max_file_bytes: int = 200 * 2**20
-    max_sync_requests: int = MAX_IN_FLIGHT
+    max_sync_requests: int = MAX_SYNC_REQUESTS
 
 
 class ApiError(Exception):
@@ -329,7 +329,8 @@ def create_app(settings: Settings) -> Guard:
             )
 
         try:
-            records, invalid = prepare(str(path), settings.config, settings.model_file)
+            # The tokenizer the synchronous requests use, read once at start.
+            records, invalid = prepare(str(path), settings.config, settings.model_file, completions.checker)
         except (SpecqError, OSError) as exc:  # an unreadable file: not UTF-8, say, or deleted meanwhile
             failed([{"code": "invalid_file", "message": shown(str(exc)), "param": None, "line": None}])
             return batches.to_api(client, batch_id, batches.record(client, batch_id))

@@ -39,6 +39,7 @@ from specq.requests import checkpoint
 from specq.requests.config import BatchConfig
 from specq.requests.inputs import CHAT_URL, parse_line
 from specq.requests.result import Result, request_id
+from specq.server import MAX_SYNC_REQUESTS
 from specq.server.news import POLL_S, News
 from specq.specdec.completion_text import final_text_so_far
 
@@ -46,10 +47,7 @@ FINISHED = (RequestState.COMPLETED, RequestState.FAILED, RequestState.CANCELLED)
 JANITOR_S = 30.0
 # A reader that cannot reach Redis keeps trying this long (a restart takes seconds).
 REDIS_PATIENCE_S = 60.0
-# Requests a server follows at once by default; more are refused with a 429 (each
-# holds a connection, a task and reads of Redis, and the workers serve them a decode
-# group at a time anyway).
-MAX_IN_FLIGHT = 256
+
 log = logging.getLogger("specq.server")
 
 
@@ -95,7 +93,7 @@ class SyncCompletions:
         queue: str,
         model_file: str,
         model_name: str,
-        max_in_flight: int = MAX_IN_FLIGHT,
+        max_in_flight: int = MAX_SYNC_REQUESTS,
     ) -> None:
         self.client = client
         self.max_in_flight = max_in_flight

@@ -65,14 +65,19 @@ def load_or_build(
     if path.exists():
         try:
             return read(path)
-        except (OSError, ValueError, pickle.UnpicklingError, EOFError) as exc:
-            log.warning("model cache %s unusable (%s); rebuilding it", path, exc)
+        except Exception as exc:  # noqa: BLE001 - a cache only saves time: whatever is wrong with it, rebuild
+            log.warning("model cache %s unusable (%s: %s); rebuilding it", path, exc.__class__.__name__, exc)
     model = build()
     try:
         write(path, model)
         _remove_stale(path, model_sha256, precision)
-    except OSError as exc:
-        log.warning("cannot write the model cache %s (%s); each process builds its own copy", path, exc)
+    except Exception as exc:  # noqa: BLE001 - a disk full or a model that will not pickle costs time only
+        log.warning(
+            "cannot write the model cache %s (%s: %s); this process keeps its own copy",
+            path,
+            exc.__class__.__name__,
+            exc,
+        )
     return model
 
 

@@ -114,3 +114,29 @@ def test_the_header_bounds_are_checked(toy_model_path, tmp_path):
     path.write_bytes(forged)
     with pytest.raises((ValueError, struct.error)):
         model_cache.read(path)
+
+
+class _BadStructure:
+    def __reduce__(self):
+        from specq.specdec.model_config import LlamaConfig
+
+        return (LlamaConfig, ())  # allowed class, wrong arguments: a TypeError when read
+
+
+def test_any_fault_of_the_cache_costs_time_only(toy_model_path, tmp_path, caplog):
+    import hashlib
+
+    sha = GGUFFile(toy_model_path).sha256()
+    path = model_cache.cache_path(tmp_path, sha, "f32")
+    structure = pickle.dumps(_BadStructure(), protocol=5)
+    path.write_bytes(
+        model_cache.HEADER.pack(model_cache.MAGIC, hashlib.sha256(structure).digest(), len(structure), 0) + structure
+    )
+    build = lambda: LlamaModel.load(toy_model_path)  # noqa: E731
+    assert isinstance(model_cache.load_or_build(tmp_path, sha, "f32", build), LlamaModel)
+    assert "TypeError" in caplog.text
+    # A model that will not pickle is built and used all the same.
+    other = tmp_path / "other"
+    unpicklable = lambda: lambda: None  # noqa: E731
+    assert callable(model_cache.load_or_build(other, sha, "f32", unpicklable))
+    assert "this process keeps its own copy" in caplog.text
