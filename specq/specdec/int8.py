@@ -25,15 +25,22 @@ int16: L = 127 * 128, q split into two int8 halves, q = 128 high + low (high in
 product, and f32's next-token predictions at 99.91% of the bench mix's positions
 (with the float16 KV cache that goes with it), for about 1.6x int8's arithmetic.
 
+Formats. Besides the default model's Q4_1 and Q8_0, every GGUF type with integer
+weights in blocks of 32 is unpacked at load, without loss, into one of four formats
+(gguf_blocks.py): Q4_1 (4-bit q, d, m: also Q4_0 and Q4_K), Q8_0 (8-bit q, d: also
+Q5_0), Q8_M (8-bit q, d, m: Q5_1 and Q5_K) and Q8_H (8-bit q with a d per half
+block of 16: Q6_K). Their products differ only in the epilogue (int8_codegen).
+
 Layout, repacked at load from gguf's blocks (`lanes` outputs side by side, 8 or 16,
 the vector width; each 32-bit lane holds 4 consecutive inputs of its output, so the
 instructions reduce along the inputs within a lane and the activations are a
 broadcast of 4 bytes: no horizontal sums):
     Q4_1 quants [n_out/lanes, blocks, 4, 4 lanes] uint8: byte 4 * lane + p of vector v
          holds input 4v + p (low nibble) and input 16 + 4v + p (high nibble)
-    Q8_0 quants [n_out/lanes, blocks, 8, 4 lanes] int8: byte 4 * lane + p of vector v
+    Q8_* quants [n_out/lanes, blocks, 8, 4 lanes] int8: byte 4 * lane + p of vector v
          is input 4v + p
-    d (and m) float32 [n_out/lanes, blocks, lanes], converted from fp16 (exact)
+    d (and m) float32 [n_out/lanes, blocks, lanes] (Q8_H's d [n_out/lanes, blocks, 2,
+         lanes]), exact: fp16 scales, or a K-quant's products of two of them
 """
 
 from __future__ import annotations
@@ -43,11 +50,13 @@ from dataclasses import dataclass
 import numpy as np
 from numba import config, njit
 
-from specq.specdec import vec
+from specq.specdec import gguf_blocks, vec
 from specq.specdec.precision import require_integer
 from specq.specdec.qkernels import BLOCK, QuantizedMatrix
 
-TYPES = ("Q4_1", "Q8_0")
+TYPES = ("Q4_1", "Q8_0")  # the GGUF types kept as qkernels.QuantizedMatrix and converted from it
+FORMATS = ("Q4_1", "Q8_0", "Q8_M", "Q8_H")  # an Int8Matrix's; a format's code is its index
+_MIN = ("Q4_1", "Q8_M", "Q8_H")  # the formats with a minimum m
 AVAILABLE = vec.has_avx2()  # the kernels need AVX2 and FMA (and F16C); vec.dot4 says why this suffices
 
 if AVAILABLE:
@@ -68,6 +77,20 @@ if AVAILABLE:
         _drive_q8_0vs = _kernels.q8_0vs_2x2 if _32_REGISTERS else _kernels.q8_0vs_1x2
     _drive_q8_0 = _kernels.q8_0_2x3 if _32_REGISTERS else _kernels.q8_0_1x4
     _drive_q8_0s = _kernels.q8_0s_2x2 if _32_REGISTERS else _kernels.q8_0s_1x2
+    # The other formats' kernels (int8_codegen), chosen as for Q8_0. Without VNNI, the
+    # sign trick, at 8 lanes only; with VNNI, x + 128, at 16 lanes with AVX-512.
+    _drive_q8_m = _kernels.q8_m_2x3 if _32_REGISTERS else _kernels.q8_m_1x4
+    _drive_q8_ms = _kernels.q8_ms_2x2 if _32_REGISTERS else _kernels.q8_ms_1x2
+    _drive_q8_h = _kernels.q8_h_2x2 if _32_REGISTERS else _kernels.q8_h_1x2
+    _drive_q8_hs = _kernels.q8_hs_1x2 if _32_REGISTERS else _kernels.q8_hs_1x1
+    if _512:
+        _drive_q8_mv, _drive_q8_mvs = _kernels.q8_mvw_2x3, _kernels.q8_mvsw_2x2
+        _drive_q8_hv, _drive_q8_hvs = _kernels.q8_hvw_2x2, _kernels.q8_hvsw_1x2
+    else:
+        _drive_q8_mv = _kernels.q8_mv_2x3 if _32_REGISTERS else _kernels.q8_mv_1x4
+        _drive_q8_mvs = _kernels.q8_mvs_2x2 if _32_REGISTERS else _kernels.q8_mvs_1x2
+        _drive_q8_hv = _kernels.q8_hv_2x2 if _32_REGISTERS else _kernels.q8_hv_1x2
+        _drive_q8_hvs = _kernels.q8_hvs_1x2 if _32_REGISTERS else _kernels.q8_hvs_1x1
 LANES = 16 if AVAILABLE and _512 else 8  # outputs side by side in a weight's layout: the kernels' vector lanes
 
 
@@ -76,16 +99,16 @@ require = require_integer  # the same check as AVAILABLE, its one-line error kep
 
 @dataclass(frozen=True, eq=False)
 class Int8Matrix:
-    """A Q4_1 or Q8_0 matrix [n_out, n_in] in the int8 kernels' layout (module
+    """A matrix [n_out, n_in] in one of FORMATS, in the int8 kernels' layout (module
     docstring) for `lanes` outputs side by side, padded with zero rows to a multiple
     of `lanes` outputs."""
 
-    type_name: str
+    type_name: str  # its format, one of FORMATS
     shape: tuple[int, int]
-    quants: np.ndarray  # flat: Q4_1 uint8, Q8_0 int8
+    quants: np.ndarray  # flat: Q4_1 uint8, the others int8
     d: np.ndarray  # flat float32
-    m: np.ndarray  # flat float32 (Q4_1; empty for Q8_0)
-    sums: np.ndarray  # flat int32 (Q8_0): 128 * the sum of each output's block of weights
+    m: np.ndarray  # flat float32 (Q4_1 and Q8_M; empty for the others)
+    sums: np.ndarray  # flat int32 (Q8_*): 128 * the sum of each output's block (Q8_H: half block) of weights
     lanes: int = 8
     split: bool = False  # activations as two int8 halves (the int16 precision; module docstring)
 
@@ -103,38 +126,52 @@ class Int8Matrix:
             nibbles = raw[:, :, 4:20]  # byte j: element j (low nibble), element j + 16 (high)
             ints = np.concatenate([nibbles & 0x0F, nibbles >> 4], axis=2)
         else:
-            m = np.zeros_like(d)
+            m = None
             ints = raw[:, :, 2:34].view(np.int8)
-        return cls._from_rows(w.type_name, w.shape, ints, d, m, lanes or LANES, split)
+        return cls.from_blocks(w.type_name, w.shape, ints, d, m, lanes, split)
 
     @classmethod
-    def _from_rows(
+    def from_blocks(
         cls,
         type_name: str,
         shape: tuple[int, int],
         ints: np.ndarray,
         d: np.ndarray,
-        m: np.ndarray,
-        lanes: int,
-        split: bool,
+        m: np.ndarray | None,
+        lanes: int = 0,
+        split: bool = False,
     ) -> Int8Matrix:
-        """ints [n_out, blocks, 32] (nibble values, or int8), d and m [n_out, blocks]."""
+        """ints [n_out, blocks, 32] (Q4_1: values 0..15; the others: int8), d [n_out,
+        blocks] (Q8_H: [n_out, blocks, 2], a scale per half block), m [n_out, blocks]
+        for Q4_1 and Q8_M, else None."""
+        if type_name not in FORMATS:
+            raise ValueError(f"no int8 kernel for {type_name}")
+        lanes = lanes or LANES
         pad = -shape[0] % lanes
+        m = np.full(d.shape[:2], -0.0, np.float32) if m is None else m
         if pad:
             ints, d, m = (np.concatenate([a, np.zeros((pad, *a.shape[1:]), a.dtype)]) for a in (ints, d, m))
         groups, nb = ints.shape[0] // lanes, ints.shape[1]
 
-        def per_lane(a: np.ndarray) -> np.ndarray:  # [n_out, nb] -> flat [groups, nb, lanes]
-            return np.ascontiguousarray(a.reshape(groups, lanes, nb).transpose(0, 2, 1)).reshape(-1)
+        def per_lane(a: np.ndarray) -> np.ndarray:  # [n_out, nb(, 2)] -> flat [groups, nb(, 2), lanes]
+            a = a.reshape(groups, lanes, nb, -1).transpose(0, 2, 3, 1)
+            return np.ascontiguousarray(a).reshape(-1)
 
+        d, m = per_lane(d.astype(np.float32)), per_lane(m.astype(np.float32))
+        if type_name not in _MIN:
+            m = np.empty(0, np.float32)
         if type_name == "Q4_1":
             low = ints[:, :, :16].reshape(groups, lanes, nb, 4, 4).transpose(0, 2, 3, 1, 4)
             high = ints[:, :, 16:].reshape(groups, lanes, nb, 4, 4).transpose(0, 2, 3, 1, 4)
             quants = np.ascontiguousarray(low | (high << 4)).astype(np.uint8).reshape(-1)
-            return cls(type_name, tuple(shape), quants, per_lane(d), per_lane(m), np.empty(0, np.int32), lanes, split)
+            return cls(type_name, tuple(shape), quants, d, m, np.empty(0, np.int32), lanes, split)
+        ints = ints.astype(np.int8)
         quants = np.ascontiguousarray(ints.reshape(groups, lanes, nb, 8, 4).transpose(0, 2, 3, 1, 4)).reshape(-1)
-        sums = per_lane((128 * ints.astype(np.int32).sum(axis=2)).astype(np.int32))
-        return cls(type_name, tuple(shape), quants, per_lane(d), np.empty(0, np.float32), sums, lanes, split)
+        parts = 2 if type_name == "Q8_H" else 1
+        sums = per_lane(
+            (128 * ints.astype(np.int32).reshape(-1, nb, parts, BLOCK // parts).sum(axis=3)).astype(np.int32)
+        )
+        return cls(type_name, tuple(shape), quants, d, m, sums, lanes, split)
 
     @property
     def n_padded(self) -> int:
@@ -156,18 +193,17 @@ class Int8Matrix:
         return ints[: self.shape[0]]
 
     def block_scales(self, which: str = "d") -> np.ndarray:
-        """d (or m) per output and block, [n_out, blocks]."""
+        """d (or m) per output and block, [n_out, blocks]; Q8_H's d [n_out, blocks, 2]."""
         lanes = self.lanes
         groups, nb = self.n_padded // lanes, self.shape[1] // BLOCK
-        return getattr(self, which).reshape(groups, nb, lanes).transpose(0, 2, 1).reshape(-1, nb)[: self.shape[0]]
+        a = getattr(self, which).reshape(groups, nb, -1, lanes).transpose(0, 3, 1, 2).reshape(groups * lanes, nb, -1)
+        a = a[: self.shape[0]]
+        return a if a.shape[2] == 2 else a[:, :, 0]
 
     def dequantize(self) -> np.ndarray:
         """float32 [n_out, n_in], gguf's values (d * q + m, q * d), bit for bit."""
-        q = self.integers().astype(np.float32)
-        d = self.block_scales("d")[:, :, None]
-        if self.type_name == "Q4_1":
-            return (d * q + self.block_scales("m")[:, :, None]).reshape(self.shape)
-        return (q * d).reshape(self.shape)
+        m = self.block_scales("m") if self.type_name in _MIN else None
+        return gguf_blocks.values(self.type_name, self.integers(), self.block_scales("d"), m).reshape(self.shape)
 
     def rows(self, ids) -> np.ndarray:
         """Dequantized rows [len(ids), n_in] (an embedding lookup)."""
@@ -180,13 +216,13 @@ class Int8Matrix:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if not ids.size or ids.min() < 0 or ids.max() >= self.shape[0]:
             raise IndexError(f"row ids out of range for a matrix of {self.shape[0]} rows")
-        m = self.block_scales("m") if self.type_name == "Q4_1" else np.zeros((self.shape[0], 1), np.float32)
-        return self._from_rows(
+        m = self.block_scales("m")[ids] if self.type_name in _MIN else None
+        return self.from_blocks(
             self.type_name,
             (ids.size, self.shape[1]),
             self.integers()[ids],
             self.block_scales("d")[ids],
-            m[ids],
+            m,
             self.lanes,
             self.split,
         )
@@ -288,15 +324,23 @@ if AVAILABLE:
             _drive_q4_1(quants, d, m, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
         return out
 
+    @njit(inline="always")
+    def _shifted(q, low):  # pragma: no cover - compiled
+        """The activations as the 512-bit VNNI kernels read them: x + 128 as unsigned
+        bytes (int8_codegen)."""
+        if _512:
+            return (q.view(np.uint8) ^ np.uint8(0x80)).view(np.int8), (low.view(np.uint8) ^ np.uint8(0x80)).view(
+                np.int8
+            )
+        return q, low
+
     @njit(nogil=True, cache=True)
     def product_q8_0(x, quants, d, sums, n_out, n_threads, split):  # pragma: no cover - compiled
         n, n_in = x.shape
         q, low, xd, _ = _quantized(x, split)
         out = np.empty((n, n_out), dtype=np.float32)
         flat, nb = out.reshape(-1), n_in // BLOCK
-        if _512:  # its kernels read x + 128 as unsigned bytes (int8_codegen)
-            q = (q.view(np.uint8) ^ np.uint8(0x80)).view(np.int8)
-            low = (low.view(np.uint8) ^ np.uint8(0x80)).view(np.int8)
+        q, low = _shifted(q, low)
         if split and _VNNI:
             _drive_q8_0vs(quants, d, sums, q, low, xd, flat, n, nb, n_in, n_out, n_threads)
         elif split:
@@ -306,6 +350,52 @@ if AVAILABLE:
         else:
             _drive_q8_0(quants, d, q, xd, flat, n, nb, n_in, n_out, n_threads)
         return out
+
+    @njit(nogil=True, cache=True)
+    def product_q8_m(x, quants, d, m, sums, n_out, n_threads, split):  # pragma: no cover - compiled
+        n, n_in = x.shape
+        q, low, xd, xs = _quantized(x, split)
+        out = np.empty((n, n_out), dtype=np.float32)
+        flat, nb = out.reshape(-1), n_in // BLOCK
+        q, low = _shifted(q, low)
+        if split and _VNNI:
+            _drive_q8_mvs(quants, d, m, sums, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+        elif split:
+            _drive_q8_ms(quants, d, m, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+        elif _VNNI:
+            _drive_q8_mv(quants, d, m, sums, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+        else:
+            _drive_q8_m(quants, d, m, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+        return out
+
+    @njit(nogil=True, cache=True)
+    def product_q8_h(x, quants, d, m, sums, n_out, n_threads, split):  # pragma: no cover - compiled
+        n, n_in = x.shape
+        q, low, xd, xs = _quantized(x, split)
+        out = np.empty((n, n_out), dtype=np.float32)
+        flat, nb = out.reshape(-1), n_in // BLOCK
+        q, low = _shifted(q, low)
+        if split and _VNNI:
+            _drive_q8_hvs(quants, d, m, sums, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+        elif split:
+            _drive_q8_hs(quants, d, m, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+        elif _VNNI:
+            _drive_q8_hv(quants, d, m, sums, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+        else:
+            _drive_q8_h(quants, d, m, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+        return out
+
+    @njit(nogil=True, cache=True)
+    def product(x, code, quants, d, m, sums, n_out, n_threads, split):  # pragma: no cover - compiled
+        """x @ w.T for an Int8Matrix of format FORMATS[code] given by its arrays
+        (quants as bytes), from inside numba (the layer stack)."""
+        if code == 0:
+            return product_q4_1(x, quants, d, m, n_out, n_threads, split)
+        if code == 1:
+            return product_q8_0(x, quants.view(np.int8), d, sums, n_out, n_threads, split)
+        if code == 2:
+            return product_q8_m(x, quants.view(np.int8), d, m, sums, n_out, n_threads, split)
+        return product_q8_h(x, quants.view(np.int8), d, m, sums, n_out, n_threads, split)
 
 
 def int8_matmul_t(x: np.ndarray, w: Int8Matrix) -> np.ndarray:
@@ -321,8 +411,12 @@ def int8_matmul_t(x: np.ndarray, w: Int8Matrix) -> np.ndarray:
     threads = config.NUMBA_NUM_THREADS
     if w.type_name == "Q4_1":
         out = product_q4_1(x, w.quants, w.d, w.m, w.n_padded, threads, w.split)
-    else:
+    elif w.type_name == "Q8_0":
         out = product_q8_0(x, w.quants, w.d, w.sums, w.n_padded, threads, w.split)
+    elif w.type_name == "Q8_M":
+        out = product_q8_m(x, w.quants, w.d, w.m, w.sums, w.n_padded, threads, w.split)
+    else:
+        out = product_q8_h(x, w.quants, w.d, w.m, w.sums, w.n_padded, threads, w.split)
     return out if w.n_padded == n_out else np.ascontiguousarray(out[:, :n_out])
 
 
@@ -345,15 +439,20 @@ def int8_matmul_t_reference(x: np.ndarray, w: Int8Matrix) -> np.ndarray:
     order, each step rounded once as a fused multiply-add is (float64 holds the
     product exactly; then one rounding)."""
     q, xd, xs = quantize_reference(x, w.split)
-    nb = w.shape[1] // BLOCK
-    sums = np.einsum("rbj,obj->rbo", q.reshape(-1, nb, BLOCK).astype(np.int64), w.integers().astype(np.int64))
+    nb, parts = w.shape[1] // BLOCK, 2 if w.type_name == "Q8_H" else 1
+    sums = np.einsum(
+        "rbkj,obkj->rbko",
+        q.reshape(-1, nb, parts, BLOCK // parts).astype(np.int64),
+        w.integers().reshape(-1, nb, parts, BLOCK // parts).astype(np.int64),
+    )
     sums = sums.astype(np.float32).astype(np.float64)
-    d = w.block_scales("d").T  # [nb, n_out]
-    m = w.block_scales("m").T if w.type_name == "Q4_1" else None
+    d = w.block_scales("d").reshape(w.shape[0], nb, parts).transpose(1, 2, 0)  # [nb, parts, n_out]
+    m = w.block_scales("m").T if w.type_name in _MIN else None
     acc = np.zeros((x.shape[0], w.shape[0]), np.float32)
     for b in range(nb):
-        scale = d[b][None, :] * xd[:, b : b + 1]  # float32 * float32: one rounding
-        acc = (sums[:, b, :] * scale + acc).astype(np.float32)
+        for k in range(parts):
+            scale = d[b, k][None, :] * xd[:, b : b + 1]  # float32 * float32: one rounding
+            acc = (sums[:, b, k, :] * scale + acc).astype(np.float32)
         if m is not None:
             acc = (m[b][None, :].astype(np.float64) * xs[:, b : b + 1] + acc).astype(np.float32)
     return acc

@@ -10,8 +10,12 @@ and a test checks that it is what this generator writes.
     python -m specq.specdec.int8_codegen      # rewrites specq/specdec/int8_kernels.py
 
 Per block b, output lane o and row r, in this order and nothing else:
-    Q4_1:  acc = fma(float(isum), d_w * d_x, acc);  acc = fma(m_w, s_x, acc)
-    Q8_0:  acc = fma(float(isum), d_w * d_x, acc)
+    Q4_1, Q8_M:  acc = fma(float(isum), d_w * d_x, acc);  acc = fma(m_w, s_x, acc)
+    Q8_0:        acc = fma(float(isum), d_w * d_x, acc)
+    Q8_H:        acc = fma(float(isum_1), d_w1 * d_x, acc);  acc = fma(float(isum_2), d_w2 * d_x, acc);
+                 acc = fma(m_w, s_x, acc)
+(Q8_M: 8-bit weights with a minimum, Q8_H: 8-bit weights with a scale per half
+block of 16 and a minimum; gguf_blocks.py says which GGUF types they hold.)
 isum is exact, so a row's result depends on nothing but its own values: the same
 bits alone, in any group and in any blocking (bitwise row invariance).
 """
@@ -36,6 +40,14 @@ _ARGS = {
     "q4_1s": "wq, wd, wm, xq, xl, xd, xs",
     "q8_0s": "wq, wd, xq, xl, xd",
     "q8_0vs": "wq, wd, ws, xq, xl, xd",
+    "q8_m": "wq, wd, wm, xq, xd, xs",
+    "q8_mv": "wq, wd, wm, ws, xq, xd, xs",
+    "q8_ms": "wq, wd, wm, xq, xl, xd, xs",
+    "q8_mvs": "wq, wd, wm, ws, xq, xl, xd, xs",
+    "q8_h": "wq, wd, wm, xq, xd, xs",
+    "q8_hv": "wq, wd, wm, ws, xq, xd, xs",
+    "q8_hs": "wq, wd, wm, xq, xl, xd, xs",
+    "q8_hvs": "wq, wd, wm, ws, xq, xl, xd, xs",
 }
 _SIGNATURES = {
     "q4_1": "void(uint8[::1], float32[::1], float32[::1], int8[::1], float32[::1], float32[::1], "
@@ -67,7 +79,23 @@ FAMILIES = (
     ("q8_0vs", 8, SPLIT_BLOCKINGS),
     ("q4_1s", 16, ((2, 2),)),
     ("q8_0vs", 16, ((2, 2),)),
+    # The formats other GGUF types are unpacked into (int8.py). They compile on first
+    # use only: most models never reach them.
+    ("q8_m", 8, BLOCKINGS),
+    ("q8_mv", 8, BLOCKINGS),
+    ("q8_mv", 16, ((2, 3),)),
+    ("q8_ms", 8, SPLIT_BLOCKINGS),
+    ("q8_mvs", 8, SPLIT_BLOCKINGS),
+    ("q8_mvs", 16, ((2, 2),)),
+    # Two sums per output and row where the others keep one: half the rows at a time.
+    ("q8_h", 8, SPLIT_BLOCKINGS),
+    ("q8_hv", 8, SPLIT_BLOCKINGS),
+    ("q8_hv", 16, ((2, 2),)),
+    ("q8_hs", 8, ((1, 2), (1, 1))),
+    ("q8_hvs", 8, ((1, 2), (1, 1))),
+    ("q8_hvs", 16, ((1, 2),)),
 )
+_EAGER = ("q4_1", "q8_0", "q8_0v", "q4_1s", "q8_0s", "q8_0vs")  # compiled at import on every AVX2 CPU
 
 
 def _name(kind: str, lanes: int) -> str:
@@ -78,8 +106,19 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
     w = "" if lanes == 8 else "_w"  # the intrinsics' suffix for this width (vec.py)
     split = kind.endswith("s")
     base = kind[:-1] if split else kind
-    block_bytes = {"q4_1": 16, "q8_0": 32, "q8_0v": 32}[base] * lanes  # one output group's block
+    vnni = base.endswith("v")
+    family = base[:-1] if vnni else base  # q4_1, q8_0, q8_m or q8_h
+    with_min = family != "q8_0"
+    parts = 2 if family == "q8_h" else 1  # integer sums per output and row: one per scale
+    block_bytes = (16 if family == "q4_1" else 32) * lanes  # one output group's block
     halves = (("s", "xq"), ("t", "xl")) if split else (("s", "xq"),)  # (sum, activations) per half
+
+    def acc(total: str, o: int, r: int, k: int = 0) -> str:  # the integer sum of scale k
+        return f"{total}{o}{r}" if k == 0 else f"{total}{o}{r}_{k}"
+
+    def at(o: int, k: int) -> str:  # where output group o's (d or ws) of scale k begin
+        return f"w{o} * {lanes}" if parts == 1 else f"(w{o} * {parts} + {k}) * {lanes}"
+
     lines = [
         "",
         "",
@@ -99,9 +138,10 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
     for total, _ in halves:
         for o in range(no):
             for r in range(nr):
-                add(f"        {total}{o}{r} = zeros_i32{w}()")
+                for k in range(parts):
+                    add(f"        {acc(total, o, r, k)} = zeros_i32{w}()")
     step = 4 * lanes  # bytes per vector
-    if base == "q4_1":
+    if family == "q4_1":
         # Byte 4 * lane + p of vector v: input 4v + p (low nibble), 16 + 4v + p (high).
         for v in range(4):
             for o in range(no):
@@ -114,10 +154,10 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
                     add(f"        bh = broadcast4{w}({acts}, x{r} + {16 + 4 * v})")
                     for o in range(no):
                         add(f"        {total}{o}{r} = dot4{w}(dot4{w}({total}{o}{r}, lo{o}, bl), hi{o}, bh)")
-    elif base == "q8_0v":
+    elif vnni:
         # With VNNI only: (x + 128) as unsigned bytes times w, less 128 * sum(w) (ws,
-        # per output and block): one instruction per product where the sign trick
-        # below takes three. The same integers.
+        # per output and block, or half block): one instruction per product where
+        # the sign trick below takes three. The same integers.
         for v in range(8):
             for o in range(no):
                 add(f"        q{o} = load_bytes{w}(wq, w{o} * {block_bytes} + {step * v})")
@@ -128,12 +168,14 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
                     else:  # the activations hold x + 128 already: numba/LLVM did not finish compiling the xor here
                         add(f"        xv = broadcast4_w({acts}, x{r} + {4 * v})")
                     for o in range(no):
-                        add(f"        {total}{o}{r} = dot4{w}({total}{o}{r}, xv, q{o})")
+                        s_ = acc(total, o, r, v * parts // 8)  # vectors 4..7 hold inputs 16..31
+                        add(f"        {s_} = dot4{w}({s_}, xv, q{o})")
         for o in range(no):
-            add(f"        ws{o} = load_i32{w}(ws, w{o} * {lanes})")
-            for r in range(nr):
-                for total, _ in halves:
-                    add(f"        {total}{o}{r} = sub_i32{w}({total}{o}{r}, ws{o})")
+            for k in range(parts):
+                add(f"        ws{o} = load_i32{w}(ws, {at(o, k)})")
+                for r in range(nr):
+                    for total, _ in halves:
+                        add(f"        {acc(total, o, r, k)} = sub_i32{w}({acc(total, o, r, k)}, ws{o})")
     else:
         # Byte 4 * lane + p of vector v: input 4v + p.
         for v in range(8):
@@ -144,22 +186,27 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
                 for total, acts in halves:
                     add(f"        xv = broadcast4({acts}, x{r} + {4 * v})")
                     for o in range(no):
-                        add(f"        {total}{o}{r} = dot4({total}{o}{r}, m{o}, signs_of(xv, q{o}))")
+                        s_ = acc(total, o, r, v * parts // 8)
+                        add(f"        {s_} = dot4({s_}, m{o}, signs_of(xv, q{o}))")
     if split:
         for o in range(no):
             for r in range(nr):
-                add(f"        s{o}{r} = combine7{w}(s{o}{r}, t{o}{r})")
+                for k in range(parts):
+                    add(f"        {acc('s', o, r, k)} = combine7{w}({acc('s', o, r, k)}, {acc('t', o, r, k)})")
     for o in range(no):
-        add(f"        dw{o} = load_f32{w}(wd, w{o} * {lanes})")
-        if base == "q4_1":
+        for k in range(parts):
+            add(f"        dw{o}{'_' * k}{k or ''} = load_f32{w}(wd, {at(o, k)})")
+        if with_min:
             add(f"        mw{o} = load_f32{w}(wm, w{o} * {lanes})")
     for r in range(nr):
         add(f"        dx = broadcast_f32{w}(xd, (r0 + {r}) * nb + b)")
-        if base == "q4_1":
+        if with_min:
             add(f"        sx = broadcast_f32{w}(xs, (r0 + {r}) * nb + b)")
         for o in range(no):
-            add(f"        a{o}{r} = fma{w}(to_float{w}(s{o}{r}), mul{w}(dw{o}, dx), a{o}{r})")
-            if base == "q4_1":
+            for k in range(parts):
+                dw = f"dw{o}{'_' * k}{k or ''}"
+                add(f"        a{o}{r} = fma{w}(to_float{w}({acc('s', o, r, k)}), mul{w}({dw}, dx), a{o}{r})")
+            if with_min:
                 add(f"        a{o}{r} = fma{w}(mw{o}, sx, a{o}{r})")
     for o in range(no):
         for r in range(nr):
@@ -175,7 +222,7 @@ def _driver(kind: str, lanes: int, no: int, nr: int) -> list[str]:
     args, name = _ARGS[kind], _name(kind, lanes)
     # 256-bit drivers compile at import (every CPU with AVX2 runs them); 512-bit ones
     # on first use, which only a CPU with AVX-512 VNNI reaches (int8.py).
-    signature = f'"{_SIGNATURES[kind]}", ' if lanes == 8 else ""
+    signature = f'"{_SIGNATURES[kind]}", ' if lanes == 8 and kind in _EAGER else ""
     lines = [
         "",
         "",

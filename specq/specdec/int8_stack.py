@@ -1,7 +1,12 @@
-"""layer_stack's compiled block loop with the int8 products (int8.py), for the `int8`
-precision. The same loop, attention and residual arithmetic as layer_stack._run; only
+"""layer_stack's compiled block loop with the int8 products (int8.py), for the integer
+precisions. The same loop, attention and residual arithmetic as layer_stack._run; only
 the products differ, so a row gets the bits that LlamaModel._blocks gives it with
 the same Int8Matrix weights. Imported only where int8.AVAILABLE (its kernels need AVX2).
+
+Two forms: one for models whose block matrices are all Q4_1 (the default model's),
+each kind stacked into one array; and one for any mix of int8.FORMATS (the files
+other quantizers write mix types from layer to layer, e.g. Q4_K_M's Q4_K and Q6_K),
+each kind's matrices laid end to end with their offsets and formats.
 """
 
 from __future__ import annotations
@@ -30,18 +35,19 @@ from specq.specdec.layer_stack import (
 
 def build(layers) -> tuple[StackedLayers, tuple] | None:
     """(the stack, the layers rebuilt as views into it), or None unless every block
-    matrix is a Q4_1 Int8Matrix (the default model's)."""
+    matrix is an Int8Matrix with no padding."""
     if not layers or any(beyond_llama(lw) for lw in layers):
         return None  # the compiled loop is llama's block
     if not all(
         isinstance(getattr(lw, k), Int8Matrix)
-        and getattr(lw, k).type_name == "Q4_1"
         and getattr(lw, k).split == layers[0].w_qkv.split
         and getattr(lw, k).n_padded == getattr(lw, k).shape[0]
         for lw in layers
         for k in KINDS
     ):
         return None
+    if any(getattr(lw, k).type_name != "Q4_1" for lw in layers for k in KINDS):
+        return _build_mixed(layers)
     stacked = {
         k: tuple(np.stack([getattr(getattr(lw, k), part) for lw in layers]) for part in ("quants", "d", "m"))
         for k in KINDS
@@ -62,6 +68,38 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
                 )
                 for k in KINDS
             },
+        )
+        for i, lw in enumerate(layers)
+    )
+    return stack, views
+
+
+def _laid_end_to_end(matrices: list[Int8Matrix]) -> tuple[np.ndarray, ...]:
+    """One kind's matrices of every layer: (formats [L], offsets [L + 1, 4], quants
+    as bytes, d, m, sums), matrix i's arrays from offsets[i] to offsets[i + 1]."""
+    codes = np.array([int8.FORMATS.index(w.type_name) for w in matrices], np.int64)
+    parts = [(w.quants.view(np.uint8), w.d, w.m, w.sums) for w in matrices]
+    offsets = np.zeros((len(matrices) + 1, 4), np.int64)
+    offsets[1:] = np.cumsum([[a.size for a in p] for p in parts], axis=0)
+    return (codes, offsets, *(np.concatenate([p[i] for p in parts]) for i in range(4)))
+
+
+def _build_mixed(layers) -> tuple[StackedLayers, tuple]:
+    split = layers[0].w_qkv.split
+    kinds = tuple(_laid_end_to_end([getattr(lw, k) for lw in layers]) for k in KINDS)
+    stack = StackedLayers.of(layers, kinds, (_run_mixed, _run_mixed_one), (split,), HALF_CACHE)
+
+    def view(w: Int8Matrix, kind: tuple, i: int) -> Int8Matrix:
+        at = kind[1]
+        quants, d, m, sums = (a[at[i, j] : at[i + 1, j]] for j, a in enumerate(kind[2:]))
+        return Int8Matrix(w.type_name, w.shape, quants.view(w.quants.dtype), d, m, sums, w.lanes, split)
+
+    views = tuple(
+        replace(
+            lw,
+            attn_norm=stack.attn_norm[i],
+            ffn_norm=stack.ffn_norm[i],
+            **{k: view(getattr(lw, k), kinds[j], i) for j, k in enumerate(KINDS)},
         )
         for i, lw in enumerate(layers)
     )
@@ -101,3 +139,49 @@ def _run(x, positions, starts, bounds, visible, weights, rope, keys, values, siz
 def _run_one(x, positions, starts, bounds, visible, weights, rope, keys, values, sizes):  # pragma: no cover - compiled
     """_run for one segment, its lists built here rather than from Python."""
     return _run(x, positions, starts, bounds, one(visible), weights, rope, one(keys), one(values), sizes)
+
+
+@njit(inline="always")
+def _product(x, kind, layer, n_out, n_threads, split):  # pragma: no cover - compiled
+    """x @ w.T for the kind's matrix of this layer (_laid_end_to_end)."""
+    codes, at, quants, d, m, sums = kind
+    return int8.product(
+        x,
+        codes[layer],
+        quants[at[layer, 0] : at[layer + 1, 0]],
+        d[at[layer, 1] : at[layer + 1, 1]],
+        m[at[layer, 2] : at[layer + 1, 2]],
+        sums[at[layer, 3] : at[layer + 1, 3]],
+        n_out,
+        n_threads,
+        split,
+    )
+
+
+# Compiled on first use (no signature): only models of other files' types need it.
+@njit(cache=True, nogil=True)
+def _run_mixed(
+    x, positions, starts, bounds, visible, weights, rope, keys, values, sizes
+):  # pragma: no cover - compiled
+    """_run with each product's format read per layer (the module docstring)."""
+    attn_norm, ffn_norm, qkv_w, out_w, gu_w, down_w = weights
+    cos, sin = rope
+    n_heads, n_qkv, d_ffn, eps, scale, n_threads, split = sizes
+    d = x.shape[1]
+    for layer in range(attn_norm.shape[0]):
+        h = block_ops.rms_norm(x, attn_norm[layer], eps)
+        qkv = _product(h, qkv_w, layer, n_qkv, n_threads, split)
+        attn = attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values, layer, n_heads, scale)
+        x = x + _product(attn, out_w, layer, d, n_threads, split)
+        h = block_ops.rms_norm(x, ffn_norm[layer], eps)
+        gate_up = _product(h, gu_w, layer, 2 * d_ffn, n_threads, split)
+        gated = block_ops.silu_gate(gate_up, d_ffn)
+        x = x + _product(gated, down_w, layer, d, n_threads, split)
+    return x
+
+
+@njit(cache=True, nogil=True)
+def _run_mixed_one(
+    x, positions, starts, bounds, visible, weights, rope, keys, values, sizes
+):  # pragma: no cover - compiled
+    return _run_mixed(x, positions, starts, bounds, one(visible), weights, rope, one(keys), one(values), sizes)

@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from specq.errors import ModelFileError, ParameterError
-from specq.specdec import block_ops
+from specq.specdec import block_ops, gguf_blocks
+from specq.specdec.gguf_blocks import BlockMatrix
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.layer_stack import StackedLayers
 from specq.specdec.matmul import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
@@ -76,6 +77,21 @@ class LlamaWeights:
         return replace(self, token_embedding=embedding, layers=layers, w_output=output)
 
 
+def _as_blocks(w: QuantizedMatrix | BlockMatrix) -> BlockMatrix:
+    if isinstance(w, BlockMatrix):
+        return w
+    return gguf_blocks.unpack(w.type_name, w.to_gguf_bytes(), w.shape)
+
+
+def _blocks_weight(bm: BlockMatrix) -> QuantizedMatrix | BlockMatrix:
+    """An unpacked matrix as the f32 precision's kernels can take it too, where its
+    values are exactly a Q4_1 or Q8_0 tensor's (Q4_0, Q5_0); else as it is."""
+    encoded = gguf_blocks.as_gguf_bytes(bm)
+    if encoded is None:
+        return bm
+    return QuantizedMatrix.from_gguf_bytes(encoded[1], encoded[0], bm.shape)
+
+
 def halves_to_pairs(n_heads: int, head_dim: int) -> np.ndarray:
     """Row order that makes RoPE over halves (x[i], x[i + hd/2]) RoPE over adjacent
     pairs (x[2i], x[2i+1]), per head: rows 0, hd/2, 1, hd/2 + 1, ... Applied to both
@@ -91,18 +107,26 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
         info = f.tensor_info(name)
         if info.shape != (n_out, n_in):
             raise ModelFileError(f"tensor {name!r} has shape {info.shape}, expected {(n_out, n_in)}")
-        if info.type_name in QUANTIZED_TYPES:  # kept as blocks: the products read them
+        if info.type_name in QUANTIZED_TYPES or info.type_name in gguf_blocks.FORMAT_OF:
+            # Kept as blocks: the products read them.
             raw = f.raw_tensor(name)
             data = raw.data if rows is None else raw.data[rows]  # rows of blocks are independent
-            return QuantizedMatrix.from_gguf_bytes(data, raw.type_name, raw.shape)
+            if info.type_name in QUANTIZED_TYPES:
+                return QuantizedMatrix.from_gguf_bytes(data, raw.type_name, raw.shape)
+            return _blocks_weight(gguf_blocks.unpack(info.type_name, data, (n_out, n_in)))
         full = f.tensor(name)  # [n_out, n_in] float32
         return np.ascontiguousarray(full if rows is None else full[rows])
 
     def fused(parts: list[Weight]) -> Weight:
         """Rows stacked into one matrix: one product instead of several. Quantized
-        parts of one type stay quantized; a mix of types is stacked in float32."""
+        parts stay quantized, in a format that holds them all (gguf_blocks) where
+        their types differ; parts with no common format are stacked in float32."""
         if all(isinstance(p, QuantizedMatrix) and p.type_name == parts[0].type_name for p in parts):
             return QuantizedMatrix.concat(parts)
+        if all(isinstance(p, (QuantizedMatrix, BlockMatrix)) for p in parts):
+            both = BlockMatrix.concat([_as_blocks(p) for p in parts])
+            if both is not None:
+                return _blocks_weight(both)
         return np.concatenate([dequantized(p) for p in parts], axis=0)
 
     def vector(name: str, n: int, rows: np.ndarray | None = None) -> np.ndarray:
@@ -172,7 +196,7 @@ def _blas_threads(n: int):
 
 
 def _for_int8(weights: LlamaWeights, split: bool) -> LlamaWeights:
-    """The weights with every Q4_1/Q8_0 matrix in the int8 kernels' layout (split:
+    """The weights with every quantized matrix in the int8 kernels' layout (split:
     their products take activations as two int8 halves, the int16 precision). The
     embedding keeps its blocks for lookups; tied to the output head, the head gets
     its own int8 copy (the one extra matrix in memory)."""
@@ -183,6 +207,8 @@ def _for_int8(weights: LlamaWeights, split: bool) -> LlamaWeights:
     def convert(w: Weight) -> Weight:
         if isinstance(w, QuantizedMatrix) and w.type_name in int8.TYPES:
             return int8.Int8Matrix.from_quantized(w, split=split)
+        if isinstance(w, BlockMatrix):
+            return int8.Int8Matrix.from_blocks(w.type_name, w.shape, w.ints, w.d, w.m, split=split)
         return w
 
     layers = tuple(
@@ -190,6 +216,34 @@ def _for_int8(weights: LlamaWeights, split: bool) -> LlamaWeights:
         for lw in weights.layers
     )
     return replace(weights, layers=layers, w_output=convert(weights.w_output))
+
+
+def _block_matrices(weights: LlamaWeights) -> list[Weight]:
+    return [
+        weights.token_embedding,
+        weights.w_output,
+        *(getattr(lw, k) for lw in weights.layers for k in ("w_qkv", "w_out", "w_gate_up", "w_down")),
+    ]
+
+
+def _has_blocks(weights: LlamaWeights) -> bool:
+    return any(isinstance(w, BlockMatrix) for w in _block_matrices(weights))
+
+
+def _without_blocks(weights: LlamaWeights) -> LlamaWeights:
+    """The weights with every unpacked K-quant (or Q5_1) matrix in float32: the f32
+    precision's kernels take fp16 block scales only."""
+
+    def dense(w: Weight) -> Weight:
+        return w.dequantize() if isinstance(w, BlockMatrix) else w
+
+    embedding = dense(weights.token_embedding)
+    layers = tuple(
+        replace(lw, **{k: dense(getattr(lw, k)) for k in ("w_qkv", "w_out", "w_gate_up", "w_down")})
+        for lw in weights.layers
+    )
+    output = embedding if weights.w_output is weights.token_embedding else dense(weights.w_output)
+    return replace(weights, token_embedding=embedding, layers=layers, w_output=output)
 
 
 class KVCache:
@@ -337,8 +391,14 @@ class LlamaModel:
         self.precision = precision
         self._rope = _Rope.build(config, weights.rope_factors)
         self._tied = weights.w_output is weights.token_embedding
+        # What at_precision starts from, where this precision's weights lose the
+        # blocks another precision needs (f32 keeps no unpacked K-quant blocks).
+        self._unpacked: LlamaWeights | None = None
         if precision in INTEGER:
             weights = _for_int8(weights, split=precision == "int16")
+        elif _has_blocks(weights):
+            self._unpacked = weights
+            weights = _without_blocks(weights)
         self.weights = weights
         # One compiled call for all the blocks of a forward, where the block matrices
         # allow it (layer_stack); the layers then view its arrays.
@@ -384,7 +444,8 @@ class LlamaModel:
             return self
         if self.precision != "f32":
             raise ParameterError("a model is converted from the f32 precision only")
-        return LlamaModel(self.config, self.weights, path=self.path, fingerprint=self.fingerprint, precision=precision)
+        weights = self._unpacked or self.weights
+        return LlamaModel(self.config, weights, path=self.path, fingerprint=self.fingerprint, precision=precision)
 
     @property
     def kv_bytes_per_position(self) -> int:
