@@ -94,3 +94,29 @@ def test_matrices_of_different_types_stack_in_a_format_holding_both():
                 assert both.type_name == parts[a].type_name
     assert gguf_blocks.common_format(["Q4_1", "Q8_0"]) == "Q8_M"
     assert gguf_blocks.common_format(["Q8_0", "Q8_H"]) == "Q8_H"
+
+
+def _activations(n: int, n_in: int, seed: int = 1) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, n_in)).astype(np.float32)
+    x[:, :3] *= 20  # outliers, as real activations have
+    x[0, 32:64] = 0.0  # an all-zero block
+    return x
+
+
+@pytest.mark.skipif(not int8.AVAILABLE, reason="the int8 kernels need AVX2")
+@pytest.mark.parametrize("split", [False, True], ids=["int8", "int16"])
+@pytest.mark.parametrize("type_name", TYPES)
+def test_products_equal_the_integer_reference_and_ignore_companion_rows(type_name, split):
+    n_out, n_in = 72, 256
+    bm = gguf_blocks.unpack(type_name, random_tensor(type_name, n_out, n_in, seed=5), (n_out, n_in))
+    w = int8.Int8Matrix.from_blocks(**_fields(bm), split=split)
+    x = _activations(13, n_in)
+    got = int8.int8_matmul_t(x, w)
+    np.testing.assert_array_equal(got.view(np.uint32), int8.int8_matmul_t_reference(x, w).view(np.uint32))
+    exact = x.astype(np.float64) @ bm.dequantize().T.astype(np.float64)
+    bound = 4e-4 if split else 3e-2  # the rounding of the activations to 15 or 8 bits
+    assert np.abs(got - exact).max() <= bound * np.abs(exact).max()
+    for group in (1, 2, 3, 4, 5):
+        parts = [int8.int8_matmul_t(x[i : i + group], w) for i in range(0, 13, group)]
+        np.testing.assert_array_equal(np.concatenate(parts).view(np.uint32), got.view(np.uint32))

@@ -115,6 +115,13 @@ for t, n_out, n_in in [("Q4_1", 96, 64), ("Q8_0", 40, 64)]:
     for split in (False, True):
         w = int8.Int8Matrix.from_quantized(_matrix(t, n_out, n_in)[0], split=split)
         print(int8.int8_matmul_t(_activations(5, n_in), w).view(np.uint32).tobytes().hex())
+from specq.specdec import gguf_blocks
+from test_gguf_blocks import random_tensor
+for t in ("Q5_1", "Q6_K"):  # the Q8_M and Q8_H formats' kernels
+    for split in (False, True):
+        bm = gguf_blocks.unpack(t, random_tensor(t, 40, 256), (40, 256))
+        w = int8.Int8Matrix.from_blocks(bm.type_name, bm.shape, bm.ints, bm.d, bm.m, split=split)
+        print(int8.int8_matmul_t(_activations(5, 256), w).view(np.uint32).tobytes().hex())
 from specq.specdec.model import LlamaModel, Segment
 for precision in ("int8", "int16"):
     model = LlamaModel.load({model!r}, precision)
