@@ -1,9 +1,12 @@
-"""Byte-level BPE tokenizer and chat template, both read from a GGUF file.
+"""The tokenizer and chat template of a GGUF file.
 
-Encoding is HuggingFace `tokenizers` (a BPE model built from the GGUF vocabulary
-and merges), set up to split text the way llama.cpp does for the file's
-`tokenizer.ggml.pre`. Decoding is done here on bytes: every token stands for a
-fixed byte string, so `decode` and `StreamDecoder` agree by construction.
+Two kinds of vocabulary. Byte-level BPE (`tokenizer.ggml.model = gpt2`: SmolLM2,
+Llama 3, Qwen): encoding is HuggingFace `tokenizers` (a BPE model built from the
+vocabulary and merges), set up to split text the way llama.cpp does for the file's
+`tokenizer.ggml.pre`. SentencePiece-style BPE by scores (`llama`: Llama 2, Mistral,
+TinyLlama): spm.py, with the special tokens split out here. Decoding is done here on
+bytes for both: every token stands for a fixed byte string, so `decode` and
+`StreamDecoder` agree by construction.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from specq.errors import InputError, ModelFileError
 from specq.specdec.gguf_file import GGUFFile
+from specq.specdec.spm import SPACE, SpmEncoder
 
 # tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -87,7 +91,7 @@ def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
     return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
 
 
-def _token_bytes(text: str, token_type: int) -> bytes:
+def _token_bytes(text: str, token_type: int, spm: bool = False) -> bytes:
     """The bytes a token contributes to decoded output (b"" for control tokens)."""
     if token_type in (CONTROL, UNKNOWN, UNUSED):
         return b""
@@ -95,6 +99,8 @@ def _token_bytes(text: str, token_type: int) -> bytes:
         return text.encode("utf-8")
     if token_type == BYTE and (m := _BYTE_TOKEN.fullmatch(text)):
         return bytes([int(m.group(1), 16)])
+    if spm:  # plain text with spaces written as U+2581
+        return text.replace(SPACE, " ").encode("utf-8")
     # A character outside GPT-2's table cannot come from a byte-level vocabulary;
     # keep it as its own UTF-8 rather than fail on an odd file.
     return b"".join(bytes([_UNICODE_TO_BYTE[c]]) if c in _UNICODE_TO_BYTE else c.encode("utf-8") for c in text)
@@ -120,21 +126,29 @@ class StreamDecoder:
     soon as that is certain.
     """
 
-    def __init__(self, token_bytes: tuple[bytes, ...]) -> None:
+    def __init__(self, token_bytes: tuple[bytes, ...], strip_space: bool = False) -> None:
         self._token_bytes = token_bytes
         # Python's incremental UTF-8 decoder does exactly the holding back, and with
         # errors="replace" yields what a one-shot bytes.decode would, piece by piece.
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._strip_space = strip_space  # until the first character: Tokenizer.decode's rule
 
     def push(self, ids: Sequence[int]) -> str:
-        return self._utf8.decode(b"".join(self._token_bytes[i] for i in ids))
+        return self._stripped(self._utf8.decode(b"".join(self._token_bytes[i] for i in ids)))
 
     def flush(self) -> str:
-        return self._utf8.decode(b"", final=True)
+        return self._stripped(self._utf8.decode(b"", final=True))
+
+    def _stripped(self, text: str) -> str:
+        if self._strip_space and text:
+            self._strip_space = False
+            return text[1:] if text[0] == " " else text
+        return text
 
 
 class Tokenizer:
-    """A GGUF `gpt2` (byte-level BPE) vocabulary, its special tokens and chat template."""
+    """A GGUF vocabulary (`gpt2` byte-level BPE, or `llama` SentencePiece-style BPE by
+    scores), its special tokens and chat template."""
 
     def __init__(
         self,
@@ -147,14 +161,39 @@ class Tokenizer:
         eos_id: int | None,
         add_bos: bool,
         chat_template: str | None,
+        scores: Sequence[float] | None = None,
+        unknown_id: int | None = None,
+        add_space_prefix: bool = True,
     ) -> None:
+        """scores: the `llama` model's piece scores (merges then unused); None for `gpt2`."""
         self._tokens = tuple(tokens)
         self.vocab_size = len(self._tokens)
         self.bos_id, self.eos_id, self._add_bos = bos_id, eos_id, add_bos
         self.end_of_turn_ids = frozenset(
             [i for i, t in enumerate(self._tokens) if t in END_OF_TURN_NAMES] + ([eos_id] if eos_id is not None else [])
         )
-        self._token_bytes = tuple(_token_bytes(t, k) for t, k in zip(self._tokens, token_types))
+        spm = scores is not None
+        self._token_bytes = tuple(_token_bytes(t, k, spm) for t, k in zip(self._tokens, token_types))
+        # A SentencePiece vocabulary's text starts with the space its encoding puts in
+        # front; decoding takes it off again, as HuggingFace's decoder for these does.
+        self._strip_space = spm and add_space_prefix
+        try:
+            self._template = _template_environment().from_string(chat_template or CHATML_TEMPLATE)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ModelFileError(f"the model's chat template does not parse: {exc}") from exc
+        if spm:
+            self._hf = None
+            self._spm = SpmEncoder(self._tokens, scores, unknown_id)
+            self._add_space_prefix = add_space_prefix
+            self._special_ids: dict[str, int] = {}
+            for i, (t, k) in enumerate(zip(self._tokens, token_types)):
+                if k in (CONTROL, USER_DEFINED) and t:
+                    self._special_ids.setdefault(t, i)
+            # Longest first, so that a special token containing another wins.
+            specials = sorted(self._special_ids, key=len, reverse=True)
+            self._specials = re.compile("|".join(map(re.escape, specials))) if specials else None
+            return
+        self._spm = None
 
         vocab: dict[str, int] = {}
         for i, t in enumerate(self._tokens):
@@ -173,22 +212,15 @@ class Tokenizer:
             ]
         )
 
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-        )
-        env.globals["raise_exception"] = _raise_exception
-        try:
-            self._template = env.from_string(chat_template or CHATML_TEMPLATE)
-        except jinja2.TemplateSyntaxError as exc:
-            raise ModelFileError(f"the model's chat template does not parse: {exc}") from exc
-
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> Tokenizer:
-        """Raises ModelFileError unless the file holds a `gpt2` vocabulary with merges."""
+        """Raises ModelFileError unless the file holds a `gpt2` vocabulary with merges
+        or a `llama` one with scores."""
         model = f.require("tokenizer.ggml.model")
-        if model != "gpt2":
+        if model not in ("gpt2", "llama"):
             raise ModelFileError(
-                f"unsupported tokenizer model {model!r} in {f.path} (specq supports 'gpt2', byte-level BPE)"
+                f"unsupported tokenizer model {model!r} in {f.path} (specq supports 'gpt2', byte-level BPE, "
+                "and 'llama', SentencePiece-style BPE)"
             )
         tokens = list(f.require("tokenizer.ggml.tokens"))
         if not tokens:
@@ -202,6 +234,25 @@ class Tokenizer:
             if tid is not None and not 0 <= int(tid) < len(tokens):
                 raise ModelFileError(f"{name} token id {tid} is outside the vocabulary of {f.path}")
             ids[name] = None if tid is None else int(tid)
+        if model == "llama":
+            scores = list(f.require("tokenizer.ggml.scores"))
+            if len(scores) != len(tokens):
+                raise ModelFileError(f"{f.path} has {len(tokens)} tokens but {len(scores)} scores")
+            unknown = f.get("tokenizer.ggml.unknown_token_id")
+            return cls(
+                tokens,
+                types,
+                [],
+                pre="default",
+                bos_id=ids["bos"],
+                eos_id=ids["eos"],
+                # llama.cpp's defaults for these vocabularies when the file is silent.
+                add_bos=bool(f.get("tokenizer.ggml.add_bos_token", True)),
+                chat_template=f.get("tokenizer.chat_template"),
+                scores=scores,
+                unknown_id=int(unknown) if unknown is not None and 0 <= int(unknown) < len(tokens) else None,
+                add_space_prefix=bool(f.get("tokenizer.ggml.add_space_prefix", True)),
+            )
         return cls(
             tokens,
             types,
@@ -222,17 +273,37 @@ class Tokenizer:
         become their single ids. BOS is prepended only if the file asks for it and the
         text does not already start with it. Characters with a byte that has no token
         (some vocabularies lack rare bytes) are dropped, as llama.cpp and HF do."""
-        ids = self._hf.encode(text, add_special_tokens=False).ids
+        ids = self._encode_spm(text) if self._spm is not None else self._hf.encode(text, add_special_tokens=False).ids
         if self._add_bos and self.bos_id is not None and ids[:1] != [self.bos_id]:
             ids.insert(0, self.bos_id)
         return ids
 
+    def _encode_spm(self, text: str) -> list[int]:
+        """Special tokens whole; each fragment of text between them as spm.py says,
+        with a space in front of it (the first, and any after a special token)."""
+        ids: list[int] = []
+        at = 0
+        matches = self._specials.finditer(text) if self._specials is not None else ()
+        for m in [*matches, None]:
+            fragment = text[at : m.start() if m else len(text)]
+            if fragment:
+                if self._add_space_prefix:
+                    fragment = " " + fragment
+                ids += self._spm.encode(fragment.replace(" ", SPACE))
+            if m:
+                ids.append(self._special_ids[m.group()])
+                at = m.end()
+        return ids
+
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of ids, control tokens omitted; invalid UTF-8 becomes U+FFFD."""
-        return b"".join(self._token_bytes[i] for i in ids).decode("utf-8", errors="replace")
+        """Text of ids, control tokens omitted; invalid UTF-8 becomes U+FFFD. A
+        SentencePiece vocabulary's leading space (the prefix its encoding adds) is
+        dropped."""
+        text = b"".join(self._token_bytes[i] for i in ids).decode("utf-8", errors="replace")
+        return text[1:] if self._strip_space and text[:1] == " " else text
 
     def stream_decoder(self) -> StreamDecoder:
-        return StreamDecoder(self._token_bytes)
+        return StreamDecoder(self._token_bytes, self._strip_space)
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         """The prompt text for a conversation, rendered with the model's own template
@@ -252,6 +323,12 @@ class Tokenizer:
     def encode_chat(self, messages: list[dict]) -> list[int]:
         """Prompt ids for a conversation, ending with the assistant's turn opener."""
         return self.encode(self.apply_chat_template(messages, add_generation_prompt=True))
+
+
+def _template_environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.globals["raise_exception"] = _raise_exception
+    return env
 
 
 def _raise_exception(message: str) -> None:

@@ -325,6 +325,7 @@ def write_toy_model(
     rope_linear: float | None = None,
     rope_scaling_type: str = "linear",
     sliding_window: int | None = None,
+    tokenizer: str = "gpt2",
 ) -> str:
     """Write a toy model to `path` and return the path as a string.
 
@@ -345,6 +346,8 @@ def write_toy_model(
     rope_factors: write Llama 3.1's rope_freqs.weight (random factors from 1 to 8).
     rope_linear: write RoPE scaling (rope_scaling_type, linear unless said) with this factor.
     sliding_window: write attention.sliding_window (Mistral's first models).
+    tokenizer: "gpt2" (byte-level BPE), or "spm": the same vocabulary as a
+        SentencePiece-style one (`llama`, scores instead of merges; spm_vocab).
     """
     weights = toy_weights(
         seed=seed,
@@ -396,7 +399,10 @@ def write_toy_model(
     if hd != d_model // n_heads:
         writer.add_key_length(hd)
         writer.add_value_length(hd)
-    _add_tokenizer(writer, tokens, token_types, merges)
+    if tokenizer == "spm":
+        _add_spm_tokenizer(writer, n_merges)
+    else:
+        _add_tokenizer(writer, tokens, token_types, merges)
 
     overrides = dict(tensor_types or {})
     for i, (name, array) in enumerate(weights.items()):
@@ -418,6 +424,35 @@ def write_toy_model(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def spm_vocab(n_merges: int = DEFAULT_N_MERGES) -> tuple[list[str], list[int], list[float]]:
+    """(tokens, token_types, scores) of the toy tokenizer as a SentencePiece-style
+    vocabulary (`llama`) of the same size and the same ids: the specials, the 256
+    byte tokens "<0xXX>", then the space's piece U+2581 and each merge's result as
+    text (spaces as U+2581) but the last, scored so that earlier merges win. (Real
+    vocabularies always have U+2581: without it a lone space would decode as the
+    bytes of U+2581.)"""
+    tokens, types, merges = toy_vocab(n_merges)
+    to_byte = {c: b for b, c in bytes_to_unicode().items()}
+    merged = [bytes(to_byte[c] for c in t).decode("utf-8").replace(" ", "\u2581") for t in tokens[FIRST_MERGE_ID:]]
+    pieces = ["\u2581", *merged][: len(merged)]
+    tokens = list(SPECIAL_TOKENS) + [f"<0x{b:02X}>" for b in range(N_BYTE_TOKENS)] + pieces
+    types = types[: len(SPECIAL_TOKENS)] + [int(TokenType.BYTE)] * N_BYTE_TOKENS + [int(TokenType.NORMAL)] * len(pieces)
+    scores = [0.0] * FIRST_MERGE_ID + [-float(i) for i in range(len(pieces))]
+    return tokens, types, scores
+
+
+def _add_spm_tokenizer(writer: GGUFWriter, n_merges: int) -> None:
+    tokens, types, scores = spm_vocab(n_merges)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_scores(scores)
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+    writer.add_unk_token_id(ENDOFTEXT_ID)
+    writer.add_chat_template(CHATML_TEMPLATE)  # add_bos_token and add_space_prefix: llama.cpp's defaults (true)
 
 
 def _add_tokenizer(writer: GGUFWriter, tokens: list[str], token_types: list[int], merges: list[str]) -> None:

@@ -285,9 +285,15 @@ def tiny(tmp_path, **kwargs) -> Tokenizer:
     return Tokenizer.from_gguf(write_tiny_gguf(path, **kwargs))
 
 
-def test_sentencepiece_model_is_rejected(tmp_path) -> None:
+def test_an_unknown_tokenizer_model_is_rejected(tmp_path) -> None:
+    f = write_tiny_gguf(tmp_path / "t5.gguf", model="t5")
+    with pytest.raises(ModelFileError, match="unsupported tokenizer model 't5'"):
+        Tokenizer.from_gguf(f)
+
+
+def test_a_sentencepiece_vocabulary_without_scores_is_one_error(tmp_path) -> None:
     f = write_tiny_gguf(tmp_path / "spm.gguf", model="llama")
-    with pytest.raises(ModelFileError, match="unsupported tokenizer model 'llama'"):
+    with pytest.raises(ModelFileError, match="tokenizer.ggml.scores"):
         Tokenizer.from_gguf(f)
 
 
