@@ -16,7 +16,8 @@ from dataclasses import replace
 import numpy as np
 from numba import njit, types
 
-from specq.specdec import block_ops, int8
+from specq.specdec import block_ops, half, int8
+from specq.specdec.half import HalfMatrix
 from specq.specdec.int8 import Int8Matrix
 from specq.specdec.layer_stack import (
     HALF_CACHE,
@@ -38,15 +39,12 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
     matrix is an Int8Matrix with no padding."""
     if not layers or any(beyond_llama(lw) for lw in layers):
         return None  # the compiled loop is llama's block
-    if not all(
-        isinstance(getattr(lw, k), Int8Matrix)
-        and getattr(lw, k).split == layers[0].w_qkv.split
-        and getattr(lw, k).n_padded == getattr(lw, k).shape[0]
-        for lw in layers
-        for k in KINDS
-    ):
+    matrices = [getattr(lw, k) for lw in layers for k in KINDS]
+    if not all(isinstance(w, HalfMatrix) or (isinstance(w, Int8Matrix) and w.n_padded == w.shape[0]) for w in matrices):
         return None
-    if any(getattr(lw, k).type_name != "Q4_1" for lw in layers for k in KINDS):
+    if len({w.split for w in matrices if isinstance(w, Int8Matrix)}) > 1:
+        return None
+    if any(w.type_name != "Q4_1" for w in matrices):
         return _build_mixed(layers)
     stacked = {
         k: tuple(np.stack([getattr(getattr(lw, k), part) for lw in layers]) for part in ("quants", "d", "m"))
@@ -74,24 +72,37 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
     return stack, views
 
 
-def _laid_end_to_end(matrices: list[Int8Matrix]) -> tuple[np.ndarray, ...]:
+# Format codes: int8.FORMATS's indices, then the 2-byte float types (half.TYPES).
+_CODES = (*int8.FORMATS, *half.TYPES)
+_NO_F32, _NO_I32 = np.empty(0, np.float32), np.empty(0, np.int32)
+
+
+def _laid_end_to_end(matrices: list[Int8Matrix | HalfMatrix]) -> tuple[np.ndarray, ...]:
     """One kind's matrices of every layer: (formats [L], offsets [L + 1, 4], quants
-    as bytes, d, m, sums), matrix i's arrays from offsets[i] to offsets[i + 1]."""
-    codes = np.array([int8.FORMATS.index(w.type_name) for w in matrices], np.int64)
-    parts = [(w.quants.view(np.uint8), w.d, w.m, w.sums) for w in matrices]
+    (or F16/BF16 weights) as bytes, d, m, sums), matrix i's arrays from offsets[i]
+    to offsets[i + 1]."""
+    codes = np.array([_CODES.index(w.type_name) for w in matrices], np.int64)
+    parts = [
+        (w.bits.view(np.uint8).reshape(-1), _NO_F32, _NO_F32, _NO_I32)
+        if isinstance(w, HalfMatrix)
+        else (w.quants.view(np.uint8), w.d, w.m, w.sums)
+        for w in matrices
+    ]
     offsets = np.zeros((len(matrices) + 1, 4), np.int64)
     offsets[1:] = np.cumsum([[a.size for a in p] for p in parts], axis=0)
     return (codes, offsets, *(np.concatenate([p[i] for p in parts]) for i in range(4)))
 
 
 def _build_mixed(layers) -> tuple[StackedLayers, tuple]:
-    split = layers[0].w_qkv.split
+    split = any(getattr(lw, k).split for lw in layers for k in KINDS if isinstance(getattr(lw, k), Int8Matrix))
     kinds = tuple(_laid_end_to_end([getattr(lw, k) for lw in layers]) for k in KINDS)
     stack = StackedLayers.of(layers, kinds, (_run_mixed, _run_mixed_one), (split,), HALF_CACHE)
 
-    def view(w: Int8Matrix, kind: tuple, i: int) -> Int8Matrix:
+    def view(w: Int8Matrix | HalfMatrix, kind: tuple, i: int) -> Int8Matrix | HalfMatrix:
         at = kind[1]
         quants, d, m, sums = (a[at[i, j] : at[i + 1, j]] for j, a in enumerate(kind[2:]))
+        if isinstance(w, HalfMatrix):
+            return HalfMatrix(w.type_name, w.shape, quants.view(np.uint16).reshape(w.shape))
         return Int8Matrix(w.type_name, w.shape, quants.view(w.quants.dtype), d, m, sums, w.lanes, split)
 
     views = tuple(
@@ -145,6 +156,9 @@ def _run_one(x, positions, starts, bounds, visible, weights, rope, keys, values,
 def _product(x, kind, layer, n_out, n_threads, split):  # pragma: no cover - compiled
     """x @ w.T for the kind's matrix of this layer (_laid_end_to_end)."""
     codes, at, quants, d, m, sums = kind
+    if codes[layer] >= len(int8.FORMATS):  # F16 or BF16
+        bits = quants[at[layer, 0] : at[layer + 1, 0]].view(np.uint16).reshape((n_out, x.shape[1]))
+        return half.product(x, bits, codes[layer] == len(int8.FORMATS) + 1, n_threads)
     return int8.product(
         x,
         codes[layer],

@@ -3,8 +3,9 @@
 A weight is a qkernels.QuantizedMatrix (Q4_1 and Q8_0, the default model's types,
 and Q4_0 and Q5_0 re-encoded as them, at the f32 precision), an int8.Int8Matrix (every
 type with integer blocks, at int16 and int8), a gguf_blocks.BlockMatrix (such a
-type's blocks unpacked: an embedding, looked up by rows) or a float32 array (the
-float types, and the K-quants and Q5_1 at f32). `linear` computes the product
+type's blocks unpacked: an embedding, looked up by rows), a half.HalfMatrix (F16 and
+BF16, kept in their 2 bytes) or a float32 array (F32, Q2_K, and the K-quants and
+Q5_1 at f32). `linear` computes the product
 with the weight's kernel. Every kernel gives a row the same bits whatever rows come
 with it (float32 up to kernels.KERNEL_MAX_ROWS rows, quantized at any count), so
 plain decoding and verification compute identical logits.
@@ -28,13 +29,14 @@ import numba
 import numpy as np
 
 from specq.specdec.gguf_blocks import BlockMatrix
+from specq.specdec.half import HalfMatrix, half_matmul_t
 from specq.specdec.int8 import Int8Matrix, int8_matmul_t
 from specq.specdec.kernels import matmul_t
 from specq.specdec.qkernels import QuantizedMatrix, qmatmul_t
 
 # A weight matrix [n_out, n_in] in GGUF's layout: quantized blocks (for the float32
 # kernel, or for the int8 one at the int8 precision), or float32.
-Weight = QuantizedMatrix | Int8Matrix | BlockMatrix | np.ndarray
+Weight = QuantizedMatrix | Int8Matrix | BlockMatrix | HalfMatrix | np.ndarray
 
 # Segments at least this long go through BLAS. Measured on the default model, prefills
 # from position 0 (docs/performance.md): 52 rows take 197 ms through the kernel and
@@ -48,6 +50,8 @@ def linear(x: np.ndarray, w: Weight) -> np.ndarray:
     """x [n, n_in] -> x @ w.T [n, n_out], float32."""
     if isinstance(w, BlockMatrix):  # an embedding tied to the output head: the int8 copy computes
         return matmul_t(x, w.dequantize())
+    if isinstance(w, HalfMatrix):
+        return half_matmul_t(x, w)
     if isinstance(w, QuantizedMatrix):
         return qmatmul_t(x, w)
     if isinstance(w, Int8Matrix):
@@ -57,7 +61,7 @@ def linear(x: np.ndarray, w: Weight) -> np.ndarray:
 
 def embed(w: Weight, ids: np.ndarray) -> np.ndarray:
     """Rows `ids` of an embedding matrix, float32 [len(ids), d]."""
-    return w.rows(ids) if isinstance(w, (QuantizedMatrix, Int8Matrix, BlockMatrix)) else w[ids]
+    return w.rows(ids) if isinstance(w, (QuantizedMatrix, Int8Matrix, BlockMatrix, HalfMatrix)) else w[ids]
 
 
 def dequantized(w: Weight) -> np.ndarray:
@@ -65,7 +69,7 @@ def dequantized(w: Weight) -> np.ndarray:
     on the calling thread alone: waking numba's threads between two BLAS products
     makes them and OpenBLAS's spin against each other on two cores (measured 2 to 3
     times slower for both)."""
-    if isinstance(w, (Int8Matrix, BlockMatrix)):
+    if isinstance(w, (Int8Matrix, BlockMatrix, HalfMatrix)):
         return w.dequantize()
     if not isinstance(w, QuantizedMatrix):
         return w
@@ -79,7 +83,7 @@ def dequantized(w: Weight) -> np.ndarray:
 
 def dequantized_t(w: Weight) -> np.ndarray:
     """w's float32 values transposed, [n_in, n_out] (a view for a float32 weight)."""
-    if isinstance(w, (Int8Matrix, BlockMatrix)):
+    if isinstance(w, (Int8Matrix, BlockMatrix, HalfMatrix)):
         return w.dequantize().T
     return w.dequantize_t() if isinstance(w, QuantizedMatrix) else w.T
 

@@ -26,6 +26,8 @@ from specq.errors import ModelFileError, ParameterError
 from specq.specdec import block_ops, gguf_blocks
 from specq.specdec.gguf_blocks import BlockMatrix
 from specq.specdec.gguf_file import GGUFFile
+from specq.specdec.half import TYPES as HALF_TYPES
+from specq.specdec.half import HalfMatrix
 from specq.specdec.layer_stack import StackedLayers
 from specq.specdec.matmul import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
 from specq.specdec.model_config import LlamaConfig
@@ -114,6 +116,9 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
             if info.type_name in QUANTIZED_TYPES:
                 return QuantizedMatrix.from_gguf_bytes(data, raw.type_name, raw.shape)
             return _blocks_weight(gguf_blocks.unpack(info.type_name, data, (n_out, n_in)))
+        if info.type_name in HALF_TYPES:  # kept in their 2 bytes, memory-mapped unless reordered
+            raw = f.raw_tensor(name)
+            return HalfMatrix.from_gguf_bytes(raw.data if rows is None else raw.data[rows], raw.type_name, raw.shape)
         full = f.tensor(name)  # [n_out, n_in] float32
         return np.ascontiguousarray(full if rows is None else full[rows])
 
@@ -123,6 +128,8 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
         their types differ; parts with no common format are stacked in float32."""
         if all(isinstance(p, QuantizedMatrix) and p.type_name == parts[0].type_name for p in parts):
             return QuantizedMatrix.concat(parts)
+        if all(isinstance(p, HalfMatrix) and p.type_name == parts[0].type_name for p in parts):
+            return HalfMatrix.concat(parts)
         if all(isinstance(p, (QuantizedMatrix, BlockMatrix)) for p in parts):
             both = BlockMatrix.concat([_as_blocks(p) for p in parts])
             if both is not None:
