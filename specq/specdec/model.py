@@ -6,18 +6,20 @@ verification pass); attention runs per segment against that segment's cache.
 The cache is written by position, so rolling back rejected draft tokens costs
 nothing: the next forward simply overwrites those slots.
 
-Weight matrices stored as Q4_1 or Q8_0 (the default model's types) stay quantized,
-as qkernels.QuantizedMatrix (the f32 precision) or int8.Int8Matrix (int16 and int8),
-and the products read their blocks: a decode step is bound by streaming the weights,
-and these are 4 to 6 times fewer bytes than float32. Other types are dequantized to
-float32 at load. specq.specdec.matmul picks the kernel for each product and row.
+Weight matrices stay in the file's types where a kernel reads them: Q4_1 and Q8_0
+(the default model's) as qkernels.QuantizedMatrix at the f32 precision, every type
+with integer blocks as int8.Int8Matrix at int16 and int8 (unpacked without loss by
+gguf_blocks), F16 and BF16 as half.HalfMatrix: a decode step is bound by streaming
+the weights, and these are 2 to 6 times fewer bytes than float32. The rest (F32,
+Q2_K, and the K-quants and Q5_1 at f32) are float32. specq.specdec.matmul picks the
+kernel for each product and row.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -69,13 +71,16 @@ class LlamaWeights:
     def dequantized(self) -> LlamaWeights:
         """The same model with every matrix in float32 (the reference for the
         quantized products; about 4 to 6 times the memory)."""
-        tied = self.w_output is self.token_embedding
-        embedding = dequantized(self.token_embedding)
+        return self.mapped(dequantized)
+
+    def mapped(self, fn: Callable[[Weight], Weight]) -> LlamaWeights:
+        """fn applied to every matrix; a tied output head stays tied."""
+        embedding = fn(self.token_embedding)
         layers = tuple(
-            replace(lw, **{k: dequantized(getattr(lw, k)) for k in ("w_qkv", "w_out", "w_gate_up", "w_down")})
+            replace(lw, **{k: fn(getattr(lw, k)) for k in ("w_qkv", "w_out", "w_gate_up", "w_down")})
             for lw in self.layers
         )
-        output = embedding if tied else dequantized(self.w_output)
+        output = embedding if self.w_output is self.token_embedding else fn(self.w_output)
         return replace(self, token_embedding=embedding, layers=layers, w_output=output)
 
 
@@ -225,32 +230,15 @@ def _for_int8(weights: LlamaWeights, split: bool) -> LlamaWeights:
     return replace(weights, layers=layers, w_output=convert(weights.w_output))
 
 
-def _block_matrices(weights: LlamaWeights) -> list[Weight]:
-    return [
-        weights.token_embedding,
-        weights.w_output,
-        *(getattr(lw, k) for lw in weights.layers for k in ("w_qkv", "w_out", "w_gate_up", "w_down")),
-    ]
-
-
 def _has_blocks(weights: LlamaWeights) -> bool:
-    return any(isinstance(w, BlockMatrix) for w in _block_matrices(weights))
+    layers = (getattr(lw, k) for lw in weights.layers for k in ("w_qkv", "w_out", "w_gate_up", "w_down"))
+    return any(isinstance(w, BlockMatrix) for w in (weights.token_embedding, weights.w_output, *layers))
 
 
 def _without_blocks(weights: LlamaWeights) -> LlamaWeights:
     """The weights with every unpacked K-quant (or Q5_1) matrix in float32: the f32
     precision's kernels take fp16 block scales only."""
-
-    def dense(w: Weight) -> Weight:
-        return w.dequantize() if isinstance(w, BlockMatrix) else w
-
-    embedding = dense(weights.token_embedding)
-    layers = tuple(
-        replace(lw, **{k: dense(getattr(lw, k)) for k in ("w_qkv", "w_out", "w_gate_up", "w_down")})
-        for lw in weights.layers
-    )
-    output = embedding if weights.w_output is weights.token_embedding else dense(weights.w_output)
-    return replace(weights, token_embedding=embedding, layers=layers, w_output=output)
+    return weights.mapped(lambda w: w.dequantize() if isinstance(w, BlockMatrix) else w)
 
 
 class KVCache:

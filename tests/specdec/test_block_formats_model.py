@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from model_helpers import assert_stack_equals_python_loop
 
 from specq.specdec import int8
 from specq.specdec.engine import Engine
@@ -71,15 +72,7 @@ def test_every_matrix_stays_in_blocks_on_the_int8_kernels(case):
 
 
 def test_the_compiled_block_loop_gives_the_python_loops_bits(case):
-    _, model, _, _ = case
-    stacked = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0]
-    stack, model._stack = model._stack, None
-    try:
-        looped = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0]
-    finally:
-        model._stack = stack
-    np.testing.assert_array_equal(stacked.logits.view(np.uint32), looped.logits.view(np.uint32))
-    np.testing.assert_array_equal(stacked.hidden.view(np.uint32), looped.hidden.view(np.uint32))
+    assert_stack_equals_python_loop(case[1], TOKENS)
 
 
 def test_a_rows_bits_do_not_depend_on_its_companions(case):

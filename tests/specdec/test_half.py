@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
+from model_helpers import assert_stack_equals_python_loop
 
 from specq.specdec import half
 from specq.specdec.half import HalfMatrix
@@ -53,9 +54,4 @@ def test_a_model_keeps_its_weights_in_two_bytes(toy_model_file, type_name, preci
     reference = model.dequantized().forward([Segment(model.new_cache(), TOKENS, 0)])[0]
     assert np.abs(out.logits - reference.logits).max() <= 1e-4 * np.abs(reference.logits).max()
     if model._stack is not None:
-        stack, model._stack = model._stack, None
-        try:
-            looped = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0]
-        finally:
-            model._stack = stack
-        np.testing.assert_array_equal(out.logits.view(np.uint32), looped.logits.view(np.uint32))
+        assert_stack_equals_python_loop(model, TOKENS)

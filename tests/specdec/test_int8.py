@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
+from model_helpers import assert_stack_equals_python_loop
 
 from specq.specdec import int8, int8_codegen
 from specq.specdec.model import LlamaModel, Segment
@@ -106,9 +107,9 @@ def test_the_generated_kernels_are_what_the_generator_writes():
 
 
 _PRINT_PRODUCT = """
-import sys, numpy as np
+import os, sys, numpy as np
 from specq.specdec import int8, vec
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, os.path.dirname({tests!r})]
 from test_int8 import _activations, _matrix
 print("vnni" if vec.has_vnni() else "avx2", flush=True)
 for t, n_out, n_in in [("Q4_1", 96, 64), ("Q8_0", 40, 64)]:
@@ -189,15 +190,7 @@ def test_the_int8_model_runs_every_product_through_the_int8_kernels(models):
 
 
 def test_the_compiled_block_loop_equals_the_python_loop_at_int8(models):
-    _, model = models
-    stacked = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0]
-    stack, model._stack = model._stack, None
-    try:
-        looped = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0]
-    finally:
-        model._stack = stack
-    np.testing.assert_array_equal(stacked.logits.view(np.uint32), looped.logits.view(np.uint32))
-    np.testing.assert_array_equal(stacked.hidden.view(np.uint32), looped.hidden.view(np.uint32))
+    assert_stack_equals_python_loop(models[1], TOKENS)
 
 
 def test_a_model_without_avx2_refuses_int8_with_one_line(models, monkeypatch):
