@@ -274,3 +274,40 @@ def test_bench_worker_memory_small(q4_model):
     assert len(report["without_cache"]) == len(report["with_cache"]) == 2
     for row in report["without_cache"] + report["with_cache"]:
         assert row["rss"] > 0 and row["pss"] > 0 and row["load_s"] >= 0
+
+
+# --- requantize.py and parity_llamacpp.py: llama-cpp-python is an optional extra -------
+
+_HAS_LLAMA_CPP = importlib.util.find_spec("llama_cpp") is not None
+
+
+def test_requantize_and_parity_llamacpp_name_the_missing_extra_in_one_line(toy_model_path, tmp_path):
+    if _HAS_LLAMA_CPP:
+        pytest.skip("llama-cpp-python is installed")
+    for result in (
+        run_script("requantize.py", tmp_path, "Q4_0"),
+        run_script("parity_llamacpp.py", "--model", toy_model_path),
+    ):
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "compare" in result.stderr
+
+
+def test_requantize_refuses_an_unknown_type_or_no_directory(tmp_path):
+    assert run_script("requantize.py").returncode == 2
+    if _HAS_LLAMA_CPP:
+        result = run_script("requantize.py", tmp_path, "Q9_9")
+        assert result.returncode == 1 and "unknown type 'Q9_9'" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _HAS_LLAMA_CPP, reason="llama-cpp-python (the compare extra) is not installed")
+def test_requantize_writes_a_file_specq_computes_from_its_blocks(real_model_path, tmp_path):
+    from specq.specdec.model import LlamaModel
+    from specq.specdec.qkernels import QuantizedMatrix
+
+    out = ok(run_script("requantize.py", tmp_path, "Q4_0", timeout=600))
+    assert out.strip() == str(tmp_path / "smollm2-Q4_0.gguf")
+    model = LlamaModel.load(out.strip())
+    assert all(isinstance(lw.w_qkv, QuantizedMatrix) and lw.w_qkv.type_name == "Q4_1" for lw in model.weights.layers)
+    table = ok(run_script("parity_llamacpp.py", "--model", out.strip(), "--new-tokens", "4", timeout=600))
+    assert "top-1 agree" in table and len(table.strip().splitlines()) >= 3
