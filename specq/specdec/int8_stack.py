@@ -40,7 +40,7 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
     if not layers or any(beyond_llama(lw) for lw in layers):
         return None  # the compiled loop is llama's block
     matrices = [getattr(lw, k) for lw in layers for k in KINDS]
-    if not all(isinstance(w, HalfMatrix) or (isinstance(w, Int8Matrix) and w.n_padded == w.shape[0]) for w in matrices):
+    if not all(isinstance(w, (HalfMatrix, Int8Matrix)) and _unpadded(w) for w in matrices):
         return None
     if len({w.split for w in matrices if isinstance(w, Int8Matrix)}) > 1:
         return None
@@ -77,6 +77,13 @@ _CODES = (*int8.FORMATS, *half.TYPES)
 _NO_F32, _NO_I32 = np.empty(0, np.float32), np.empty(0, np.int32)
 
 
+def _unpadded(w: Int8Matrix | HalfMatrix) -> bool:
+    """Whether the product has exactly the matrix's outputs (the loop adds it as is)."""
+    if isinstance(w, HalfMatrix):
+        return w.lanes == half.LANES and w.shape[0] % half.LANES == 0
+    return w.n_padded == w.shape[0]
+
+
 def _laid_end_to_end(matrices: list[Int8Matrix | HalfMatrix]) -> tuple[np.ndarray, ...]:
     """One kind's matrices of every layer: (formats [L], offsets [L + 1, 4], quants
     (or F16/BF16 weights) as bytes, d, m, sums), matrix i's arrays from offsets[i]
@@ -102,7 +109,7 @@ def _build_mixed(layers) -> tuple[StackedLayers, tuple]:
         at = kind[1]
         quants, d, m, sums = (a[at[i, j] : at[i + 1, j]] for j, a in enumerate(kind[2:]))
         if isinstance(w, HalfMatrix):
-            return HalfMatrix(w.type_name, w.shape, quants.view(np.uint16).reshape(w.shape))
+            return HalfMatrix(w.type_name, w.shape, quants.view(np.uint16).reshape(w.bits.shape), w.lanes)
         return Int8Matrix(w.type_name, w.shape, quants.view(w.quants.dtype), d, m, sums, w.lanes, split)
 
     views = tuple(
@@ -157,7 +164,7 @@ def _product(x, kind, layer, n_out, n_threads, split):  # pragma: no cover - com
     """x @ w.T for the kind's matrix of this layer (_laid_end_to_end)."""
     codes, at, quants, d, m, sums = kind
     if codes[layer] >= len(int8.FORMATS):  # F16 or BF16
-        bits = quants[at[layer, 0] : at[layer + 1, 0]].view(np.uint16).reshape((n_out, x.shape[1]))
+        bits = quants[at[layer, 0] : at[layer + 1, 0]].view(np.uint16)
         return half.product(x, bits, codes[layer] == len(int8.FORMATS) + 1, n_threads)
     return int8.product(
         x,

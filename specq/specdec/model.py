@@ -121,7 +121,7 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
             if info.type_name in QUANTIZED_TYPES:
                 return QuantizedMatrix.from_gguf_bytes(data, raw.type_name, raw.shape)
             return _blocks_weight(gguf_blocks.unpack(info.type_name, data, (n_out, n_in)))
-        if info.type_name in HALF_TYPES:  # kept in their 2 bytes, memory-mapped unless reordered
+        if info.type_name in HALF_TYPES:  # kept in their 2 bytes
             raw = f.raw_tensor(name)
             return HalfMatrix.from_gguf_bytes(raw.data if rows is None else raw.data[rows], raw.type_name, raw.shape)
         full = f.tensor(name)  # [n_out, n_in] float32

@@ -219,6 +219,18 @@ def _width(lanes: int) -> dict:
         return F(array, i), codegen
 
     @intrinsic
+    def load_bf16(typingctx, array, i):  # pragma: no cover - compiled
+        """float32 lanes from the bfloat16 bits at array[i:] (uint16): each is the top
+        half of a float32, so the conversion is a shift, and exact."""
+
+        def codegen(context, builder, sig, args):
+            halves_t = ir.VectorType(ir.IntType(16), lanes)
+            bits = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], halves_t), align=2)
+            return builder.bitcast(builder.shl(builder.zext(bits, ints_t), ir.Constant(ints_t, [16] * lanes)), floats_t)
+
+        return F(array, i), codegen
+
+    @intrinsic
     def store_f32(typingctx, array, i, v):  # pragma: no cover - compiled
         def codegen(context, builder, sig, args):
             builder.store(args[2], _pointer(context, builder, sig.args[0], args[0], args[1], floats_t), align=4)
@@ -270,6 +282,7 @@ _PER_WIDTH = (
     "zeros_f32",
     "to_float",
     "load_f32",
+    "load_bf16",
     "store_f32",
     "broadcast_f32",
     "mul",
@@ -292,6 +305,7 @@ _NARROW, _WIDE = _width(8), _width(16)
     zeros_f32,
     to_float,
     load_f32,
+    load_bf16,
     store_f32,
     broadcast_f32,
     mul,
@@ -311,6 +325,7 @@ _NARROW, _WIDE = _width(8), _width(16)
     zeros_f32_w,
     to_float_w,
     load_f32_w,
+    load_bf16_w,
     store_f32_w,
     broadcast_f32_w,
     mul_w,

@@ -123,6 +123,12 @@ for t in ("Q5_1", "Q6_K"):  # the Q8_M and Q8_H formats' kernels
         bm = gguf_blocks.unpack(t, random_tensor(t, 40, 256), (40, 256))
         w = int8.Int8Matrix.from_blocks(bm.type_name, bm.shape, bm.ints, bm.d, bm.m, split=split)
         print(int8.int8_matmul_t(_activations(5, 256), w).view(np.uint32).tobytes().hex())
+from specq.specdec import half
+rows = (np.random.default_rng(3).standard_normal((40, 96)) * 0.1).astype(np.float32)
+for t, bits in (("F16", rows.astype(np.float16).view(np.uint16)), ("BF16", (rows.view(np.uint32) >> 16).astype(np.uint16))):
+    w = half.HalfMatrix.from_rows(bits, t)  # 8 lanes here and 16 there: the same sums per output
+    for n in (1, 6):
+        print(half.half_matmul_t(_activations(n, 96), w).view(np.uint32).tobytes().hex())
 from specq.specdec.model import LlamaModel, Segment
 for precision in ("int8", "int16"):
     model = LlamaModel.load({model!r}, precision)
@@ -139,8 +145,8 @@ for precision in ("int8", "int16"):
 @pytest.mark.skipif(not int8.vec.has_vnni(), reason="this CPU has no VNNI to compare AVX2 with")
 def test_avx2_and_vnni_compute_the_same_bits(tmp_path, toy_model_file):
     """A request resumed on a machine with the other instruction set continues
-    exactly: the products compiled for a CPU without VNNI (a fresh numba cache) give
-    the bits this CPU's VNNI kernels give, and so do whole forwards at int8 and int16
+    exactly: the products compiled for a CPU without VNNI or AVX-512 (a fresh numba
+    cache; F16/BF16 products too) give the bits this CPU's VNNI kernels give, and so do whole forwards at int8 and int16
     (the float16 KV cache's conversions included), alone and batched."""
     features = int8.vec.cpu_features() - {f for f in int8.vec.cpu_features() if "512" in f or "vnni" in f}
     env = {
