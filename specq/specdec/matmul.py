@@ -105,9 +105,11 @@ class RowPlan:
         self.few = np.flatnonzero(few)  # indices of the rows that go through `linear`
 
     def linear(self, x: np.ndarray, w: Weight) -> np.ndarray:
-        """x [rows, n_in] -> x @ w.T [rows, n_out], float32. The int8 kernel takes
-        every row: it outruns BLAS on a prompt too (docs/performance.md)."""
-        if not self.bulk or isinstance(w, Int8Matrix):
+        """x [rows, n_in] -> x @ w.T [rows, n_out], float32. The int8 and the F16/BF16
+        kernels take every row: they outrun BLAS on a prompt too, which needs the
+        weights in float32 first (docs/performance.md; F16, 150-token prompts: 213
+        tokens/s by BLAS)."""
+        if not self.bulk or isinstance(w, (Int8Matrix, HalfMatrix)):
             return linear(x, w)
         out = np.empty((x.shape[0], w.shape[0]), dtype=np.float32)  # [rows, n_out]
         dense_t = dequantized_t(w)  # [n_in, n_out], for this product only
