@@ -43,9 +43,14 @@ log = logging.getLogger("specq.model_cache")
 
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
-    """This package's source and numpy's version: what the layouts and the pickled
-    structure depend on."""
+    """This package's source, numpy's version and the CPU's vector features: what the
+    layouts (lanes per vector: 8 with AVX2, 16 with AVX-512) and the pickled
+    structure depend on, so that a cache directory shared by machines of two kinds
+    keeps a file for each."""
+    from specq.specdec import vec
+
     digest = hashlib.sha256(np.__version__.encode())
+    digest.update(",".join(sorted(f for f in vec.cpu_features() if f.startswith("avx"))).encode())
     root = Path(__file__).parent
     for path in sorted(root.rglob("*.py")):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
