@@ -29,7 +29,8 @@ Formats. Besides the default model's Q4_1 and Q8_0, every GGUF type with integer
 weights in blocks of 32 is unpacked at load, without loss, into one of four formats
 (gguf_blocks.py): Q4_1 (4-bit q, d, m: also Q4_0 and Q4_K), Q8_0 (8-bit q, d: also
 Q5_0), Q8_M (8-bit q, d, m: Q5_1 and Q5_K) and Q8_H (8-bit q with a d per half
-block of 16: Q6_K). Their products differ only in the epilogue (int8_codegen).
+block of 16, and m: Q6_K and Q3_K, and q/k/v matrices of several types stacked).
+Their products differ only in the epilogue (int8_codegen).
 
 Layout, repacked at load from gguf's blocks (`lanes` outputs side by side, 8 or 16,
 the vector width; each 32-bit lane holds 4 consecutive inputs of its output, so the
@@ -107,7 +108,7 @@ class Int8Matrix:
     shape: tuple[int, int]
     quants: np.ndarray  # flat: Q4_1 uint8, the others int8
     d: np.ndarray  # flat float32
-    m: np.ndarray  # flat float32 (Q4_1 and Q8_M; empty for the others)
+    m: np.ndarray  # flat float32 (Q4_1, Q8_M and Q8_H; empty for Q8_0)
     sums: np.ndarray  # flat int32 (Q8_*): 128 * the sum of each output's block (Q8_H: half block) of weights
     lanes: int = 8
     split: bool = False  # activations as two int8 halves (the int16 precision; module docstring)
@@ -143,7 +144,7 @@ class Int8Matrix:
     ) -> Int8Matrix:
         """ints [n_out, blocks, 32] (Q4_1: values 0..15; the others: int8), d [n_out,
         blocks] (Q8_H: [n_out, blocks, 2], a scale per half block), m [n_out, blocks]
-        for Q4_1 and Q8_M, else None."""
+        or None (no minimum: -0.0, which leaves every value as it is)."""
         if type_name not in FORMATS:
             raise ValueError(f"no int8 kernel for {type_name}")
         lanes = lanes or LANES

@@ -4,9 +4,10 @@ the products differ, so a row gets the bits that LlamaModel._blocks gives it wit
 the same Int8Matrix weights. Imported only where int8.AVAILABLE (its kernels need AVX2).
 
 Two forms: one for models whose block matrices are all Q4_1 (the default model's),
-each kind stacked into one array; and one for any mix of int8.FORMATS (the files
-other quantizers write mix types from layer to layer, e.g. Q4_K_M's Q4_K and Q6_K),
-each kind's matrices laid end to end with their offsets and formats.
+each kind stacked into one array; and one for any mix of int8.FORMATS and F16/BF16
+(half.py) (the files other quantizers write mix types from layer to layer, e.g.
+Q4_K_M's Q4_K and Q6_K), each kind's matrices laid end to end with their offsets and
+formats.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from specq.specdec.layer_stack import (
 
 def build(layers) -> tuple[StackedLayers, tuple] | None:
     """(the stack, the layers rebuilt as views into it), or None unless every block
-    matrix is an Int8Matrix with no padding."""
+    matrix is an Int8Matrix or a HalfMatrix (F16, BF16) with no padding."""
     if not layers or any(beyond_llama(lw) for lw in layers):
         return None  # the compiled loop is llama's block
     matrices = [getattr(lw, k) for lw in layers for k in KINDS]
