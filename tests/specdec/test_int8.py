@@ -125,7 +125,8 @@ for t in ("Q5_1", "Q6_K"):  # the Q8_M and Q8_H formats' kernels
         print(int8.int8_matmul_t(_activations(5, 256), w).view(np.uint32).tobytes().hex())
 from specq.specdec import half
 rows = (np.random.default_rng(3).standard_normal((40, 96)) * 0.1).astype(np.float32)
-for t, bits in (("F16", rows.astype(np.float16).view(np.uint16)), ("BF16", (rows.view(np.uint32) >> 16).astype(np.uint16))):
+bf16 = (rows.view(np.uint32) >> 16).astype(np.uint16)
+for t, bits in (("F16", rows.astype(np.float16).view(np.uint16)), ("BF16", bf16)):
     w = half.HalfMatrix.from_rows(bits, t)  # 8 lanes here and 16 there: the same sums per output
     for n in (1, 6):
         print(half.half_matmul_t(_activations(n, 96), w).view(np.uint32).tobytes().hex())
