@@ -119,6 +119,16 @@ def silu_gate(gate_up, d_ffn):  # pragma: no cover - compiled
     return out
 
 
+def gelu_gate(gate_up: np.ndarray, d_ffn: int) -> np.ndarray:
+    """gate_up [n, 2 d_ffn] -> gelu(gate) * up, [n, d_ffn] (GeGLU, gemma3), with GELU's
+    tanh form: 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))), in float32, row by
+    row the same operations (numpy's elementwise ones)."""
+    g, up = gate_up[:, :d_ffn], gate_up[:, d_ffn:]
+    c = np.float32(np.sqrt(2.0 / np.pi))
+    inner = c * (g + np.float32(0.044715) * g * g * g)
+    return np.ascontiguousarray(np.float32(0.5) * g * (np.float32(1.0) + np.tanh(inner)) * up, dtype=np.float32)
+
+
 @njit(inline="always")
 def _scores(q, r, h, keys, end, raw, g):  # pragma: no cover - compiled
     """raw[g, t] = sum_i q[r, h, i] keys[i, t] for t < end: per position one fused

@@ -32,7 +32,7 @@ from specq.specdec.half import TYPES as HALF_TYPES
 from specq.specdec.half import HalfMatrix
 from specq.specdec.layer_stack import StackedLayers
 from specq.specdec.matmul import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
-from specq.specdec.model_config import LlamaConfig
+from specq.specdec.model_config import GEMMA3_LOCAL_BASE, LlamaConfig
 from specq.specdec.precision import INTEGER, PRECISIONS
 from specq.specdec.qkernels import TYPES as QUANTIZED_TYPES
 from specq.specdec.qkernels import QuantizedMatrix
@@ -56,6 +56,8 @@ class LayerWeights:
     b_qkv: np.ndarray | None = None  # [(Hq + 2 Hkv) * hd]: qwen2's q, k and v biases
     q_norm: np.ndarray | None = None  # [hd]: qwen3's RMSNorm of each head's q, before RoPE
     k_norm: np.ndarray | None = None  # [hd]: ... and of each head's k
+    post_attn_norm: np.ndarray | None = None  # [d]: gemma3's RMSNorm of the attention's output
+    post_ffn_norm: np.ndarray | None = None  # [d]: ... and of the feed-forward's
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,8 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
                 b_qkv=b_qkv,
                 q_norm=vector(p + "attn_q_norm.weight", hd, within) if cfg.qk_norm else None,
                 k_norm=vector(p + "attn_k_norm.weight", hd, within) if cfg.qk_norm else None,
+                post_attn_norm=vector(p + "post_attention_norm.weight", d) if cfg.gemma else None,
+                post_ffn_norm=vector(p + "post_ffw_norm.weight", d) if cfg.gemma else None,
             )
         )
     embedding = matrix("token_embd.weight", cfg.vocab_size, d)
@@ -385,6 +389,9 @@ class LlamaModel:
         self.fingerprint = fingerprint  # sha256 of the GGUF file
         self.precision = precision
         self._rope = _Rope.build(config, weights.rope_factors)
+        # gemma3's local layers rotate with a base of their own.
+        local = replace(config, rope_base=GEMMA3_LOCAL_BASE)
+        self._rope_local = _Rope.build(local, weights.rope_factors) if config.gemma else self._rope
         self._tied = weights.w_output is weights.token_embedding
         # What at_precision starts from, where this precision's weights lose the
         # blocks another precision needs (f32 keeps no unpacked K-quant blocks).
@@ -502,6 +509,8 @@ class LlamaModel:
         bounds = np.cumsum([0] + [s.n for s in segments])
 
         x = embed(w.token_embedding, ids)  # [rows, d]
+        if cfg.gemma:  # as llama.cpp: times sqrtf(d_model), in float32
+            x = x * np.sqrt(np.float32(cfg.d_model))
         if self._stack is not None and all(seg.n < BULK_ROWS for seg in segments):
             x = self._stack.run(
                 x, segments, positions, self._rope.cos, self._rope.sin, cfg.n_heads, cfg.d_ffn, cfg.rms_eps
@@ -557,17 +566,25 @@ class LlamaModel:
             if lw.q_norm is not None:
                 q = block_ops.rms_norm(q.reshape(-1, hd), lw.q_norm, cfg.rms_eps).reshape(q.shape)
                 k = block_ops.rms_norm(k.reshape(-1, hd), lw.k_norm, cfg.rms_eps).reshape(k.shape)
-            q = self._rope.apply(q, positions)
-            k = self._rope.apply(k, positions)
+            rope = self._rope_local if cfg.local_layer(layer_idx) else self._rope
+            q = rope.apply(q, positions)
+            k = rope.apply(k, positions)
             v = qkv[:, (n_q + n_kv) * hd :].reshape(-1, n_kv, hd)
             attn = np.empty((x.shape[0], n_q * hd), dtype=np.float32)  # [rows, Hq * hd]
             for s_idx, seg in enumerate(segments):
                 rows = slice(bounds[s_idx], bounds[s_idx + 1])
                 attn[rows] = self._attend(seg, visible[s_idx], layer_idx, q[rows], k[rows], v[rows])
-            x = x + plan.linear(attn, lw.w_out)  # [rows, d]
+            y = plan.linear(attn, lw.w_out)  # [rows, d]
+            if lw.post_attn_norm is not None:
+                y = block_ops.rms_norm(y, lw.post_attn_norm, cfg.rms_eps)
+            x = x + y
             h = block_ops.rms_norm(x, lw.ffn_norm, cfg.rms_eps)
             gate_up = plan.linear(h, lw.w_gate_up)  # [rows, 2 * ffn]
-            x = x + plan.linear(block_ops.silu_gate(gate_up, cfg.d_ffn), lw.w_down)  # [rows, d]
+            gated = block_ops.gelu_gate(gate_up, cfg.d_ffn) if cfg.gemma else block_ops.silu_gate(gate_up, cfg.d_ffn)
+            y = plan.linear(gated, lw.w_down)  # [rows, d]
+            if lw.post_ffn_norm is not None:
+                y = block_ops.rms_norm(y, lw.post_ffn_norm, cfg.rms_eps)
+            x = x + y
         return x
 
     def _attend(
@@ -584,7 +601,7 @@ class LlamaModel:
         cache_k, cache_v = seg.cache.keys[layer], seg.cache.values[layer]
         cache_k[:, :, seg.start : end] = k.transpose(1, 2, 0)
         cache_v[:, seg.start : end] = v.transpose(1, 0, 2)
-        scale = np.float32(1.0 / np.sqrt(cfg.head_dim))
+        scale = cfg.attention_scale
         if n < BULK_ROWS:
             return block_ops.attend(
                 q, seg.cache.kernel_keys[layer], seg.cache.kernel_values[layer], seg.start, visible, scale

@@ -1,4 +1,4 @@
-"""A LLaMA-block model's shape (llama, qwen2), read from a GGUF file's metadata alone: what
+"""A LLaMA-block model's shape (llama, qwen2, qwen3, gemma3), read from a GGUF file's metadata alone: what
 submit needs to check requests against a model without loading its weights (or the
 kernels)."""
 
@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
@@ -15,7 +17,14 @@ from specq.specdec.gguf_file import GGUFFile
 # wider than d_model / n_heads. qwen2's and qwen3's files rotate halves with RoPE
 # (llama.cpp's NEOX), which load_weights turns into llama's adjacent pairs by
 # reordering the q and k rows.
-ARCHITECTURES = {"llama": False, "qwen2": True, "qwen3": False}
+# gemma3 (Gemma 3's text models) also: the embeddings scaled by sqrt(d_model), an
+# RMSNorm after attention and after the feed-forward (before each residual add), GELU
+# (tanh) instead of SiLU on the gate, and every GEMMA3_GLOBAL-th layer global while
+# the others attend within a sliding window with RoPE base GEMMA3_LOCAL_BASE, as
+# llama.cpp runs it. Its norm weights come with Gemma's "1 +" already added by
+# llama.cpp's converter, so the norms are the others'.
+ARCHITECTURES = {"llama": False, "qwen2": True, "qwen3": False, "gemma3": False}
+GEMMA3_GLOBAL, GEMMA3_LOCAL_BASE = 6, 10000.0
 
 
 @dataclass(frozen=True)
@@ -34,17 +43,33 @@ class LlamaConfig:
     rope_linear: float = 1.0  # linear RoPE scaling: positions divided by this
 
     @property
+    def gemma(self) -> bool:
+        return self.architecture == "gemma3"
+
+    @property
+    def attention_scale(self) -> np.float32:
+        """1 / sqrt(head_dim); Gemma 3 27B's (62 layers) is 1 / sqrt(d_model / n_heads),
+        as llama.cpp takes it."""
+        if self.gemma and self.n_layers == 62:
+            return np.float32(1.0 / np.sqrt(self.d_model // self.n_heads))
+        return np.float32(1.0 / np.sqrt(self.head_dim))
+
+    def local_layer(self, layer: int) -> bool:
+        """A gemma3 layer with the local RoPE base (and, in the model, a sliding window)."""
+        return self.gemma and layer % GEMMA3_GLOBAL < GEMMA3_GLOBAL - 1
+
+    @property
     def qkv_bias(self) -> bool:
         return ARCHITECTURES[self.architecture]
 
     @property
     def rope_halves(self) -> bool:
         """RoPE over (x[i], x[i + hd/2]) in the file's q and k rows (NEOX), not (x[2i], x[2i+1])."""
-        return self.architecture in ("qwen2", "qwen3")
+        return self.architecture in ("qwen2", "qwen3", "gemma3")
 
     @property
     def qk_norm(self) -> bool:
-        return self.architecture == "qwen3"
+        return self.architecture in ("qwen3", "gemma3")
 
     @classmethod
     def from_gguf(cls, f: GGUFFile) -> LlamaConfig:
@@ -69,9 +94,9 @@ class LlamaConfig:
             )
         rope_linear = float(f.get(f"{arch}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
         context = int(f.get(f"{arch}.context_length", 2048))
-        # Attention within a sliding window (Mistral's first models) is full attention
-        # over sequences no longer than the window: the context is capped at it, so
-        # every output is exact.
+        # Attention within a sliding window (Mistral's first models, gemma3's local
+        # layers) is full attention over sequences no longer than the window: the
+        # context is capped at it, so every output is exact.
         window = f.get(f"{arch}.attention.sliding_window")
         if isinstance(window, int) and 0 < window < context:
             context = window

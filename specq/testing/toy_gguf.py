@@ -342,6 +342,8 @@ def write_toy_model(
         as llama.cpp does ("gpt2" makes a file specq must refuse). "qwen2" adds q, k
         and v biases, "qwen3" per-head RMSNorm weights for q and k; the q and k rows
         of both are for RoPE over halves (NEOX), as llama.cpp's converter writes them.
+        "gemma3" has qwen3's q/k norms and NEOX rows, plus RMSNorms after attention
+        and after the feed-forward (and sliding_window should be given).
     head_dim: the heads' width when it is not d_model / n_heads (Qwen3's is wider).
     rope_factors: write Llama 3.1's rope_freqs.weight (random factors from 1 to 8).
     rope_linear: write RoPE scaling (rope_scaling_type, linear unless said) with this factor.
@@ -363,12 +365,18 @@ def write_toy_model(
         head_dim=head_dim,
     )
     hd = head_dim or d_model // n_heads
-    if architecture == "qwen3":
+    if architecture in ("qwen3", "gemma3"):
         # RMSNorm weights for q and k, per head (one vector of head_dim each).
         rng = np.random.default_rng(seed + 9)
         for i in range(n_layers):
             for part in ("q", "k"):
                 weights[f"blk.{i}.attn_{part}_norm.weight"] = (1.0 + 0.3 * rng.standard_normal(hd)).astype(np.float32)
+    if architecture == "gemma3":
+        # The RMSNorms after attention and after the feed-forward.
+        rng = np.random.default_rng(seed + 13)
+        for i in range(n_layers):
+            for name in ("post_attention_norm", "post_ffw_norm"):
+                weights[f"blk.{i}.{name}.weight"] = (1.0 + 0.3 * rng.standard_normal(d_model)).astype(np.float32)
     if architecture == "qwen2":
         # q, k and v biases, as qwen2's blocks have (large enough to matter).
         rng = np.random.default_rng(seed + 7)

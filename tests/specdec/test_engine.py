@@ -528,16 +528,19 @@ def test_a_kv_budget_bounds_the_requests_decoded_together(toy, monkeypatch):
 
 
 @pytest.mark.parametrize("precision", ["f32", "int16"])
-@pytest.mark.parametrize("architecture", ["qwen2", "qwen3"])
-def test_qwen_speculative_resumed_and_batched_equal_plain(toy_model_file, precision, architecture):
-    """qwen2 (q, k, v biases) and qwen3 (q/k norms, wide heads) files, RoPE over
+@pytest.mark.parametrize("architecture", ["qwen2", "qwen3", "gemma3"])
+def test_other_architectures_speculative_resumed_and_batched_equal_plain(toy_model_file, precision, architecture):
+    """qwen2 (q, k, v biases), qwen3 (q/k norms, wide heads) and gemma3 (also post
+    norms, GeGLU, scaled embeddings, local and global RoPE bases) files, RoPE over
     halves reordered at load: the engine's three exactness properties hold on them
     as on llama files."""
     from specq.specdec import int8
 
     if precision != "f32" and not int8.AVAILABLE:
         pytest.skip("the integer precisions need AVX2")
-    extra = {"head_dim": 32} if architecture == "qwen3" else {}
+    extra = {"head_dim": 32} if architecture != "qwen2" else {}
+    if architecture == "gemma3":
+        extra.update(n_layers=6, sliding_window=256)  # layers 0-4 local, 5 global
     path = toy_model_file(seed=11, architecture=architecture, tensor_type="Q4_1", embedding_type="Q8_0", **extra)
     model, tokenizer = load_model_and_tokenizer(path, precision)
     assert model.config.architecture == architecture and model._stack is None

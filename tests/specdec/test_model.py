@@ -44,12 +44,13 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
     n_tok = len(token_ids)
     factors = w.get("rope_freqs.weight", np.ones(hd // 2))  # Llama 3.1's frequency factors
     linear = meta.get(f"{arch}.rope.scaling.factor", 1.0) if meta.get(f"{arch}.rope.scaling.type") == "linear" else 1.0
-    neox = arch in ("qwen2", "qwen3")  # llama.cpp's qwen files rotate halves, not adjacent pairs
+    neox = arch in ("qwen2", "qwen3", "gemma3")  # llama.cpp's qwen and gemma files rotate halves
+    gemma = arch == "gemma3"
 
     def rms_norm(x, weight):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
-    def rope(vec, pos):
+    def rope(vec, pos, base):
         # GGUF llama (llama.cpp permuted Q/K): rotate adjacent pairs (x[2i], x[2i+1]);
         # qwen2: the two halves (x[i], x[i + hd/2]).
         out = vec.copy()
@@ -64,9 +65,15 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
     def silu(x):
         return x / (1 + np.exp(-x))
 
+    def gelu(x):  # the tanh form, Gemma's
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
     x = w["token_embd.weight"][token_ids]  # [T, d]
+    if gemma:
+        x = x * np.sqrt(d)
     for layer in range(meta[f"{arch}.block_count"]):
         p = f"blk.{layer}."
+        layer_base = 10000.0 if gemma and layer % 6 < 5 else base  # gemma3's local layers
         h = rms_norm(x, w[p + "attn_norm.weight"])
         q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0.0)  # [T, Hq * hd]
         k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0.0)  # [T, Hkv * hd]
@@ -80,19 +87,21 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
             ks = [k[t, kv_head * hd : (kv_head + 1) * hd] for t in range(n_tok)]
             if q_norm is not None:
                 qs, ks = [rms_norm(x, q_norm) for x in qs], [rms_norm(x, k_norm) for x in ks]
-            qs = [rope(qs[t], t) for t in range(n_tok)]
-            ks = [rope(ks[t], t) for t in range(n_tok)]
+            qs = [rope(qs[t], t, layer_base) for t in range(n_tok)]
+            ks = [rope(ks[t], t, layer_base) for t in range(n_tok)]
             vs = [v[t, kv_head * hd : (kv_head + 1) * hd] for t in range(n_tok)]
             for t in range(n_tok):
                 scores = np.array([qs[t] @ ks[s] / np.sqrt(hd) for s in range(t + 1)])
                 probs = np.exp(scores - scores.max())
                 probs /= probs.sum()
                 attn[t, head * hd : (head + 1) * hd] = sum(probs[s] * vs[s] for s in range(t + 1))
-        x = x + attn @ w[p + "attn_output.weight"].T
+        y = attn @ w[p + "attn_output.weight"].T
+        x = x + (rms_norm(y, w[p + "post_attention_norm.weight"]) if gemma else y)
         h = rms_norm(x, w[p + "ffn_norm.weight"])
         gate = h @ w[p + "ffn_gate.weight"].T
         up = h @ w[p + "ffn_up.weight"].T
-        x = x + (silu(gate) * up) @ w[p + "ffn_down.weight"].T
+        y = ((gelu(gate) if gemma else silu(gate)) * up) @ w[p + "ffn_down.weight"].T
+        x = x + (rms_norm(y, w[p + "post_ffw_norm.weight"]) if gemma else y)
     hidden = rms_norm(x, w["output_norm.weight"])
     head = w.get("output.weight", w["token_embd.weight"])  # tied when absent
     return hidden @ head.T, hidden
@@ -165,6 +174,9 @@ REFERENCE_CASES = {
     "llama3_rope_factors": dict(seed=15, rope_factors=True, rope_base=500000.0),
     "linear_rope_scaling": dict(seed=16, rope_linear=4.0, tensor_type="Q4_1"),
     "qwen3_q8_0": dict(seed=13, architecture="qwen3", tensor_type="Q8_0"),
+    # 7 layers: layer 5 global (RoPE base 1e6), the others local (10000); wide heads.
+    "gemma3_f32": dict(seed=17, architecture="gemma3", n_layers=7, head_dim=32, rope_base=1e6, sliding_window=64),
+    "gemma3_q4_1": dict(seed=18, architecture="gemma3", head_dim=32, tensor_type="Q4_1", sliding_window=64),
     "qwen3_q4_1_wide_heads": dict(seed=14, architecture="qwen3", head_dim=32, tensor_type="Q4_1"),
 }
 
@@ -367,3 +379,18 @@ def test_a_sliding_window_caps_the_context(toy_model_file):
     with pytest.raises(ParameterError, match="context is 128"):
         model.config.check_prompt(list(range(128)))
     assert LlamaModel.load(toy_model_file(seed=18, sliding_window=4096)).config.context_length == 512
+
+
+@pytest.mark.parametrize("case", ["gemma3_f32", "qwen3_f32_wide_heads", "f32_gqa_tied"])
+def test_llama_cpp_computes_the_same_logits_on_the_same_file(toy_model_file, case):
+    """An independent implementation of each architecture, where llama-cpp-python
+    (the compare extra) is installed: the same float32 file, the same token ids."""
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python (the compare extra) is not installed")
+    path = toy_model_file(**REFERENCE_CASES[case])
+    model = LlamaModel.load(path)
+    ours = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0].logits
+    llama = llama_cpp.Llama(model_path=path, n_ctx=64, logits_all=True, n_threads=2, verbose=False)
+    llama.eval(TOKENS)
+    theirs = np.array(llama.scores[: len(TOKENS)], dtype=np.float32)
+    assert np.abs(ours - theirs).max() <= 1e-3 * np.abs(theirs).max()
+    assert (ours.argmax(-1) == theirs.argmax(-1)).all()
