@@ -227,18 +227,19 @@ def _weighted_values(kept, g, slots, m, values, out, r, h):  # pragma: no cover 
 
 
 @njit(fastmath=_ORDERED, inline="always")
-def _softmax_weights(raw, kept, slots, start, m, scale, pow2):  # pragma: no cover - compiled
+def _softmax_weights(raw, kept, slots, first, start, m, scale, pow2):  # pragma: no cover - compiled
     """kept[t] = exp(raw[slots[t]] * scale - their largest) for t < m, and their sum
-    (float64). Slot t is position t below `start` (the cache before the segment, read
-    eight at a time), then the segment's visible rows. The largest is the same in any
+    (float64). Slot t is position first + t below `start` (the cache before the
+    segment, from the first position the row sees, read eight at a time), then the
+    segment's visible rows. The largest is the same in any
     order; the sum is kept in eight float64 lanes, position t in lane t % 8, added up
     by vec.total_f64, then the positions past the last whole eight one at a time: a
     fixed order, whatever rows share the call."""
     sc = vec.splat_f32(scale)
     largest = vec.splat_f32(np.float32(-np.inf))
     t = 0
-    while t + 8 <= start:
-        v = vec.mul(vec.load_f32(raw, t), sc)
+    while t + 8 <= start - first:
+        v = vec.mul(vec.load_f32(raw, first + t), sc)
         vec.store_f32(kept, t, v)
         largest = vec.max_f32(largest, v)
         t += 8
@@ -283,25 +284,28 @@ def _chunks(n_tasks):  # pragma: no cover - compiled
 
 
 @njit(fastmath=_ORDERED, inline="always")
-def _attend_task(q, r, kv, keys_t, values, start, visible, scale, out, r_seg, scratch):  # pragma: no cover - compiled
-    """Row r of q (row r_seg of its segment), kv head kv: attend's arithmetic."""
+def _attend_task(
+    q, r, kv, keys_t, values, start, first, visible, scale, out, r_seg, scratch
+):  # pragma: no cover - compiled
+    """Row r of q (row r_seg of its segment), kv head kv, seeing the cache from
+    position `first` (0, or a sliding window's start): attend's arithmetic."""
     n_q = q.shape[1]
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
     n = visible.shape[0]
     end = start + n
     raw, kept, totals, pow2, slots = scratch
-    for t in range(start):
-        slots[t] = t
+    for t in range(start - first):
+        slots[t] = first + t
     for g in range(group):
         _scores(q, r, kv * group + g, keys_t[kv], end, raw, g)
-    m = start
+    m = start - first
     for j in range(n):
         if visible[r_seg, j]:
             slots[m] = start + j
             m += 1
     for g in range(group):
-        totals[g] = _softmax_weights(raw[g], kept[g], slots, start, m, scale, pow2)
+        totals[g] = _softmax_weights(raw[g], kept[g], slots, first, start, m, scale, pow2)
     values_kv = values[kv]
     for g in range(group):
         h = kv * group + g
@@ -316,19 +320,21 @@ def _attend_task(q, r, kv, keys_t, values, start, visible, scale, out, r_seg, sc
 # half the bytes to read, which bound attention over many long sequences.
 CACHE_TYPES = ("float32", "uint16")
 _ATTEND = [
-    f"float32[:, ::1](float32[:, :, ::1], {c}[:, :, ::1], {c}[:, :, ::1], int64, boolean[:, ::1], float32)"
+    f"float32[:, ::1](float32[:, :, ::1], {c}[:, :, ::1], {c}[:, :, ::1], int64, boolean[:, ::1], float32, int64[::1])"
     for c in CACHE_TYPES
 ]
 
 
 @njit(_ATTEND, fastmath=_ORDERED, parallel=True, cache=True, nogil=True)
-def attend(q, keys_t, values, start, visible, scale):  # pragma: no cover - compiled
+def attend(q, keys_t, values, start, visible, scale, firsts):  # pragma: no cover - compiled
     """Attention of a segment's rows over its cache.
 
     q [n, Hq, hd]; keys_t [Hkv, hd, capacity] (positions last: the vector lanes) and
     values [Hkv, capacity, hd], the segment's own keys and values already written at
     slots start..start+n-1; visible [n, n] bool: may row i see row j of the
-    segment. Query head h reads kv head h // (Hq / Hkv). Returns [n, Hq * hd].
+    segment; firsts [n]: the first cache position row i sees (0, or the start of a
+    sliding window, which must not reach into the segment). Query head h reads kv
+    head h // (Hq / Hkv). Returns [n, Hq * hd].
 
     A row sees its visible slots in position order: the cache before the segment,
     then its own ancestors (a chain's earlier rows, or a tree's path). Its result
@@ -345,7 +351,8 @@ def attend(q, keys_t, values, start, visible, scale):  # pragma: no cover - comp
     for c in prange(n_chunks):
         scratch = _scratch(n_q // n_kv, start + n)
         for task in range(c * n_tasks // n_chunks, (c + 1) * n_tasks // n_chunks):
-            _attend_task(q, task % n, task // n, keys_t, values, start, visible, scale, out, task % n, scratch)
+            r = task % n
+            _attend_task(q, r, task // n, keys_t, values, start, firsts[r], visible, scale, out, r, scratch)
     return out
 
 
@@ -380,6 +387,6 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
             s = np.searchsorted(bounds, row, side="right") - 1
             lo = bounds[s]
             _attend_task(
-                q, row, kv, keys[s][layer], values[s][layer], starts[s], visible[s], scale, out, row - lo, scratch
+                q, row, kv, keys[s][layer], values[s][layer], starts[s], 0, visible[s], scale, out, row - lo, scratch
             )
     return out

@@ -573,7 +573,7 @@ class LlamaModel:
             attn = np.empty((x.shape[0], n_q * hd), dtype=np.float32)  # [rows, Hq * hd]
             for s_idx, seg in enumerate(segments):
                 rows = slice(bounds[s_idx], bounds[s_idx + 1])
-                attn[rows] = self._attend(seg, visible[s_idx], layer_idx, q[rows], k[rows], v[rows])
+                attn[rows] = self._attend(seg, visible[s_idx], layer_idx, q[rows], k[rows], v[rows], positions[rows])
             y = plan.linear(attn, lw.w_out)  # [rows, d]
             if lw.post_attn_norm is not None:
                 y = block_ops.rms_norm(y, lw.post_attn_norm, cfg.rms_eps)
@@ -588,10 +588,19 @@ class LlamaModel:
         return x
 
     def _attend(
-        self, seg: Segment, visible: np.ndarray, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray
+        self,
+        seg: Segment,
+        visible: np.ndarray,
+        layer: int,
+        q: np.ndarray,
+        k: np.ndarray,
+        v: np.ndarray,
+        positions: np.ndarray,
     ) -> np.ndarray:
         """Attention of the segment's rows over its cache; q [n, Hq, hd], k and v
-        [n, Hkv, hd], visible [n, n] (Segment.visible). Returns [n, Hq * hd].
+        [n, Hkv, hd], visible [n, n] (Segment.visible), positions [n] the rows'.
+        Returns [n, Hq * hd]. In a layer with a sliding window (gemma3's local ones),
+        a row at position p sees positions p - window + 1 .. p only, as llama.cpp.
 
         A long segment (a prompt: matmul.BULK_ROWS rows or more) goes through
         numpy's batched products, whose BLAS is far faster on n x n scores; every
@@ -602,9 +611,19 @@ class LlamaModel:
         cache_k[:, :, seg.start : end] = k.transpose(1, 2, 0)
         cache_v[:, seg.start : end] = v.transpose(1, 0, 2)
         scale = cfg.attention_scale
+        firsts = np.zeros(n, dtype=np.int64)
+        if cfg.window and cfg.local_layer(layer):
+            firsts = np.maximum(positions.astype(np.int64) - (cfg.window - 1), 0)
+            visible = visible & (positions[None, :] >= firsts[:, None])  # the segment's own rows too
         if n < BULK_ROWS:
             return block_ops.attend(
-                q, seg.cache.kernel_keys[layer], seg.cache.kernel_values[layer], seg.start, visible, scale
+                q,
+                seg.cache.kernel_keys[layer],
+                seg.cache.kernel_values[layer],
+                seg.start,
+                visible,
+                scale,
+                np.minimum(firsts, seg.start),
             )
         # BLAS multiplies float32: a float16 cache is widened (exactly) first.
         return self._attend_prompt(
@@ -613,13 +632,20 @@ class LlamaModel:
             q * scale,
             cache_k[:, :, :end].astype(np.float32, copy=False),
             cache_v[:, :end].astype(np.float32, copy=False),
+            np.minimum(firsts, seg.start),
         )
 
     def _attend_prompt(
-        self, seg: Segment, visible: np.ndarray, q_scaled: np.ndarray, cache_k: np.ndarray, cache_v: np.ndarray
+        self,
+        seg: Segment,
+        visible: np.ndarray,
+        q_scaled: np.ndarray,
+        cache_k: np.ndarray,
+        cache_v: np.ndarray,
+        firsts: np.ndarray,
     ) -> np.ndarray:
         """_attend for a long segment, whose keys and values are in the cache already;
-        q_scaled [n, Hq, hd] is q over sqrt(hd)."""
+        q_scaled [n, Hq, hd] is q over sqrt(hd); row i sees the cache from firsts[i]."""
         cfg = self.config
         n = seg.n
         group, n_kv, hd = cfg.n_heads // cfg.n_kv_heads, cfg.n_kv_heads, cfg.head_dim
@@ -641,6 +667,9 @@ class LlamaModel:
             np.copyto(scores[..., seg.start + r0 :], -np.inf, where=~visible[r0:r1, r0:r1])
             if r0 and not visible[r0:r1, :r0].all():  # a chain sees all its earlier rows
                 np.copyto(scores[..., seg.start : seg.start + r0], -np.inf, where=~visible[r0:r1, :r0])
+            if firsts[r0:r1].any():  # a sliding window: the cache before each row's first position
+                before = np.arange(seg.start)[None, :] < firsts[r0:r1, None]  # [rows, start]
+                np.copyto(scores[..., : seg.start], -np.inf, where=before)
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
             scores /= scores.sum(axis=-1, keepdims=True)

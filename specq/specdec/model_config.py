@@ -41,6 +41,7 @@ class LlamaConfig:
     context_length: int
     architecture: str = "llama"
     rope_linear: float = 1.0  # linear RoPE scaling: positions divided by this
+    window: int = 0  # gemma3: the sliding window of its local layers (0: none)
 
     @property
     def gemma(self) -> bool:
@@ -94,11 +95,13 @@ class LlamaConfig:
             )
         rope_linear = float(f.get(f"{arch}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
         context = int(f.get(f"{arch}.context_length", 2048))
-        # Attention within a sliding window (Mistral's first models, gemma3's local
-        # layers) is full attention over sequences no longer than the window: the
-        # context is capped at it, so every output is exact.
+        # Attention within a sliding window (Mistral's first models) is full attention
+        # over sequences no longer than the window: the context is capped at it, so
+        # every output is exact. gemma3's local layers apply theirs row by row.
         window = f.get(f"{arch}.attention.sliding_window")
-        if isinstance(window, int) and 0 < window < context:
+        if not (isinstance(window, int) and 0 < window < context):
+            window = 0
+        elif arch != "gemma3":  # gemma3's windows are its local layers', applied per row
             context = window
         if not rope_linear > 0:
             raise ModelFileError(f"RoPE scaling factor {rope_linear} in {f.path} is not positive")
@@ -117,6 +120,7 @@ class LlamaConfig:
             context_length=context,
             architecture=arch,
             rope_linear=rope_linear,
+            window=window if arch == "gemma3" else 0,
         )
 
     def check_prompt(self, prompt_ids: Sequence[int]) -> None:

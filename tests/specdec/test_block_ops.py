@@ -36,12 +36,13 @@ def test_rms_norm_rope_and_gate_match_their_formulas():
     np.testing.assert_allclose(block_ops.silu_gate(gate_up, 10), g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
 
 
-def _reference_attention(q, keys, values, start, visible, scale):
+def _reference_attention(q, keys, values, start, visible, scale, firsts=None):
     n, n_q, hd = q.shape
     group = n_q // keys.shape[0]
     out = np.zeros((n, n_q, hd))
+    firsts = np.zeros(n, np.int64) if firsts is None else firsts
     for r in range(n):
-        seen = list(range(start)) + [start + j for j in range(n) if visible[r, j]]
+        seen = list(range(firsts[r], start)) + [start + j for j in range(n) if visible[r, j]]
         for h in range(n_q):
             k, v = keys[h // group, seen].astype(np.float64), values[h // group, seen]
             s = k @ q[r, h] * scale
@@ -59,8 +60,24 @@ def test_attention_matches_softmax_attention_with_a_tree_mask(n_kv):
     parents = (-1, 0, 0, 1, 2)
     visible = Segment(None, [0] * n, start, parents=parents).visible()
     keys_t = np.ascontiguousarray(keys.transpose(0, 2, 1))  # the cache's layout: positions last
-    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25))
+    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25), np.zeros(n, np.int64))
     np.testing.assert_allclose(got, _reference_attention(q, keys, values, start, visible, 0.25), rtol=1e-5, atol=1e-5)
+
+
+def test_a_sliding_window_hides_the_cache_before_each_rows_first_position():
+    start, n, hd = 30, 4, 16
+    q = RNG.standard_normal((n, 2, hd), dtype=np.float32)
+    keys = RNG.standard_normal((1, 40, hd), dtype=np.float32)
+    values = RNG.standard_normal((1, 40, hd), dtype=np.float32)
+    visible = np.tril(np.ones((n, n), dtype=bool))
+    keys_t = np.ascontiguousarray(keys.transpose(0, 2, 1))
+    firsts = np.array([0, 11, 12, 29], dtype=np.int64)  # none, a window, the next row's, all but one slot
+    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25), firsts)
+    want = _reference_attention(q, keys, values, start, visible, 0.25, firsts)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    whole = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25), np.zeros(n, np.int64))
+    np.testing.assert_array_equal(got[0], whole[0])  # first 0: no window, the same bits
+    assert not np.allclose(got[1:], whole[1:])  # the windows hide something
 
 
 @njit(fastmath={"nnan", "ninf", "contract"}, cache=True)
@@ -145,7 +162,7 @@ def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache
     keys_t, keys_f32 = _as_cache(RNG.standard_normal((n_kv, hd, capacity), dtype=np.float32), cache_dtype)
     values, values_f32 = _as_cache(RNG.standard_normal((n_kv, capacity, hd), dtype=np.float32), cache_dtype)
     visible = np.tri(n, dtype=bool)
-    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.125))
+    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.125), np.zeros(len(q), np.int64))
     want = _plain_loop_attention(q, keys_f32, values_f32, start, visible, np.float32(0.125))
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
@@ -250,6 +267,12 @@ def test_attention_of_many_segments_in_one_loop_has_each_segments_bits(cache_dty
         for s, (start, _, _) in enumerate(shapes):
             lo, hi = bounds[s], bounds[s + 1]
             alone = block_ops.attend(
-                np.ascontiguousarray(q[lo:hi]), keys[s][layer], values[s][layer], start, visible[s], np.float32(0.3)
+                np.ascontiguousarray(q[lo:hi]),
+                keys[s][layer],
+                values[s][layer],
+                start,
+                visible[s],
+                np.float32(0.3),
+                np.zeros(hi - lo, np.int64),
             )
             assert np.array_equal(many[lo:hi], alone)

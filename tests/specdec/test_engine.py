@@ -540,7 +540,7 @@ def test_other_architectures_speculative_resumed_and_batched_equal_plain(toy_mod
         pytest.skip("the integer precisions need AVX2")
     extra = {"head_dim": 32} if architecture != "qwen2" else {}
     if architecture == "gemma3":
-        extra.update(n_layers=6, sliding_window=256)  # layers 0-4 local, 5 global
+        extra.update(n_layers=6, sliding_window=16)  # layers 0-4 local, within 16 positions; 5 global
     path = toy_model_file(seed=11, architecture=architecture, tensor_type="Q4_1", embedding_type="Q8_0", **extra)
     model, tokenizer = load_model_and_tokenizer(path, precision)
     assert model.config.architecture == architecture and model._stack is None

@@ -11,6 +11,7 @@ from gguf.quants import dequantize
 
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
+from specq.specdec.matmul import BULK_ROWS
 from specq.specdec.model import LlamaModel, Segment
 from specq.testing import toy_gguf
 
@@ -73,7 +74,9 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
         x = x * np.sqrt(d)
     for layer in range(meta[f"{arch}.block_count"]):
         p = f"blk.{layer}."
-        layer_base = 10000.0 if gemma and layer % 6 < 5 else base  # gemma3's local layers
+        local = gemma and layer % 6 < 5  # gemma3's local layers: their RoPE base, their window
+        layer_base = 10000.0 if local else base
+        window = meta.get(f"{arch}.attention.sliding_window", n_tok) if local else n_tok
         h = rms_norm(x, w[p + "attn_norm.weight"])
         q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0.0)  # [T, Hq * hd]
         k = h @ w[p + "attn_k.weight"].T + w.get(p + "attn_k.bias", 0.0)  # [T, Hkv * hd]
@@ -91,10 +94,11 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
             ks = [rope(ks[t], t, layer_base) for t in range(n_tok)]
             vs = [v[t, kv_head * hd : (kv_head + 1) * hd] for t in range(n_tok)]
             for t in range(n_tok):
-                scores = np.array([qs[t] @ ks[s] / np.sqrt(hd) for s in range(t + 1)])
+                seen = range(max(0, t - window + 1), t + 1)
+                scores = np.array([qs[t] @ ks[s] / np.sqrt(hd) for s in seen])
                 probs = np.exp(scores - scores.max())
                 probs /= probs.sum()
-                attn[t, head * hd : (head + 1) * hd] = sum(probs[s] * vs[s] for s in range(t + 1))
+                attn[t, head * hd : (head + 1) * hd] = sum(p * vs[s] for p, s in zip(probs, seen))
         y = attn @ w[p + "attn_output.weight"].T
         x = x + (rms_norm(y, w[p + "post_attention_norm.weight"]) if gemma else y)
         h = rms_norm(x, w[p + "ffn_norm.weight"])
@@ -177,6 +181,8 @@ REFERENCE_CASES = {
     # 7 layers: layer 5 global (RoPE base 1e6), the others local (10000); wide heads.
     "gemma3_f32": dict(seed=17, architecture="gemma3", n_layers=7, head_dim=32, rope_base=1e6, sliding_window=64),
     "gemma3_q4_1": dict(seed=18, architecture="gemma3", head_dim=32, tensor_type="Q4_1", sliding_window=64),
+    # A window of 8 over 24 tokens: the local layers' rows see their last 8 positions.
+    "gemma3_window": dict(seed=19, architecture="gemma3", n_layers=7, head_dim=32, sliding_window=8),
     "qwen3_q4_1_wide_heads": dict(seed=14, architecture="qwen3", head_dim=32, tensor_type="Q4_1"),
 }
 
@@ -381,7 +387,7 @@ def test_a_sliding_window_caps_the_context(toy_model_file):
     assert LlamaModel.load(toy_model_file(seed=18, sliding_window=4096)).config.context_length == 512
 
 
-@pytest.mark.parametrize("case", ["gemma3_f32", "qwen3_f32_wide_heads", "f32_gqa_tied"])
+@pytest.mark.parametrize("case", ["gemma3_f32", "gemma3_window", "qwen3_f32_wide_heads", "f32_gqa_tied"])
 def test_llama_cpp_computes_the_same_logits_on_the_same_file(toy_model_file, case):
     """An independent implementation of each architecture, where llama-cpp-python
     (the compare extra) is installed: the same float32 file, the same token ids."""
@@ -394,3 +400,15 @@ def test_llama_cpp_computes_the_same_logits_on_the_same_file(toy_model_file, cas
     theirs = np.array(llama.scores[: len(TOKENS)], dtype=np.float32)
     assert np.abs(ours - theirs).max() <= 1e-3 * np.abs(theirs).max()
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+
+
+def test_a_sliding_window_holds_in_a_prompt_long_enough_for_blas(toy_model_file):
+    """A prompt of matmul.BULK_ROWS rows or more attends through BLAS, which masks the
+    cache before each row's window as the few-row kernel does."""
+    path = toy_model_file(**REFERENCE_CASES["gemma3_window"])
+    model = LlamaModel.load(path)
+    tokens = (TOKENS * 3)[:60]
+    assert len(tokens) >= BULK_ROWS and model.config.window == 8 and model.config.context_length > 60
+    want_logits, _ = reference_forward(path, tokens)
+    got = model.forward([Segment(model.new_cache(), tokens, 0)])[0].logits
+    np.testing.assert_allclose(got, want_logits, rtol=0, atol=1e-4)
