@@ -227,18 +227,19 @@ def _weighted_values(kept, g, slots, m, values, out, r, h):  # pragma: no cover 
 
 
 @njit(fastmath=_ORDERED, inline="always")
-def _softmax_weights(raw, kept, slots, first, start, m, scale, pow2):  # pragma: no cover - compiled
+def _softmax_weights(raw, kept, slots, first, start, m, scale, cap, pow2):  # pragma: no cover - compiled
     """kept[t] = exp(raw[slots[t]] * scale - their largest) for t < m, and their sum
     (float64). Slot t is position first + t below `start` (the cache before the
     segment, from the first position the row sees, read eight at a time), then the
-    segment's visible rows. The largest is the same in any
+    segment's visible rows. With cap > 0 (gemma2) each score is soft-capped first,
+    cap * tanh(score / cap), one slot at a time. The largest is the same in any
     order; the sum is kept in eight float64 lanes, position t in lane t % 8, added up
     by vec.total_f64, then the positions past the last whole eight one at a time: a
     fixed order, whatever rows share the call."""
     sc = vec.splat_f32(scale)
     largest = vec.splat_f32(np.float32(-np.inf))
     t = 0
-    while t + 8 <= start - first:
+    while t + 8 <= start - first and cap == 0:
         v = vec.mul(vec.load_f32(raw, first + t), sc)
         vec.store_f32(kept, t, v)
         largest = vec.max_f32(largest, v)
@@ -246,6 +247,8 @@ def _softmax_weights(raw, kept, slots, first, start, m, scale, pow2):  # pragma:
     best = vec.largest_lane(largest)
     for t in range(t, m):
         kept[t] = raw[slots[t]] * scale
+        if cap > 0:
+            kept[t] = np.float32(np.tanh(kept[t] / cap)) * cap
         best = max(best, kept[t])
     for t in range(m):
         kept[t] -= best
@@ -285,7 +288,7 @@ def _chunks(n_tasks):  # pragma: no cover - compiled
 
 @njit(fastmath=_ORDERED, inline="always")
 def _attend_task(
-    q, r, kv, keys_t, values, start, first, visible, scale, out, r_seg, scratch
+    q, r, kv, keys_t, values, start, first, visible, scale, cap, out, r_seg, scratch
 ):  # pragma: no cover - compiled
     """Row r of q (row r_seg of its segment), kv head kv, seeing the cache from
     position `first` (0, or a sliding window's start): attend's arithmetic."""
@@ -305,7 +308,7 @@ def _attend_task(
             slots[m] = start + j
             m += 1
     for g in range(group):
-        totals[g] = _softmax_weights(raw[g], kept[g], slots, first, start, m, scale, pow2)
+        totals[g] = _softmax_weights(raw[g], kept[g], slots, first, start, m, scale, cap, pow2)
     values_kv = values[kv]
     for g in range(group):
         h = kv * group + g
@@ -320,21 +323,23 @@ def _attend_task(
 # half the bytes to read, which bound attention over many long sequences.
 CACHE_TYPES = ("float32", "uint16")
 _ATTEND = [
-    f"float32[:, ::1](float32[:, :, ::1], {c}[:, :, ::1], {c}[:, :, ::1], int64, boolean[:, ::1], float32, int64[::1])"
+    f"float32[:, ::1](float32[:, :, ::1], {c}[:, :, ::1], {c}[:, :, ::1], int64, boolean[:, ::1], float32, "
+    "int64[::1], float32)"
     for c in CACHE_TYPES
 ]
 
 
 @njit(_ATTEND, fastmath=_ORDERED, parallel=True, cache=True, nogil=True)
-def attend(q, keys_t, values, start, visible, scale, firsts):  # pragma: no cover - compiled
+def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no cover - compiled
     """Attention of a segment's rows over its cache.
 
     q [n, Hq, hd]; keys_t [Hkv, hd, capacity] (positions last: the vector lanes) and
     values [Hkv, capacity, hd], the segment's own keys and values already written at
     slots start..start+n-1; visible [n, n] bool: may row i see row j of the
     segment; firsts [n]: the first cache position row i sees (0, or the start of a
-    sliding window, which must not reach into the segment). Query head h reads kv
-    head h // (Hq / Hkv). Returns [n, Hq * hd].
+    sliding window, which must not reach into the segment); cap: gemma2's soft cap
+    of the scores, 0 for none. Query head h reads kv head h // (Hq / Hkv). Returns
+    [n, Hq * hd].
 
     A row sees its visible slots in position order: the cache before the segment,
     then its own ancestors (a chain's earlier rows, or a tree's path). Its result
@@ -352,7 +357,7 @@ def attend(q, keys_t, values, start, visible, scale, firsts):  # pragma: no cove
         scratch = _scratch(n_q // n_kv, start + n)
         for task in range(c * n_tasks // n_chunks, (c + 1) * n_tasks // n_chunks):
             r = task % n
-            _attend_task(q, r, task // n, keys_t, values, start, firsts[r], visible, scale, out, r, scratch)
+            _attend_task(q, r, task // n, keys_t, values, start, firsts[r], visible, scale, cap, out, r, scratch)
     return out
 
 
@@ -386,7 +391,7 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
             kv, row = task // rows, task % rows
             s = np.searchsorted(bounds, row, side="right") - 1
             lo = bounds[s]
-            _attend_task(
-                q, row, kv, keys[s][layer], values[s][layer], starts[s], 0, visible[s], scale, out, row - lo, scratch
-            )
+            first, cap = 0, np.float32(0.0)  # no window, no soft cap: the compiled loops' models
+            keys_t, values_s = keys[s][layer], values[s][layer]
+            _attend_task(q, row, kv, keys_t, values_s, starts[s], first, visible[s], scale, cap, out, row - lo, scratch)
     return out

@@ -181,8 +181,8 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
                 b_qkv=b_qkv,
                 q_norm=vector(p + "attn_q_norm.weight", hd, within) if cfg.qk_norm else None,
                 k_norm=vector(p + "attn_k_norm.weight", hd, within) if cfg.qk_norm else None,
-                post_attn_norm=vector(p + "post_attention_norm.weight", d) if cfg.gemma else None,
-                post_ffn_norm=vector(p + "post_ffw_norm.weight", d) if cfg.gemma else None,
+                post_attn_norm=vector(p + "post_attention_norm.weight", d) if cfg.post_norms else None,
+                post_ffn_norm=vector(p + "post_ffw_norm.weight", d) if cfg.post_norms else None,
             )
         )
     embedding = matrix("token_embd.weight", cfg.vocab_size, d)
@@ -391,7 +391,8 @@ class LlamaModel:
         self._rope = _Rope.build(config, weights.rope_factors)
         # gemma3's local layers rotate with a base of their own.
         local = replace(config, rope_base=GEMMA3_LOCAL_BASE)
-        self._rope_local = _Rope.build(local, weights.rope_factors) if config.gemma else self._rope
+        gemma3 = config.architecture == "gemma3"
+        self._rope_local = _Rope.build(local, weights.rope_factors) if gemma3 else self._rope
         self._tied = weights.w_output is weights.token_embedding
         # What at_precision starts from, where this precision's weights lose the
         # blocks another precision needs (f32 keeps no unpacked K-quant blocks).
@@ -535,6 +536,9 @@ class LlamaModel:
         ]
         head_plan = RowPlan([len(r) for r in head_rows])
         logits = head_plan.linear(hidden[np.concatenate(head_rows)], w.w_output)  # [head rows, vocab]
+        if cfg.final_softcap:  # gemma2: cap * tanh(logit / cap), as llama.cpp
+            cap = np.float32(cfg.final_softcap)
+            logits = np.tanh(logits * (np.float32(1.0) / cap)) * cap
         head_bounds = np.cumsum([0] + [len(r) for r in head_rows])
         seconds = time.perf_counter() - started
         return [
@@ -624,6 +628,7 @@ class LlamaModel:
                 visible,
                 scale,
                 np.minimum(firsts, seg.start),
+                np.float32(cfg.attn_softcap),
             )
         # BLAS multiplies float32: a float16 cache is widened (exactly) first.
         return self._attend_prompt(
@@ -662,6 +667,9 @@ class LlamaModel:
             rows, seen = r1 - r0, seg.start + r1
             qg = q_scaled[:, :, r0:r1].reshape(n_kv, group * rows, hd)
             scores = (qg @ cache_k[:, :, :seen]).reshape(n_kv, group, rows, seen)
+            if cfg.attn_softcap:  # gemma2: cap * tanh(score / cap)
+                cap = np.float32(cfg.attn_softcap)
+                scores = np.tanh(scores / cap) * cap
             # Every row sees the whole cache before the segment; within it, row i sees
             # rows <= i (a chain) or its ancestors (a tree).
             np.copyto(scores[..., seg.start + r0 :], -np.inf, where=~visible[r0:r1, r0:r1])

@@ -1,4 +1,4 @@
-"""A LLaMA-block model's shape (llama, qwen2, qwen3, gemma3), read from a GGUF file's metadata alone: what
+"""A LLaMA-block model's shape (llama, qwen2, qwen3, gemma, gemma2, gemma3), read from a GGUF file's metadata: what
 submit needs to check requests against a model without loading its weights (or the
 kernels)."""
 
@@ -17,14 +17,21 @@ from specq.specdec.gguf_file import GGUFFile
 # wider than d_model / n_heads. qwen2's and qwen3's files rotate halves with RoPE
 # (llama.cpp's NEOX), which load_weights turns into llama's adjacent pairs by
 # reordering the q and k rows.
-# gemma3 (Gemma 3's text models) also: the embeddings scaled by sqrt(d_model), an
-# RMSNorm after attention and after the feed-forward (before each residual add), GELU
-# (tanh) instead of SiLU on the gate, and every GEMMA3_GLOBAL-th layer global while
-# the others attend within a sliding window with RoPE base GEMMA3_LOCAL_BASE, as
-# llama.cpp runs it. Its norm weights come with Gemma's "1 +" already added by
-# llama.cpp's converter, so the norms are the others'.
-ARCHITECTURES = {"llama": False, "qwen2": True, "qwen3": False, "gemma3": False}
+# Gemma's (gemma, gemma2, gemma3): the embeddings scaled by sqrt(d_model), GELU (tanh)
+# instead of SiLU on the gate, RoPE over halves. gemma2 and gemma3 add an RMSNorm
+# after attention and after the feed-forward (before each residual add) and local
+# layers that attend within a sliding window: every other layer in gemma2 (whose
+# attention scores and final logits are also soft-capped, cap * tanh(x / cap)), all
+# but every GEMMA3_GLOBAL-th in gemma3 (which rotate with RoPE base
+# GEMMA3_LOCAL_BASE, and have qwen3's q/k norms), as llama.cpp runs them. Their norm
+# weights come with Gemma's "1 +" already added by llama.cpp's converter, so the
+# norms are the others'.
+ARCHITECTURES = {"llama": False, "qwen2": True, "qwen3": False, "gemma": False, "gemma2": False, "gemma3": False}
+GEMMA = ("gemma", "gemma2", "gemma3")
 GEMMA3_GLOBAL, GEMMA3_LOCAL_BASE = 6, 10000.0
+# Layers of the models whose attention scale llama.cpp takes from d_model / n_heads
+# rather than the head width: Gemma 2 27B and Gemma 3 27B.
+_SCALE_FROM_WIDTH = {"gemma2": 46, "gemma3": 62}
 
 
 @dataclass(frozen=True)
@@ -41,23 +48,31 @@ class LlamaConfig:
     context_length: int
     architecture: str = "llama"
     rope_linear: float = 1.0  # linear RoPE scaling: positions divided by this
-    window: int = 0  # gemma3: the sliding window of its local layers (0: none)
+    window: int = 0  # gemma2/gemma3: the sliding window of their local layers (0: none)
+    attn_softcap: float = 0.0  # gemma2: attention scores soft-capped at this (0: not)
+    final_softcap: float = 0.0  # gemma2: the logits soft-capped at this (0: not)
 
     @property
     def gemma(self) -> bool:
-        return self.architecture == "gemma3"
+        return self.architecture in GEMMA
+
+    @property
+    def post_norms(self) -> bool:
+        return self.architecture in ("gemma2", "gemma3")
 
     @property
     def attention_scale(self) -> np.float32:
-        """1 / sqrt(head_dim); Gemma 3 27B's (62 layers) is 1 / sqrt(d_model / n_heads),
-        as llama.cpp takes it."""
-        if self.gemma and self.n_layers == 62:
+        """1 / sqrt(head_dim), or as llama.cpp takes it for the two 27B Gemmas."""
+        if self.n_layers == _SCALE_FROM_WIDTH.get(self.architecture):
             return np.float32(1.0 / np.sqrt(self.d_model // self.n_heads))
         return np.float32(1.0 / np.sqrt(self.head_dim))
 
     def local_layer(self, layer: int) -> bool:
-        """A gemma3 layer with the local RoPE base (and, in the model, a sliding window)."""
-        return self.gemma and layer % GEMMA3_GLOBAL < GEMMA3_GLOBAL - 1
+        """A layer that attends within the sliding window (gemma2's even ones; gemma3's
+        all but every sixth, which also rotate with the local RoPE base)."""
+        if self.architecture == "gemma2":
+            return layer % 2 == 0
+        return self.architecture == "gemma3" and layer % GEMMA3_GLOBAL < GEMMA3_GLOBAL - 1
 
     @property
     def qkv_bias(self) -> bool:
@@ -66,7 +81,7 @@ class LlamaConfig:
     @property
     def rope_halves(self) -> bool:
         """RoPE over (x[i], x[i + hd/2]) in the file's q and k rows (NEOX), not (x[2i], x[2i+1])."""
-        return self.architecture in ("qwen2", "qwen3", "gemma3")
+        return self.architecture in ("qwen2", "qwen3", *GEMMA)
 
     @property
     def qk_norm(self) -> bool:
@@ -101,7 +116,7 @@ class LlamaConfig:
         window = f.get(f"{arch}.attention.sliding_window")
         if not (isinstance(window, int) and 0 < window < context):
             window = 0
-        elif arch != "gemma3":  # gemma3's windows are its local layers', applied per row
+        elif arch not in ("gemma2", "gemma3"):  # their windows are their local layers', applied per row
             context = window
         if not rope_linear > 0:
             raise ModelFileError(f"RoPE scaling factor {rope_linear} in {f.path} is not positive")
@@ -120,7 +135,9 @@ class LlamaConfig:
             context_length=context,
             architecture=arch,
             rope_linear=rope_linear,
-            window=window if arch == "gemma3" else 0,
+            window=window if arch in ("gemma2", "gemma3") else 0,
+            attn_softcap=float(f.get(f"{arch}.attn_logit_softcapping", 0.0)) if arch == "gemma2" else 0.0,
+            final_softcap=float(f.get(f"{arch}.final_logit_softcapping", 0.0)) if arch == "gemma2" else 0.0,
         )
 
     def check_prompt(self, prompt_ids: Sequence[int]) -> None:

@@ -326,6 +326,7 @@ def write_toy_model(
     rope_scaling_type: str = "linear",
     sliding_window: int | None = None,
     tokenizer: str = "gpt2",
+    softcaps: tuple[float, float] = (50.0, 30.0),
 ) -> str:
     """Write a toy model to `path` and return the path as a string.
 
@@ -342,8 +343,10 @@ def write_toy_model(
         as llama.cpp does ("gpt2" makes a file specq must refuse). "qwen2" adds q, k
         and v biases, "qwen3" per-head RMSNorm weights for q and k; the q and k rows
         of both are for RoPE over halves (NEOX), as llama.cpp's converter writes them.
-        "gemma3" has qwen3's q/k norms and NEOX rows, plus RMSNorms after attention
-        and after the feed-forward (and sliding_window should be given).
+        "gemma", "gemma2" and "gemma3" have NEOX rows; gemma2 and gemma3 add RMSNorms
+        after attention and after the feed-forward (and sliding_window should be
+        given), gemma3 qwen3's q/k norms, gemma2 soft caps (softcaps: attention's
+        and the logits').
     head_dim: the heads' width when it is not d_model / n_heads (Qwen3's is wider).
     rope_factors: write Llama 3.1's rope_freqs.weight (random factors from 1 to 8).
     rope_linear: write RoPE scaling (rope_scaling_type, linear unless said) with this factor.
@@ -371,7 +374,7 @@ def write_toy_model(
         for i in range(n_layers):
             for part in ("q", "k"):
                 weights[f"blk.{i}.attn_{part}_norm.weight"] = (1.0 + 0.3 * rng.standard_normal(hd)).astype(np.float32)
-    if architecture == "gemma3":
+    if architecture in ("gemma2", "gemma3"):
         # The RMSNorms after attention and after the feed-forward.
         rng = np.random.default_rng(seed + 13)
         for i in range(n_layers):
@@ -401,6 +404,9 @@ def write_toy_model(
     writer.add_rope_dimension_count(hd)
     if sliding_window is not None:
         writer.add_sliding_window(sliding_window)
+    if architecture == "gemma2":
+        writer.add_attn_logit_softcapping(softcaps[0])
+        writer.add_final_logit_softcapping(softcaps[1])
     if rope_linear is not None:
         writer.add_rope_scaling_type(RopeScalingType(rope_scaling_type))
         writer.add_rope_scaling_factor(rope_linear)

@@ -60,7 +60,7 @@ def test_attention_matches_softmax_attention_with_a_tree_mask(n_kv):
     parents = (-1, 0, 0, 1, 2)
     visible = Segment(None, [0] * n, start, parents=parents).visible()
     keys_t = np.ascontiguousarray(keys.transpose(0, 2, 1))  # the cache's layout: positions last
-    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25), np.zeros(n, np.int64))
+    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25), np.zeros(n, np.int64), np.float32(0))
     np.testing.assert_allclose(got, _reference_attention(q, keys, values, start, visible, 0.25), rtol=1e-5, atol=1e-5)
 
 
@@ -72,10 +72,10 @@ def test_a_sliding_window_hides_the_cache_before_each_rows_first_position():
     visible = np.tril(np.ones((n, n), dtype=bool))
     keys_t = np.ascontiguousarray(keys.transpose(0, 2, 1))
     firsts = np.array([0, 11, 12, 29], dtype=np.int64)  # none, a window, the next row's, all but one slot
-    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25), firsts)
+    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25), firsts, np.float32(0))
     want = _reference_attention(q, keys, values, start, visible, 0.25, firsts)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    whole = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25), np.zeros(n, np.int64))
+    whole = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25), np.zeros(n, np.int64), np.float32(0))
     np.testing.assert_array_equal(got[0], whole[0])  # first 0: no window, the same bits
     assert not np.allclose(got[1:], whole[1:])  # the windows hide something
 
@@ -162,7 +162,8 @@ def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache
     keys_t, keys_f32 = _as_cache(RNG.standard_normal((n_kv, hd, capacity), dtype=np.float32), cache_dtype)
     values, values_f32 = _as_cache(RNG.standard_normal((n_kv, capacity, hd), dtype=np.float32), cache_dtype)
     visible = np.tri(n, dtype=bool)
-    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.125), np.zeros(len(q), np.int64))
+    no_window = np.zeros(len(q), np.int64)
+    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.125), no_window, np.float32(0))
     want = _plain_loop_attention(q, keys_f32, values_f32, start, visible, np.float32(0.125))
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
@@ -274,5 +275,6 @@ def test_attention_of_many_segments_in_one_loop_has_each_segments_bits(cache_dty
                 visible[s],
                 np.float32(0.3),
                 np.zeros(hi - lo, np.int64),
+                np.float32(0),
             )
             assert np.array_equal(many[lo:hi], alone)

@@ -528,12 +528,12 @@ def test_a_kv_budget_bounds_the_requests_decoded_together(toy, monkeypatch):
 
 
 @pytest.mark.parametrize("precision", ["f32", "int16"])
-@pytest.mark.parametrize("architecture", ["qwen2", "qwen3", "gemma3"])
+@pytest.mark.parametrize("architecture", ["qwen2", "qwen3", "gemma", "gemma2", "gemma3"])
 def test_other_architectures_speculative_resumed_and_batched_equal_plain(toy_model_file, precision, architecture):
-    """qwen2 (q, k, v biases), qwen3 (q/k norms, wide heads) and gemma3 (also post
-    norms, GeGLU, scaled embeddings, local and global RoPE bases) files, RoPE over
-    halves reordered at load: the engine's three exactness properties hold on them
-    as on llama files."""
+    """qwen2 (q, k, v biases), qwen3 (q/k norms, wide heads), gemma (GeGLU, scaled
+    embeddings), gemma2 (also post norms, sliding windows, soft caps) and gemma3 (q/k
+    norms, local and global RoPE bases) files, RoPE over halves reordered at load:
+    the engine's three exactness properties hold on them as on llama files."""
     from specq.specdec import int8
 
     if precision != "f32" and not int8.AVAILABLE:
@@ -541,6 +541,8 @@ def test_other_architectures_speculative_resumed_and_batched_equal_plain(toy_mod
     extra = {"head_dim": 32} if architecture != "qwen2" else {}
     if architecture == "gemma3":
         extra.update(n_layers=6, sliding_window=16)  # layers 0-4 local, within 16 positions; 5 global
+    if architecture == "gemma2":
+        extra.update(sliding_window=16, softcaps=(5.0, 8.0))  # layer 0 local, 1 global
     path = toy_model_file(seed=11, architecture=architecture, tensor_type="Q4_1", embedding_type="Q8_0", **extra)
     model, tokenizer = load_model_and_tokenizer(path, precision)
     assert model.config.architecture == architecture and model._stack is None

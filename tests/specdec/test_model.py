@@ -45,8 +45,11 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
     n_tok = len(token_ids)
     factors = w.get("rope_freqs.weight", np.ones(hd // 2))  # Llama 3.1's frequency factors
     linear = meta.get(f"{arch}.rope.scaling.factor", 1.0) if meta.get(f"{arch}.rope.scaling.type") == "linear" else 1.0
-    neox = arch in ("qwen2", "qwen3", "gemma3")  # llama.cpp's qwen and gemma files rotate halves
-    gemma = arch == "gemma3"
+    neox = arch in ("qwen2", "qwen3", "gemma", "gemma2", "gemma3")  # these files rotate halves
+    gemma = arch in ("gemma", "gemma2", "gemma3")
+    post_norms = arch in ("gemma2", "gemma3")
+    attn_cap = meta.get(f"{arch}.attn_logit_softcapping", 0.0) if arch == "gemma2" else 0.0
+    final_cap = meta.get(f"{arch}.final_logit_softcapping", 0.0) if arch == "gemma2" else 0.0
 
     def rms_norm(x, weight):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
@@ -74,8 +77,9 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
         x = x * np.sqrt(d)
     for layer in range(meta[f"{arch}.block_count"]):
         p = f"blk.{layer}."
-        local = gemma and layer % 6 < 5  # gemma3's local layers: their RoPE base, their window
-        layer_base = 10000.0 if local else base
+        # Local layers: gemma3's all but every sixth (with their own RoPE base), gemma2's even ones.
+        local = (arch == "gemma3" and layer % 6 < 5) or (arch == "gemma2" and layer % 2 == 0)
+        layer_base = 10000.0 if local and arch == "gemma3" else base
         window = meta.get(f"{arch}.attention.sliding_window", n_tok) if local else n_tok
         h = rms_norm(x, w[p + "attn_norm.weight"])
         q = h @ w[p + "attn_q.weight"].T + w.get(p + "attn_q.bias", 0.0)  # [T, Hq * hd]
@@ -96,19 +100,22 @@ def reference_forward(path: str, token_ids: list[int]) -> tuple[np.ndarray, np.n
             for t in range(n_tok):
                 seen = range(max(0, t - window + 1), t + 1)
                 scores = np.array([qs[t] @ ks[s] / np.sqrt(hd) for s in seen])
+                if attn_cap:
+                    scores = attn_cap * np.tanh(scores / attn_cap)
                 probs = np.exp(scores - scores.max())
                 probs /= probs.sum()
                 attn[t, head * hd : (head + 1) * hd] = sum(p * vs[s] for p, s in zip(probs, seen))
         y = attn @ w[p + "attn_output.weight"].T
-        x = x + (rms_norm(y, w[p + "post_attention_norm.weight"]) if gemma else y)
+        x = x + (rms_norm(y, w[p + "post_attention_norm.weight"]) if post_norms else y)
         h = rms_norm(x, w[p + "ffn_norm.weight"])
         gate = h @ w[p + "ffn_gate.weight"].T
         up = h @ w[p + "ffn_up.weight"].T
         y = ((gelu(gate) if gemma else silu(gate)) * up) @ w[p + "ffn_down.weight"].T
-        x = x + (rms_norm(y, w[p + "post_ffw_norm.weight"]) if gemma else y)
+        x = x + (rms_norm(y, w[p + "post_ffw_norm.weight"]) if post_norms else y)
     hidden = rms_norm(x, w["output_norm.weight"])
     head = w.get("output.weight", w["token_embd.weight"])  # tied when absent
-    return hidden @ head.T, hidden
+    logits = hidden @ head.T
+    return (final_cap * np.tanh(logits / final_cap) if final_cap else logits), hidden
 
 
 # --- helpers --------------------------------------------------------------------------
@@ -181,6 +188,10 @@ REFERENCE_CASES = {
     # 7 layers: layer 5 global (RoPE base 1e6), the others local (10000); wide heads.
     "gemma3_f32": dict(seed=17, architecture="gemma3", n_layers=7, head_dim=32, rope_base=1e6, sliding_window=64),
     "gemma3_q4_1": dict(seed=18, architecture="gemma3", head_dim=32, tensor_type="Q4_1", sliding_window=64),
+    "gemma_f32": dict(seed=21, architecture="gemma", head_dim=32),
+    # Soft caps small enough to bite (scores reach about 10, logits about 20).
+    "gemma2_window": dict(seed=22, architecture="gemma2", n_layers=3, sliding_window=8, softcaps=(5.0, 8.0)),
+    "gemma2_q8_0": dict(seed=23, architecture="gemma2", tensor_type="Q8_0", sliding_window=8),
     # A window of 8 over 24 tokens: the local layers' rows see their last 8 positions.
     "gemma3_window": dict(seed=19, architecture="gemma3", n_layers=7, head_dim=32, sliding_window=8),
     "qwen3_q4_1_wide_heads": dict(seed=14, architecture="qwen3", head_dim=32, tensor_type="Q4_1"),
@@ -387,7 +398,9 @@ def test_a_sliding_window_caps_the_context(toy_model_file):
     assert LlamaModel.load(toy_model_file(seed=18, sliding_window=4096)).config.context_length == 512
 
 
-@pytest.mark.parametrize("case", ["gemma3_f32", "gemma3_window", "qwen3_f32_wide_heads", "f32_gqa_tied"])
+@pytest.mark.parametrize(
+    "case", ["gemma_f32", "gemma2_window", "gemma3_f32", "gemma3_window", "qwen3_f32_wide_heads", "f32_gqa_tied"]
+)
 def test_llama_cpp_computes_the_same_logits_on_the_same_file(toy_model_file, case):
     """An independent implementation of each architecture, where llama-cpp-python
     (the compare extra) is installed: the same float32 file, the same token ids."""
