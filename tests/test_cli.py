@@ -9,12 +9,14 @@ import json
 import math
 import os
 
+import gguf
+import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
 from specq.cli import main
 from specq.quality import greedy
-from specq.specdec import int8
+from specq.specdec import gguf_file, int8
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model import LlamaModel
 from specq.specdec.tokenizer import Tokenizer
@@ -363,6 +365,22 @@ def bad_files(toy_model_file, toy_model_path, tmp_path_factory) -> dict[str, str
     paths["iq2"] = toy_model_file(d_ffn=256, tensor_types={"blk.1.ffn_down.weight": "IQ2_XXS"})
     paths["other_vocab"] = toy_model_file(n_merges=40)
     paths["small_context"] = toy_model_file(context_length=32)
+    # Hand-written metadata: a number given as text, no heads, heads that do not share.
+    for name, heads, kv_heads, cap in (("text_number", 2, 2, "fifty"), ("no_heads", 0, 0, 50.0), ("heads", 3, 2, 50.0)):
+        writer = gguf.GGUFWriter(str(d / f"{name}.gguf"), "gemma2")
+        writer.add_block_count(1)
+        writer.add_context_length(64)
+        writer.add_embedding_length(8)
+        writer.add_feed_forward_length(8)
+        writer.add_head_count(heads)
+        writer.add_head_count_kv(kv_heads)
+        if isinstance(cap, str):
+            writer.add_string("gemma2.attn_logit_softcapping", cap)
+        else:
+            writer.add_attn_logit_softcapping(cap)
+        writer.add_tensor("token_embd.weight", np.zeros((2, 8), np.float32))
+        gguf_file.write_file(writer)
+        paths[name] = str(d / f"{name}.gguf")
     return paths
 
 
@@ -376,6 +394,9 @@ def bad_files(toy_model_file, toy_model_path, tmp_path_factory) -> dict[str, str
         ("truncated_end", "truncated"),
         ("gpt2", "'gpt2'"),
         ("iq2", "IQ2_XXS"),
+        ("text_number", "'gemma2.attn_logit_softcapping' is 'fifty', not a number"),
+        ("no_heads", "0 query heads"),
+        ("heads", "3 query heads, 2 key/value heads"),
     ],
 )
 def test_a_bad_model_file_is_one_error_line(bad_files, model, fragment):

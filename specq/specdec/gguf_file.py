@@ -124,6 +124,22 @@ class GGUFFile:
             raise ModelFileError(f"GGUF file {self.path} lacks metadata key {key!r}")
         return self.metadata[key]
 
+    def number(self, key: str, kind: type = int, default: Any = ...) -> Any:
+        """A metadata value as kind (int or float); required unless a default is
+        given (returned as it is when the key is absent). A value of another type (a
+        string, a list, a fractional count) is a ModelFileError naming the key, not a
+        ValueError from deep in the loader."""
+        if key not in self.metadata and default is not ...:
+            return default
+        value = self.require(key)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value  # not NaN
+        if ok and kind is int:
+            ok = float(value).is_integer()
+        if not ok:
+            what = "an integer" if kind is int else "a number"
+            raise ModelFileError(f"GGUF file {self.path}: metadata key {key!r} is {value!r}, not {what}")
+        return kind(value)
+
     def has_tensor(self, name: str) -> bool:
         return name in self._tensors
 

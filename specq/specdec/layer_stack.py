@@ -33,7 +33,8 @@ KINDS = ("w_qkv", "w_out", "w_gate_up", "w_down")
 
 def beyond_llama(lw) -> bool:
     """A block the compiled loop does not compute: biases (qwen2), q/k norms (qwen3,
-    gemma3), or heads whose width is not d_model / n_heads."""
+    gemma3), or heads whose width is not d_model / n_heads. (Gemma's blocks are kept
+    out by the model, which knows their architecture.)"""
     return lw.b_qkv is not None or lw.q_norm is not None or lw.w_out.shape[0] != lw.w_out.shape[1]
 
 

@@ -132,15 +132,13 @@ def load_weights(f: GGUFFile, cfg: LlamaConfig) -> LlamaWeights:
     def fused(parts: list[Weight]) -> Weight:
         """Rows stacked into one matrix: one product instead of several. Quantized
         parts stay quantized, in a format that holds them all (gguf_blocks) where
-        their types differ; parts with no common format are stacked in float32."""
+        their types differ; other mixes are stacked in float32."""
         if all(isinstance(p, QuantizedMatrix) and p.type_name == parts[0].type_name for p in parts):
             return QuantizedMatrix.concat(parts)
         if all(isinstance(p, HalfMatrix) and p.type_name == parts[0].type_name for p in parts):
             return HalfMatrix.concat(parts)
         if all(isinstance(p, (QuantizedMatrix, BlockMatrix)) for p in parts):
-            both = BlockMatrix.concat([_as_blocks(p) for p in parts])
-            if both is not None:
-                return _blocks_weight(both)
+            return _blocks_weight(BlockMatrix.concat([_as_blocks(p) for p in parts]))
         return np.concatenate([dequantized(p) for p in parts], axis=0)
 
     def vector(name: str, n: int, rows: np.ndarray | None = None) -> np.ndarray:
@@ -406,7 +404,11 @@ class LlamaModel:
         # One compiled call for all the blocks of a forward, where the block matrices
         # allow it (layer_stack); the layers then view its arrays.
         self._stack: StackedLayers | None = None
-        if precision in INTEGER:
+        if config.gemma:
+            # The compiled loops compute llama's block (SiLU, no extra norms, windows
+            # or caps); Gemma's weights can look like llama's (Gemma 1's do).
+            built = None
+        elif precision in INTEGER:
             from specq.specdec import int8_stack  # its kernels compile only where int8 runs
 
             built = int8_stack.build(weights.layers)
@@ -432,7 +434,12 @@ class LlamaModel:
             n_values(x)
             for lw in w.layers
             for x in (lw.attn_norm, lw.w_qkv, lw.w_out, lw.ffn_norm, lw.w_gate_up, lw.w_down)
-        ) + sum(x.size for lw in w.layers for x in (lw.b_qkv, lw.q_norm, lw.k_norm) if x is not None)
+        ) + sum(
+            x.size
+            for lw in w.layers
+            for x in (lw.b_qkv, lw.q_norm, lw.k_norm, lw.post_attn_norm, lw.post_ffn_norm)
+            if x is not None
+        )
         head = 0 if self._tied else n_values(w.w_output)
         return n_values(w.token_embedding) + layers + w.output_norm.size + head
 
@@ -603,7 +610,7 @@ class LlamaModel:
     ) -> np.ndarray:
         """Attention of the segment's rows over its cache; q [n, Hq, hd], k and v
         [n, Hkv, hd], visible [n, n] (Segment.visible), positions [n] the rows'.
-        Returns [n, Hq * hd]. In a layer with a sliding window (gemma3's local ones),
+        Returns [n, Hq * hd]. In a layer with a sliding window (gemma2's and gemma3's local ones),
         a row at position p sees positions p - window + 1 .. p only, as llama.cpp.
 
         A long segment (a prompt: matmul.BULK_ROWS rows or more) goes through

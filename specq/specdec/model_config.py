@@ -94,12 +94,20 @@ class LlamaConfig:
             raise ModelFileError(
                 f"unsupported architecture {arch!r} in {f.path} (specq runs {', '.join(map(repr, ARCHITECTURES))})"
             )
-        d_model = int(f.require(f"{arch}.embedding_length"))
-        n_heads = int(f.require(f"{arch}.attention.head_count"))
-        head_dim = int(f.get(f"{arch}.attention.key_length", d_model // n_heads))
-        if int(f.get(f"{arch}.attention.value_length", head_dim)) != head_dim:
+        d_model = f.number(f"{arch}.embedding_length")
+        n_heads = f.number(f"{arch}.attention.head_count")
+        n_kv_heads = f.number(f"{arch}.attention.head_count_kv", default=n_heads)
+        if min(d_model, n_heads, n_kv_heads) < 1 or n_heads % n_kv_heads:
+            raise ModelFileError(
+                f"{f.path}: {n_heads} query heads, {n_kv_heads} key/value heads and width {d_model} are not a "
+                "model (the query heads must be a whole number of each key/value head's)"
+            )
+        head_dim = f.number(f"{arch}.attention.key_length", default=d_model // n_heads)
+        if f.number(f"{arch}.attention.value_length", default=head_dim) != head_dim:
             raise ModelFileError("keys and values of different widths are not supported")
-        rope_dim = int(f.get(f"{arch}.rope.dimension_count", head_dim))
+        if head_dim < 2 or head_dim % 2:
+            raise ModelFileError(f"{f.path}: a head width of {head_dim} is not even (RoPE rotates pairs)")
+        rope_dim = f.number(f"{arch}.rope.dimension_count", default=head_dim)
         if rope_dim != head_dim:
             raise ModelFileError(f"partial rotary embeddings (rope dim {rope_dim}) are not supported")
         scaling = f.get(f"{arch}.rope.scaling.type", "none")
@@ -108,8 +116,8 @@ class LlamaConfig:
                 f"RoPE scaling {scaling!r} in {f.path} is not supported (none, linear, and Llama 3's frequency "
                 "factors are)"
             )
-        rope_linear = float(f.get(f"{arch}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
-        context = int(f.get(f"{arch}.context_length", 2048))
+        rope_linear = f.number(f"{arch}.rope.scaling.factor", float, 1.0) if scaling == "linear" else 1.0
+        context = f.number(f"{arch}.context_length", default=2048)
         # Attention within a sliding window (Mistral's first models) is full attention
         # over sequences no longer than the window: the context is capped at it, so
         # every output is exact. gemma3's local layers apply theirs row by row.
@@ -121,23 +129,30 @@ class LlamaConfig:
         if not rope_linear > 0:
             raise ModelFileError(f"RoPE scaling factor {rope_linear} in {f.path} is not positive")
         tokens = f.get("tokenizer.ggml.tokens")
-        vocab = int(f.get(f"{arch}.vocab_size", len(tokens) if tokens else 0))
+        vocab = f.number(f"{arch}.vocab_size", default=len(tokens) if tokens else 0)
+        n_layers, d_ffn = f.number(f"{arch}.block_count"), f.number(f"{arch}.feed_forward_length")
+        if min(n_layers, d_ffn, context) < 1:
+            raise ModelFileError(
+                f"{f.path}: {n_layers} layers, feed-forward width {d_ffn} and context {context} are not a model"
+            )
+        gemma2 = arch == "gemma2"
+        caps = [f.number(f"{arch}.{k}_logit_softcapping", float, 0.0) if gemma2 else 0.0 for k in ("attn", "final")]
         return cls(
-            n_layers=int(f.require(f"{arch}.block_count")),
+            n_layers=n_layers,
             d_model=d_model,
-            d_ffn=int(f.require(f"{arch}.feed_forward_length")),
+            d_ffn=d_ffn,
             n_heads=n_heads,
-            n_kv_heads=int(f.get(f"{arch}.attention.head_count_kv", n_heads)),
+            n_kv_heads=n_kv_heads,
             head_dim=head_dim,
-            rope_base=float(f.get(f"{arch}.rope.freq_base", 10000.0)),
-            rms_eps=float(f.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+            rope_base=f.number(f"{arch}.rope.freq_base", float, 10000.0),
+            rms_eps=f.number(f"{arch}.attention.layer_norm_rms_epsilon", float, 1e-5),
             vocab_size=vocab,
             context_length=context,
             architecture=arch,
             rope_linear=rope_linear,
             window=window if arch in ("gemma2", "gemma3") else 0,
-            attn_softcap=float(f.get(f"{arch}.attn_logit_softcapping", 0.0)) if arch == "gemma2" else 0.0,
-            final_softcap=float(f.get(f"{arch}.final_logit_softcapping", 0.0)) if arch == "gemma2" else 0.0,
+            attn_softcap=caps[0],
+            final_softcap=caps[1],
         )
 
     def check_prompt(self, prompt_ids: Sequence[int]) -> None:

@@ -230,15 +230,17 @@ class Tokenizer:
             raise ModelFileError(f"{f.path} has {len(tokens)} tokens but {len(types)} token types")
         ids = {}
         for name in ("bos", "eos"):
-            tid = f.get(f"tokenizer.ggml.{name}_token_id")
-            if tid is not None and not 0 <= int(tid) < len(tokens):
+            tid = f.number(f"tokenizer.ggml.{name}_token_id", default=None)
+            if tid is not None and not 0 <= tid < len(tokens):
                 raise ModelFileError(f"{name} token id {tid} is outside the vocabulary of {f.path}")
-            ids[name] = None if tid is None else int(tid)
+            ids[name] = tid
         if model == "llama":
             scores = list(f.require("tokenizer.ggml.scores"))
             if len(scores) != len(tokens):
                 raise ModelFileError(f"{f.path} has {len(tokens)} tokens but {len(scores)} scores")
-            unknown = f.get("tokenizer.ggml.unknown_token_id")
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in scores):
+                raise ModelFileError(f"{f.path}: tokenizer.ggml.scores holds a value that is not a number")
+            unknown = f.number("tokenizer.ggml.unknown_token_id", default=None)
             return cls(
                 tokens,
                 types,
@@ -250,7 +252,7 @@ class Tokenizer:
                 add_bos=bool(f.get("tokenizer.ggml.add_bos_token", True)),
                 chat_template=f.get("tokenizer.chat_template"),
                 scores=scores,
-                unknown_id=int(unknown) if unknown is not None and 0 <= int(unknown) < len(tokens) else None,
+                unknown_id=unknown if unknown is not None and 0 <= unknown < len(tokens) else None,
                 add_space_prefix=bool(f.get("tokenizer.ggml.add_space_prefix", True)),
             )
         return cls(

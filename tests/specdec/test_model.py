@@ -4,10 +4,12 @@ full forward."""
 
 from __future__ import annotations
 
+import llama_cpp_record
 import numpy as np
 import pytest
 from gguf import GGUFReader
 from gguf.quants import dequantize
+from llama_cpp_record import ROWS
 
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec.gguf_file import GGUFFile
@@ -189,6 +191,9 @@ REFERENCE_CASES = {
     "gemma3_f32": dict(seed=17, architecture="gemma3", n_layers=7, head_dim=32, rope_base=1e6, sliding_window=64),
     "gemma3_q4_1": dict(seed=18, architecture="gemma3", head_dim=32, tensor_type="Q4_1", sliding_window=64),
     "gemma_f32": dict(seed=21, architecture="gemma", head_dim=32),
+    # Heads as wide as d_model / n_heads and Q4_1 blocks: a block the compiled loop
+    # would take if it did not know Gemma's GeGLU (as Gemma 1 2B's).
+    "gemma_q4_1_square_heads": dict(seed=25, architecture="gemma", tensor_type="Q4_1", embedding_type="Q8_0"),
     # Soft caps small enough to bite (scores reach about 10, logits about 20).
     "gemma2_window": dict(seed=22, architecture="gemma2", n_layers=3, sliding_window=8, softcaps=(5.0, 8.0)),
     "gemma2_q8_0": dict(seed=23, architecture="gemma2", tensor_type="Q8_0", sliding_window=8),
@@ -398,21 +403,44 @@ def test_a_sliding_window_caps_the_context(toy_model_file):
     assert LlamaModel.load(toy_model_file(seed=18, sliding_window=4096)).config.context_length == 512
 
 
-@pytest.mark.parametrize(
-    "case", ["gemma_f32", "gemma2_window", "gemma3_f32", "gemma3_window", "qwen3_f32_wide_heads", "f32_gqa_tied"]
-)
+LLAMA_CPP_CASES = ["gemma_f32", "gemma2_window", "gemma3_f32", "gemma3_window", "qwen2_f32", "qwen3_f32_wide_heads"]
+
+
+@pytest.mark.parametrize("case", [*LLAMA_CPP_CASES, "f32_gqa_tied"])
 def test_llama_cpp_computes_the_same_logits_on_the_same_file(toy_model_file, case):
     """An independent implementation of each architecture, where llama-cpp-python
-    (the compare extra) is installed: the same float32 file, the same token ids."""
+    (the compare extra) is installed: the same float32 file, the same token ids.
+    What it gives is also the record that the next test holds specq to in CI."""
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python (the compare extra) is not installed")
     path = toy_model_file(**REFERENCE_CASES[case])
     model = LlamaModel.load(path)
     ours = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0].logits
-    llama = llama_cpp.Llama(model_path=path, n_ctx=64, logits_all=True, n_threads=2, verbose=False)
+    # float32 keys and values (llama.cpp's default is float16): a float32 reference.
+    f32 = 0  # GGML_TYPE_F32
+    llama = llama_cpp.Llama(
+        model_path=path, n_ctx=64, logits_all=True, n_threads=2, verbose=False, type_k=f32, type_v=f32
+    )
     llama.eval(TOKENS)
     theirs = np.array(llama.scores[: len(TOKENS)], dtype=np.float32)
     assert np.abs(ours - theirs).max() <= 1e-3 * np.abs(theirs).max()
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+    if case in LLAMA_CPP_CASES:
+        rows = [[round(float(v), 4) for v in theirs[r]] for r in ROWS]
+        llama_cpp_record.check_or_record("logits", case, {"argmax": theirs.argmax(-1).tolist(), "rows": rows})
+
+
+@pytest.mark.parametrize("case", LLAMA_CPP_CASES)
+def test_the_logits_llama_cpp_gave_on_the_same_file(toy_model_file, case):
+    """llama.cpp's outputs recorded on these toy files (tests/data/llama_cpp.json):
+    every position's argmax, and three rows of logits within 1e-3 of the largest.
+    This holds each architecture's reading (which layers are local, RoPE bases, soft
+    caps, norms) to an implementation other than test_model's own reference."""
+    recorded = llama_cpp_record.load()["logits"][case]
+    model = LlamaModel.load(toy_model_file(**REFERENCE_CASES[case]))
+    ours = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0].logits
+    assert ours.argmax(-1).tolist() == recorded["argmax"]
+    rows = np.array(recorded["rows"], dtype=np.float32)
+    assert np.abs(ours[list(ROWS)] - rows).max() <= 1e-3 * np.abs(rows).max()
 
 
 def test_a_sliding_window_holds_in_a_prompt_long_enough_for_blas(toy_model_file):
@@ -425,3 +453,15 @@ def test_a_sliding_window_holds_in_a_prompt_long_enough_for_blas(toy_model_file)
     want_logits, _ = reference_forward(path, tokens)
     got = model.forward([Segment(model.new_cache(), tokens, 0)])[0].logits
     np.testing.assert_allclose(got, want_logits, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["f32_mqa_untied_3_layers", "qwen2_f32", "qwen3_f32_wide_heads", "gemma3_f32"])
+def test_the_parameter_count_is_every_value_the_file_holds(toy_model_file, case):
+    """Counted from the loaded weights (biases, q/k norms and Gemma's post norms
+    included), it equals the elements of every tensor in the file."""
+    from specq.specdec.gguf_file import GGUFFile
+
+    path = toy_model_file(**REFERENCE_CASES[case])
+    f = GGUFFile(path)
+    in_file = sum(int(np.prod(f.tensor_info(name).shape)) for name in f._tensors)
+    assert LlamaModel.load(path).n_parameters == in_file

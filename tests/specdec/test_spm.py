@@ -7,6 +7,7 @@ generating."""
 
 from __future__ import annotations
 
+import llama_cpp_record
 import numpy as np
 import pytest
 
@@ -40,6 +41,9 @@ def reference_encode(tokens: list[str], scores: list[float], text: str) -> list[
 def random_texts(n: int, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
     return ["".join(rng.choice(ALPHABET, size=rng.integers(1, 60))) for _ in range(n)]
+
+
+LLAMA_CPP_TEXTS = [*random_texts(200, seed=2), "<|im_start|>user\nthe cat<|im_end|> sat"]
 
 
 @pytest.fixture(scope="module")
@@ -91,12 +95,25 @@ def test_llama_cpps_tokenizer_agrees_on_the_same_file(spm_file):
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python (the compare extra) is not installed")
     llama = llama_cpp.Llama(model_path=spm_file, vocab_only=True, verbose=False)
     tok = Tokenizer.from_gguf(GGUFFile(spm_file))
-    for text in [*random_texts(200, seed=2), "<|im_start|>user\nthe cat<|im_end|> sat"]:
+    given = []
+    for text in LLAMA_CPP_TEXTS:
         # A text that starts with BOS gets no second one from specq (llama.cpp adds it).
         add_bos = not text.startswith("<|im_start|>")
         want = llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
         assert tok.encode(text) == want, text
         assert tok.decode(want) == llama.detokenize(want[1:]).decode("utf-8", errors="replace").removeprefix(" ")
+        given.append(want)
+    llama_cpp_record.check_or_record("spm", "ids", given)
+
+
+def test_the_ids_llama_cpps_tokenizer_gave_on_the_same_file(spm_file):
+    """llama.cpp's token ids for the same texts, recorded (tests/data/llama_cpp.json):
+    CI holds the tokenizer to them without llama-cpp-python."""
+    tok = Tokenizer.from_gguf(GGUFFile(spm_file))
+    recorded = llama_cpp_record.load()["spm"]["ids"]
+    assert len(recorded) == len(LLAMA_CPP_TEXTS)
+    for text, want in zip(LLAMA_CPP_TEXTS, recorded):
+        assert tok.encode(text) == want, text
 
 
 def test_a_model_with_a_sentencepiece_vocabulary_generates(spm_file):
