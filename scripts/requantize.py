@@ -27,18 +27,17 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0].startswith("-"):
         print(__doc__)
         return 2
+    directory, types = argv[0], argv[1:] or list(FTYPES)
+    unknown = [t for t in types if t not in FTYPES]
+    if unknown:
+        print(f"error: unknown type {unknown[0]!r} (choose from {', '.join(FTYPES)})", file=sys.stderr)
+        return 1
     try:
         import llama_cpp
     except ImportError:
         print("error: llama-cpp-python is not installed (pip install -e '.[compare]')", file=sys.stderr)
         return 1
     from specq.specdec.loader import default_model_path
-
-    directory, types = argv[0], argv[1:] or list(FTYPES)
-    unknown = [t for t in types if t not in FTYPES]
-    if unknown:
-        print(f"error: unknown type {unknown[0]!r} (choose from {', '.join(FTYPES)})", file=sys.stderr)
-        return 1
     os.makedirs(directory, exist_ok=True)
     source = default_model_path()
     for name in types:

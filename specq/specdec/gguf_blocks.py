@@ -95,12 +95,10 @@ class BlockMatrix:
         return BlockMatrix(fmt, self.shape, self.ints.astype(np.int8), d, m)
 
     @classmethod
-    def concat(cls, parts: list[BlockMatrix]) -> BlockMatrix | None:
+    def concat(cls, parts: list[BlockMatrix]) -> BlockMatrix:
         """The rows of all parts in one matrix, in the narrowest format that holds
-        them all; None if none does."""
+        them all (Q8_H holds every one)."""
         fmt = common_format([p.type_name for p in parts])
-        if fmt is None:
-            return None
         wide = [p.widened(fmt) for p in parts]
         ms = [p.m for p in wide]
         return cls(
@@ -112,11 +110,12 @@ class BlockMatrix:
         )
 
 
-def common_format(formats: list[str]) -> str | None:
-    for fmt in ("Q4_1", "Q8_0", "Q8_M", "Q8_H"):
+def common_format(formats: list[str]) -> str:
+    """The narrowest format that holds matrices of all these formats."""
+    for fmt in ("Q4_1", "Q8_0", "Q8_M"):
         if all(f == fmt or fmt in _WIDER[f] for f in formats):
             return fmt
-    return None
+    return "Q8_H"  # every format widens to it
 
 
 def _fp16(b: np.ndarray) -> np.ndarray:

@@ -353,37 +353,33 @@ if AVAILABLE:
         return out
 
     @njit(nogil=True, cache=True)
-    def product_q8_m(x, quants, d, m, sums, n_out, n_threads, split):  # pragma: no cover - compiled
+    def product_q8_mh(x, quants, d, m, sums, n_out, n_threads, split, halves):  # pragma: no cover - compiled
+        """x @ w.T for a Q8_M Int8Matrix's arrays, or with halves a Q8_H one's."""
         n, n_in = x.shape
         q, low, xd, xs = _quantized(x, split)
         out = np.empty((n, n_out), dtype=np.float32)
         flat, nb = out.reshape(-1), n_in // BLOCK
         q, low = _shifted(q, low)
         if split and _VNNI:
-            _drive_q8_mvs(quants, d, m, sums, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+            if halves:
+                _drive_q8_hvs(quants, d, m, sums, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+            else:
+                _drive_q8_mvs(quants, d, m, sums, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
         elif split:
-            _drive_q8_ms(quants, d, m, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+            if halves:
+                _drive_q8_hs(quants, d, m, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+            else:
+                _drive_q8_ms(quants, d, m, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
         elif _VNNI:
-            _drive_q8_mv(quants, d, m, sums, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+            if halves:
+                _drive_q8_hv(quants, d, m, sums, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+            else:
+                _drive_q8_mv(quants, d, m, sums, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
         else:
-            _drive_q8_m(quants, d, m, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
-        return out
-
-    @njit(nogil=True, cache=True)
-    def product_q8_h(x, quants, d, m, sums, n_out, n_threads, split):  # pragma: no cover - compiled
-        n, n_in = x.shape
-        q, low, xd, xs = _quantized(x, split)
-        out = np.empty((n, n_out), dtype=np.float32)
-        flat, nb = out.reshape(-1), n_in // BLOCK
-        q, low = _shifted(q, low)
-        if split and _VNNI:
-            _drive_q8_hvs(quants, d, m, sums, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
-        elif split:
-            _drive_q8_hs(quants, d, m, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
-        elif _VNNI:
-            _drive_q8_hv(quants, d, m, sums, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
-        else:
-            _drive_q8_h(quants, d, m, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+            if halves:
+                _drive_q8_h(quants, d, m, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+            else:
+                _drive_q8_m(quants, d, m, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
         return out
 
     @njit(nogil=True, cache=True)
@@ -394,9 +390,7 @@ if AVAILABLE:
             return product_q4_1(x, quants, d, m, n_out, n_threads, split)
         if code == 1:
             return product_q8_0(x, quants.view(np.int8), d, sums, n_out, n_threads, split)
-        if code == 2:
-            return product_q8_m(x, quants.view(np.int8), d, m, sums, n_out, n_threads, split)
-        return product_q8_h(x, quants.view(np.int8), d, m, sums, n_out, n_threads, split)
+        return product_q8_mh(x, quants.view(np.int8), d, m, sums, n_out, n_threads, split, code == 3)
 
 
 def int8_matmul_t(x: np.ndarray, w: Int8Matrix) -> np.ndarray:
@@ -414,10 +408,8 @@ def int8_matmul_t(x: np.ndarray, w: Int8Matrix) -> np.ndarray:
         out = product_q4_1(x, w.quants, w.d, w.m, w.n_padded, threads, w.split)
     elif w.type_name == "Q8_0":
         out = product_q8_0(x, w.quants, w.d, w.sums, w.n_padded, threads, w.split)
-    elif w.type_name == "Q8_M":
-        out = product_q8_m(x, w.quants, w.d, w.m, w.sums, w.n_padded, threads, w.split)
     else:
-        out = product_q8_h(x, w.quants, w.d, w.m, w.sums, w.n_padded, threads, w.split)
+        out = product_q8_mh(x, w.quants, w.d, w.m, w.sums, w.n_padded, threads, w.split, w.type_name == "Q8_H")
     return out if w.n_padded == n_out else np.ascontiguousarray(out[:, :n_out])
 
 

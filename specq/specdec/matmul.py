@@ -3,7 +3,8 @@
 A weight is a qkernels.QuantizedMatrix (Q4_1 and Q8_0, the default model's types,
 and Q4_0 and Q5_0 re-encoded as them, at the f32 precision), an int8.Int8Matrix (every
 type with integer blocks, at int16 and int8), a gguf_blocks.BlockMatrix (such a
-type's blocks unpacked: an embedding, looked up by rows), a half.HalfMatrix (F16 and
+type's blocks unpacked: an embedding, only looked up by rows; a head tied to it gets
+an Int8Matrix of its own), a half.HalfMatrix (F16 and
 BF16, kept in their 2 bytes) or a float32 array (F32, Q2_K, and the K-quants and
 Q5_1 at f32). `linear` computes the product
 with the weight's kernel. Every kernel gives a row the same bits whatever rows come
@@ -48,8 +49,6 @@ BULK_ROWS = 53
 
 def linear(x: np.ndarray, w: Weight) -> np.ndarray:
     """x [n, n_in] -> x @ w.T [n, n_out], float32."""
-    if isinstance(w, BlockMatrix):  # an embedding tied to the output head: the int8 copy computes
-        return matmul_t(x, w.dequantize())
     if isinstance(w, HalfMatrix):
         return half_matmul_t(x, w)
     if isinstance(w, QuantizedMatrix):

@@ -126,4 +126,4 @@ def test_a_q4_0_file_at_f32_computes_from_its_blocks(toy_model_file):
             for k in MATRICES:
                 w = getattr(lw, k)
                 assert isinstance(w, QuantizedMatrix) and w.type_name == type_name
-    assert model._stack is None  # Q8_0 matrices: the f32 loop is Q4_1's only
+        assert (model._stack is not None) == (type_name == "Q4_1")  # the f32 compiled loop is Q4_1's

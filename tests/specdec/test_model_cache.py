@@ -68,18 +68,19 @@ class _Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
-def test_a_file_naming_other_code_is_rebuilt_not_run(toy_model_path, tmp_path):
-    """A cache file written by someone else, checksum and all, that names os.system."""
+def test_a_file_naming_other_code_is_rebuilt_not_run(toy_model_path, tmp_path, caplog):
+    """A cache file written by someone else, checksum and all, that names os.system:
+    it reaches the unpickler, which refuses the name."""
+    import hashlib
+
     sha = GGUFFile(toy_model_path).sha256()
     marker = tmp_path / "ran"
     path = model_cache.cache_path(tmp_path, sha, "f32")
     structure = pickle.dumps(_Payload(str(marker)), protocol=5)
-    body = structure
-    import hashlib
-
-    header = model_cache.HEADER.pack(model_cache.MAGIC, hashlib.sha256(body).digest(), len(structure), 0)
-    path.write_bytes(header + body)
+    header = model_cache.HEADER.pack(model_cache.MAGIC, hashlib.sha256(structure).digest(), len(structure), 0)
+    path.write_bytes(header + structure)
     model = model_cache.load_or_build(tmp_path, sha, "f32", lambda: LlamaModel.load(toy_model_path))
+    assert "UnpicklingError" in caplog.text and "system" in caplog.text
     assert not marker.exists()
     assert isinstance(model, LlamaModel)
     assert np.array_equal(logits(model), logits(LlamaModel.load(toy_model_path)))
