@@ -9,7 +9,7 @@ The source is already quantized, so these files carry its rounding plus their ow
 they test loading and speed, not the quality of a type.
 
 Usage:  pip install -e '.[compare]' && python scripts/requantize.py DIR [TYPE ...]
-        (types: Q4_0 Q5_0 Q5_1 Q8_0 Q4_K_M Q5_K_M Q6_K Q3_K_M F16; default: all)
+        (types: Q4_0 Q5_0 Q5_1 Q8_0 Q3_K_M Q4_K_M Q5_K_M Q6_K F16 BF16; default: all)
 Then:   specq bench --model DIR/smollm2-Q4_K_M.gguf --proposers none --compare llama.cpp
 """
 
@@ -20,7 +20,18 @@ import os
 import sys
 
 # llama.cpp's llama_ftype values (llama.h).
-FTYPES = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
+FTYPES = {
+    "F16": 1,
+    "Q4_0": 2,
+    "Q8_0": 7,
+    "Q5_0": 8,
+    "Q5_1": 9,
+    "Q3_K_M": 12,
+    "Q4_K_M": 15,
+    "Q5_K_M": 17,
+    "Q6_K": 18,
+    "BF16": 32,
+}
 
 
 def main(argv: list[str]) -> int:
@@ -38,6 +49,7 @@ def main(argv: list[str]) -> int:
         print("error: llama-cpp-python is not installed (pip install -e '.[compare]')", file=sys.stderr)
         return 1
     from specq.specdec.loader import default_model_path
+
     os.makedirs(directory, exist_ok=True)
     source = default_model_path()
     for name in types:

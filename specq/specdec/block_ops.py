@@ -1,5 +1,6 @@
 """The per-layer work between the matrix products, fused into numba loops: RMSNorm,
-RoPE, attention over the cache, and SwiGLU's gate.
+RoPE, attention over the cache (with Gemma's sliding windows and soft caps), and
+SwiGLU's gate (Gemma's GeGLU in numpy).
 
 With the products computed from quantized blocks, a decode step's numpy calls
 between them (about 50 a layer, 1,500 a step, each a few microseconds of dispatch

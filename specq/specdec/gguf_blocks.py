@@ -20,8 +20,8 @@ weights fit 24 where it matters (the largest case, Q6_K: 11 + 7 + 6).
 `values` computes each format's float32 values with one rounding per operation, and
 equals gguf's dequantization bit for bit (tests/specdec/test_gguf_blocks.py); a
 missing minimum is -0.0, which leaves every value, -0.0 included, unchanged.
-Q2_K (a minimum per 16 values) and the float types have no format here: the model
-keeps them in float32.
+Q2_K (a minimum per 16 values) and the float types have no format here: F16 and BF16
+are half.py's, F32 and Q2_K stay float32.
 """
 
 from __future__ import annotations

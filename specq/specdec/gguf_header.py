@@ -2,7 +2,7 @@
 map; the tensors' bytes are views of the same map (nothing is copied).
 
 gguf's own GGUFReader builds a numpy view for every value it parses: for the default
-model's 49,152 tokens and 48,900 merges that took 2.1 s, paid by every command that
+model's 49,152 tokens and 48,900 merges that took 2.1 to 2.7 s, paid by every command that
 opens the model (submit's validation, each worker, generate, serve). This reads the
 same file in about 0.1 s. Its values equal gguf's `field.contents()` for every key
 of the default model and of the toy models (tests/specdec/test_gguf_header.py).

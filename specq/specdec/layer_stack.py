@@ -10,10 +10,11 @@ verification and batched rounds still agree bit for bit. Measured in one process
 the 2-core AMD EPYC at context 200: a 1-row step 1.2x to 1.25x faster, a decode
 round of 8 requests 1.18x.
 
-It serves models whose four block matrices are all Q4_1 (the default model's; the
-output head and embedding may be anything), stacked here into one array per kind,
-and forwards whose segments are all shorter than matmul.BULK_ROWS (a prompt that
-long takes BLAS, in the Python loop).
+It serves llama blocks (not qwen's or Gemma's: beyond_llama, and the model) whose
+four block matrices are all Q4_1 (the default model's; the output head and embedding
+may be anything), stacked here into one array per kind, and forwards whose segments
+are all shorter than matmul.BULK_ROWS (a prompt that long takes BLAS, in the Python
+loop). int8_stack serves the integer precisions the same way.
 """
 
 from __future__ import annotations

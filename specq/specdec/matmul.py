@@ -11,7 +11,8 @@ with the weight's kernel. Every kernel gives a row the same bits whatever rows c
 with it (float32 up to kernels.KERNEL_MAX_ROWS rows, quantized at any count), so
 plain decoding and verification compute identical logits.
 
-Prompts are the exception at f32. The quantized kernel is bound by arithmetic once the
+Prompts are the exception at f32 (for every weight but F16/BF16's, whose kernel
+outruns BLAS on prompts too). The quantized kernel is bound by arithmetic once the
 weights are in cache, and on many rows BLAS is faster even after dequantizing the
 weights for the product: a 200-token prefill took 1.24 s through the kernel and
 0.57 s through BLAS (docs/performance.md). So a segment of BULK_ROWS rows

@@ -56,7 +56,7 @@ class LayerWeights:
     b_qkv: np.ndarray | None = None  # [(Hq + 2 Hkv) * hd]: qwen2's q, k and v biases
     q_norm: np.ndarray | None = None  # [hd]: qwen3's RMSNorm of each head's q, before RoPE
     k_norm: np.ndarray | None = None  # [hd]: ... and of each head's k
-    post_attn_norm: np.ndarray | None = None  # [d]: gemma3's RMSNorm of the attention's output
+    post_attn_norm: np.ndarray | None = None  # [d]: gemma2/3's RMSNorm of the attention's output
     post_ffn_norm: np.ndarray | None = None  # [d]: ... and of the feed-forward's
 
 

@@ -4,7 +4,7 @@ Two kinds of vocabulary. Byte-level BPE (`tokenizer.ggml.model = gpt2`: SmolLM2,
 Llama 3, Qwen): encoding is HuggingFace `tokenizers` (a BPE model built from the
 vocabulary and merges), set up to split text the way llama.cpp does for the file's
 `tokenizer.ggml.pre`. SentencePiece-style BPE by scores (`llama`: Llama 2, Mistral,
-TinyLlama): spm.py, with the special tokens split out here. Decoding is done here on
+TinyLlama, Gemma): spm.py, with the special tokens split out here. Decoding is done here on
 bytes for both: every token stands for a fixed byte string, so `decode` and
 `StreamDecoder` agree by construction.
 """
