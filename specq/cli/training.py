@@ -53,6 +53,13 @@ from specq.training.configs import RecurrentConfig, TrainConfig
     help="Answers decoded together while distilling.",
 )
 @click.option(
+    "--answers",
+    "results_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Train on the answers in this results file (of `specq run` over PROMPTS.jsonl, greedy or sampled; "
+    "scripts/distill_requests.py makes such a batch) instead of decoding greedy answers here.",
+)
+@click.option(
     "--work-dir",
     type=click.Path(file_okay=False),
     default=".specq-train",
@@ -60,13 +67,30 @@ from specq.training.configs import RecurrentConfig, TrainConfig
     help="Answers and features kept between runs: an interrupted run continues.",
 )
 def train_heads(
-    prompts_path, out_path, model_path, kind, n_heads, max_tokens, epochs, learning_rate, seed, batch_size, work_dir
+    prompts_path,
+    out_path,
+    model_path,
+    kind,
+    n_heads,
+    max_tokens,
+    epochs,
+    learning_rate,
+    seed,
+    batch_size,
+    results_path,
+    work_dir,
 ) -> None:
     """Train heads on the model's own answers to PROMPTS.jsonl.
 
     \b
     specq train-heads examples/train_prompts.jsonl -o heads.gguf
     specq generate --proposer hybrid --medusa-heads heads.gguf --prompt "..."
+
+    \b
+    More answers, decoded by the queue (each prompt greedy and sampled):
+    python scripts/distill_requests.py PROMPTS.jsonl --samples 3 > distill.jsonl
+    specq run distill.jsonl -o distill.results.jsonl --batch-size 32 --proposer none
+    specq train-heads PROMPTS.jsonl --answers distill.results.jsonl -o heads.gguf
     """
     from specq.specdec.loader import load_engine
     from specq.training.run import train_heads_file
@@ -93,6 +117,7 @@ def train_heads(
             max_tokens=max_tokens,
             batch_size=batch_size,
             config=config,
+            results_path=results_path,
             say=say,
         )
     except SpecqError as exc:

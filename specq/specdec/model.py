@@ -31,7 +31,7 @@ from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.half import TYPES as HALF_TYPES
 from specq.specdec.half import HalfMatrix
 from specq.specdec.layer_stack import StackedLayers
-from specq.specdec.matmul import BULK_ROWS, RowPlan, Weight, dequantized, embed, n_values
+from specq.specdec.matmul import BULK_ROWS, RowPlan, Weight, dequantized, embed, linear, n_values
 from specq.specdec.model_config import GEMMA3_LOCAL_BASE, LlamaConfig
 from specq.specdec.precision import INTEGER, PRECISIONS
 from specq.specdec.qkernels import TYPES as QUANTIZED_TYPES
@@ -489,6 +489,17 @@ class LlamaModel:
                 outputs[i] = out
         return outputs
 
+    def head_logits(self, hidden: np.ndarray, plan: RowPlan | None = None) -> np.ndarray:
+        """[rows, vocab]: the output head on final-normed rows, by default through the
+        few-row kernels, whose row's bits never depend on the rows beside it: the
+        logits a decode step gives that row. `plan` lets a forward send long segments
+        to BLAS instead."""
+        logits = (plan.linear if plan else linear)(hidden, self.weights.w_output)
+        if self.config.final_softcap:  # gemma2: cap * tanh(logit / cap), as llama.cpp
+            cap = np.float32(self.config.final_softcap)
+            logits = np.tanh(logits * (np.float32(1.0) / cap)) * cap
+        return logits
+
     def rebuild_cache(self, cache: KVCache, ids: Sequence[int], n_prompt: int) -> np.ndarray:
         """Write the keys and values of `ids` (a prompt of n_prompt tokens, then
         committed output) into `cache`, with the bits the decode that committed them
@@ -541,11 +552,7 @@ class LlamaModel:
             np.arange(bounds[i], bounds[i + 1]) if seg.all_logits else np.array([bounds[i + 1] - 1])
             for i, seg in enumerate(segments)
         ]
-        head_plan = RowPlan([len(r) for r in head_rows])
-        logits = head_plan.linear(hidden[np.concatenate(head_rows)], w.w_output)  # [head rows, vocab]
-        if cfg.final_softcap:  # gemma2: cap * tanh(logit / cap), as llama.cpp
-            cap = np.float32(cfg.final_softcap)
-            logits = np.tanh(logits * (np.float32(1.0) / cap)) * cap
+        logits = self.head_logits(hidden[np.concatenate(head_rows)], RowPlan([len(r) for r in head_rows]))
         head_bounds = np.cumsum([0] + [len(r) for r in head_rows])
         seconds = time.perf_counter() - started
         return [

@@ -69,16 +69,48 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return probs
 
 
+# Far above the rounding of a cumulative sum of probabilities (about 1e-16 a term).
+_TOP_P_MARGIN = 1e-9
+
+
 def _top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p."""
-    order = np.argsort(-probs, axis=1, kind="stable")
-    sorted_probs = np.take_along_axis(probs, order, axis=1)
-    mass_before = np.cumsum(sorted_probs, axis=1) - sorted_probs
-    keep_sorted = mass_before < top_p  # the token that crosses top_p is kept
-    keep = np.zeros_like(keep_sorted)
-    np.put_along_axis(keep, order, keep_sorted, axis=1)
+    """Keep the smallest set of most likely tokens whose mass reaches top_p: in the
+    order of decreasing probability (lower id first on ties), every token whose mass
+    before it is below top_p (so the token that crosses top_p is kept)."""
+    keep = np.zeros(probs.shape, dtype=bool)
+    for row, out in zip(probs, keep):
+        out[_top_p_ids(row, top_p)] = True
     kept = np.where(keep, probs, 0.0)
     return kept / kept.sum(axis=1, keepdims=True)
+
+
+def _top_p_ids(row: np.ndarray, top_p: float) -> np.ndarray:
+    """The kept ids of one row. Sorting all 49,152 probabilities at every step made
+    top_p sampling 3x slower than greedy at a batch of 32; the kept set is nearly
+    always small, so only the most likely m tokens are sorted, m growing until
+    their mass passes top_p. The result is the full sort's: the candidates are every
+    token at least as likely as the m-th, so their order and cumulative sums are the
+    full order's first ones, term for term, and a token outside them has at least
+    their whole mass before it (less a rounding the margin covers)."""
+    vocab = len(row)
+    m = 64
+    while m < vocab:
+        kth = np.partition(row, vocab - m)[vocab - m]
+        candidates = np.flatnonzero(row >= kth)  # ascending ids: the stable sort keeps ties so
+        order = candidates[np.argsort(-row[candidates], kind="stable")]
+        ids = _kept_prefix(row[order], order, top_p)
+        if ids is not None:
+            return ids
+        m *= 8
+    order = np.argsort(-row, kind="stable")
+    return order[np.cumsum(row[order]) - row[order] < top_p]
+
+
+def _kept_prefix(sorted_probs: np.ndarray, order: np.ndarray, top_p: float) -> np.ndarray | None:
+    cumulative = np.cumsum(sorted_probs)
+    if cumulative[-1] < top_p + _TOP_P_MARGIN:
+        return None  # tokens beyond these might be kept too
+    return order[cumulative - sorted_probs < top_p]
 
 
 def sample(probs: np.ndarray, u: float) -> int:

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from specq.errors import InputError
 from specq.jsonl import dumps_line
 from specq.specdec.engine import Engine
 from specq.specdec.state import GenerationRequest
@@ -89,3 +90,32 @@ def _drop_torn_tail(path: str) -> None:
         data = fh.read()
         if data and not data.endswith(b"\n"):
             fh.truncate(data.rfind(b"\n") + 1)
+
+
+def read_results(path: str) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    """(custom_id, prompt ids, output ids) of every answered request in a results
+    file of `specq run`, `specq results` or `specq generate --json` (each line's
+    "specq" object holds the ids); error lines, which answer nothing, are skipped."""
+    found = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                    if rec.get("error"):
+                        continue
+                    ids = rec["specq"]
+                    prompt, output = ids["prompt_token_ids"], ids["token_ids"]
+                    if not all(isinstance(t, int) for t in [*prompt, *output]) or not prompt:
+                        raise TypeError
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    raise InputError(
+                        f"{path} line {number}: not a specq result (a line of `specq run`'s or "
+                        '`specq results`\' output, whose "specq" object holds prompt_token_ids and token_ids)'
+                    ) from None
+                found.append((str(rec.get("custom_id", "")), tuple(prompt), tuple(output)))
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return found

@@ -1,7 +1,7 @@
 """Training a recurrent head (specq.specdec.proposers.recurrent) on collected features.
 
-A training row is a position t of an answer: the target's hidden state h_t, its
-token t+1, and the answer's later tokens. The head's first step,
+A training row is a position t of an answer: the target's hidden state h_t, the
+answer's token t+1, and the target's greedy choices after it. The head's first step,
 s_1 = step(h_t, e(t+1)), is scored twice: cross-entropy of s_1 through the draft
 vocabulary's rows of the output head against token t+2, and the squared distance of
 s_1 to the target's own next hidden state h_{t+1} (EAGLE's feature regression), so
@@ -152,14 +152,16 @@ def train_recurrent(
                 config.regression_weight,
                 reg_scale,
             )
-            # The second step starts from the head's own s_1, where token t+2 exists.
+            # The second step starts from the head's own s_1, where token t+2 exists. It
+            # is fed the answer's token t+2, the one its label and h_{t+2} follow (the
+            # target's greedy choice in a greedy answer, a sampled token in a sampled one).
             second = train.labels[rows, 0] != NO_LABEL
             loss2, g2 = 0.0, [np.zeros_like(x) for x in p]
             if second.any():
                 r2 = rows[second]
                 loss2, _, g2 = step_loss_and_grads(
                     s1[second],
-                    embedding[train.labels[r2, 0]],
+                    embedding[train.tokens[nxt[r2]]],
                     local[r2, 1],
                     hidden_at(nxt2[r2]),
                     *p,

@@ -24,16 +24,16 @@ from specq.specdec.proposers import MedusaHeads, MedusaProposer, NoProposer
 from specq.specdec.proposers.medusa import format_tree
 from specq.specdec.proposers.recurrent import RecurrentHead, RecurrentHeadProposer
 from specq.specdec.sampling import SamplingParams
-from specq.training.distill import Answer, distill
+from specq.training.distill import Answer, distill, read_results
 from specq.training.features import Features, collect_features
 from specq.training.gate import choose_gate
 from specq.training.heads import TrainConfig, accuracy, label_ranks, train_heads
 from specq.training.recurrent import RecurrentConfig, chain_accuracy, chain_ranks, train_recurrent
 from specq.training.tree_shape import choose_tree
 
-FEATURES_FORMAT = 2  # 2: with each row's next token
+FEATURES_FORMAT = 3  # 2: with each row's next token; 3: the target's greedy choices as labels
 HEAD_KINDS = ("recurrent", "medusa")
-HELD_OUT_EVERY = 10  # every 10th answer (in file order) is held out for the accuracy figures
+HELD_OUT_EVERY = 10  # every 10th prompt's answers are held out for the accuracy figures
 
 
 Say = Callable[[str], None]  # where progress lines go
@@ -61,10 +61,13 @@ def train_heads_file(
     max_tokens: int | None = None,
     batch_size: int = 8,
     config: TrainConfig | RecurrentConfig | None = None,
+    results_path: str | None = None,
     say: Callable[[str], None] = lambda message: None,
 ) -> TrainingReport:
     """The whole run: answers, features, training, and the heads file at out_path.
-    `n_heads`: Medusa heads, or the drafted positions a recurrent head is measured at."""
+    `n_heads`: Medusa heads, or the drafted positions a recurrent head is measured at.
+    `results_path`: answers already decoded (a `specq run` results file over these
+    prompts, greedy or sampled) instead of decoding greedy ones here."""
     if kind not in HEAD_KINDS:
         raise InputError(f"unknown kind of heads {kind!r} (choose from {', '.join(HEAD_KINDS)})")
     os.makedirs(work_dir, exist_ok=True)
@@ -77,17 +80,29 @@ def train_heads_file(
             request = replace(request, max_tokens=min(request.max_tokens, max_tokens))
         requests.append((spec.custom_id, spec.category or "", request))
 
-    answers_path = os.path.join(work_dir, "answers.jsonl")
-    plain = Engine(engine.model, engine.tokenizer, NoProposer())  # greedy output is the same either way
-    answers = distill(
-        plain, requests, answers_path, batch_size=batch_size, progress=_every(50, lambda d, t: say(f"answers: {d}/{t}"))
-    )
-    say(f"answers: {len(answers)} ({sum(len(a.output_ids) for a in answers)} tokens) in {answers_path}")
+    prompt_index = {tuple(request.prompt_ids): i for i, (_, _, request) in enumerate(requests)}
+    if results_path:
+        answers = _answers_from_results(results_path, prompt_index, max_tokens)
+        source = results_path
+    else:
+        source = os.path.join(work_dir, "answers.jsonl")
+        plain = Engine(engine.model, engine.tokenizer, NoProposer())  # greedy output is the same either way
+        answers = distill(
+            plain, requests, source, batch_size=batch_size, progress=_every(50, lambda d, t: say(f"answers: {d}/{t}"))
+        )
+    say(f"answers: {len(answers)} ({sum(len(a.output_ids) for a in answers)} tokens) from {source}")
 
     # A recurrent head trains two steps, so it needs the labels of two positions.
-    features = _features(engine, answers, answers_path, work_dir, max(n_heads, 2 if kind == "recurrent" else 1), say)
-    held = (features.answer % HELD_OUT_EVERY) == HELD_OUT_EVERY - 1
-    train, held_out = features.subset(~held), features.subset(held)
+    features = _features(engine, answers, work_dir, max(n_heads, 2 if kind == "recurrent" else 1), say)
+    # Held out by prompt, so that no answer to a held-out prompt (a sampled one
+    # shares its opening with the greedy one) is trained on.
+    last = HELD_OUT_EVERY - 1
+    held_answers = [i for i, a in enumerate(answers) if prompt_index[a.prompt_ids] % HELD_OUT_EVERY == last]
+    held = np.isin(features.answer, held_answers)
+    # Judged where drafting happens: after the target's own greedy tokens.
+    train, held_out = features.subset(~held), features.subset(held).greedy_paths()
+    if kind == "medusa":  # a Medusa head reads h_t alone: the tokens between are greedy ones
+        train = train.greedy_paths()
     if not len(train) or not len(held_out):
         # Every 10th answer is held out for the accuracy figures and the tree: fewer
         # than 10 answers of 2+ tokens leave nothing to measure with.
@@ -100,6 +115,9 @@ def train_heads_file(
         "training_prompts": os.path.basename(prompts_path),
         "training_prompts_sha256": file_sha256(prompts_path),
         "answers": str(len(answers)),
+        "answers_from": os.path.basename(source),
+        "answer_tokens": str(sum(len(a.output_ids) for a in answers)),
+        "answers_on_greedy_paths": f"{float(features.on_path.mean()) if len(features) else 0.0:.4f}",
         "train_rows": str(len(train)),
         "held_out_rows": str(len(held_out)),
     }
@@ -208,22 +226,45 @@ def _train_recurrent(
     return scores.top1, scores.top5, metadata
 
 
-def _features(
-    engine: Engine, answers: list[Answer], answers_path: str, work_dir: str, n_heads: int, say: Say
-) -> Features:
+def _answers_from_results(path: str, prompt_index: dict[tuple[int, ...], int], max_tokens: int | None) -> list[Answer]:
+    """The answers in a results file, ordered by prompt (then custom_id), so that a
+    file written in whatever order the workers finished gives the same features."""
+    answers = []
+    for custom_id, prompt_ids, output_ids in read_results(path):
+        if prompt_ids not in prompt_index:
+            raise InputError(
+                f"{path}: request {custom_id!r} answers a prompt that is not in the prompts file "
+                "(the results must come from a batch over the same prompts, with the same template)"
+            )
+        answers.append(Answer(custom_id, "", prompt_ids, output_ids[:max_tokens] if max_tokens else output_ids))
+    answers.sort(key=lambda a: (prompt_index[a.prompt_ids], a.custom_id))
+    return answers
+
+
+def _features(engine: Engine, answers: list[Answer], work_dir: str, n_heads: int, say: Say) -> Features:
     # The format tag changes whenever the stored arrays do, so older caches are not read.
+    content = hashlib.sha256()
+    for a in answers:
+        content.update(np.asarray([len(a.prompt_ids), *a.prompt_ids, len(a.output_ids), *a.output_ids], np.int64))
     digest = hashlib.sha256(
-        f"{FEATURES_FORMAT} {file_sha256(answers_path)} {engine.model.fingerprint} {n_heads}".encode()
+        f"{FEATURES_FORMAT} {content.hexdigest()} {engine.model.fingerprint} {n_heads}".encode()
     ).hexdigest()
     path = os.path.join(work_dir, f"features-{digest[:16]}.npz")
     if os.path.exists(path):
         with np.load(path) as data:
-            return Features(data["hidden"], data["labels"], data["answer"], data["tokens"])
+            return Features(data["hidden"], data["labels"], data["answer"], data["tokens"], data["on_path"])
     features = collect_features(
         engine.model, answers, n_heads, progress=_every(50, lambda d, t: say(f"features: {d}/{t} answers"))
     )
     tmp = path + ".tmp.npz"
-    np.savez(tmp, hidden=features.hidden, labels=features.labels, answer=features.answer, tokens=features.tokens)
+    np.savez(
+        tmp,
+        hidden=features.hidden,
+        labels=features.labels,
+        answer=features.answer,
+        tokens=features.tokens,
+        on_path=features.on_path,
+    )
     os.replace(tmp, path)  # a kill mid-write leaves no half file to be trusted later
     return features
 

@@ -40,6 +40,38 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
     np.testing.assert_allclose(p[order[:3]], full[order[:3]] / full[order[:3]].sum())
 
 
+def _top_p_by_full_sort(probs, top_p):
+    """The rule spelled out: every row sorted whole, most likely first, lower id first on ties."""
+    order = np.argsort(-probs, axis=1, kind="stable")
+    sorted_probs = np.take_along_axis(probs, order, axis=1)
+    keep_sorted = np.cumsum(sorted_probs, axis=1) - sorted_probs < top_p
+    keep = np.zeros_like(keep_sorted)
+    np.put_along_axis(keep, order, keep_sorted, axis=1)
+    kept = np.where(keep, probs, 0.0)
+    return kept / kept.sum(axis=1, keepdims=True)
+
+
+def test_top_p_is_the_full_sorts_bit_for_bit_on_peaked_flat_and_tied_rows():
+    rng = np.random.default_rng(7)
+    vocab = 49152
+    rows = [
+        rng.normal(size=vocab) * 6,  # peaked: a handful of tokens hold the mass
+        rng.normal(size=vocab) * 0.3,  # flat: thousands are kept, past every candidate step
+        np.round(rng.normal(size=vocab) * 4),  # many ties, some at the boundary of the kept set
+        np.where(np.arange(vocab) < 300, 5.0, -5.0),  # 300 equal tokens hold nearly all the mass
+    ]
+    logits = np.stack(rows)
+    for temperature in (0.7, 1.0, 1.6):
+        for top_p in (0.05, 0.5, 0.9, 0.95, 0.999999):
+            params = SamplingParams(temperature=temperature, top_p=top_p)
+            got = probabilities(logits, params)
+            want = _top_p_by_full_sort(probabilities(logits, SamplingParams(temperature=temperature)), top_p)
+            assert np.array_equal(got, want), (temperature, top_p)
+    # A row whose kept set ends exactly among tied tokens keeps the lower ids.
+    tied = probabilities(np.array([[0.0, 1.0, 1.0, 1.0, -9.0]]), SamplingParams(temperature=1.0, top_p=0.5))[0]
+    assert np.flatnonzero(tied).tolist() == [1, 2]
+
+
 def test_sample_is_the_inverse_cdf():
     probs = np.array([0.1, 0.0, 0.6, 0.3])
     assert sample(probs, 0.0) == 0

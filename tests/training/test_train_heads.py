@@ -72,10 +72,12 @@ def test_features_line_up_hidden_states_with_later_tokens(toy_model_path, tmp_pa
     assert len(first.output_ids) >= 5
     seq = first.prompt_ids + first.output_ids
     rows = feats.answer == index
-    assert rows.sum() == len(first.output_ids) - 1  # from the prompt's last row to the third-last token
+    assert rows.sum() == len(first.output_ids)  # from the prompt's last row to the second-last token
     # Row 0 stands at the prompt's last token: the target predicts output 0, head i output 1 + i.
     assert list(feats.labels[rows][0]) == [seq[len(first.prompt_ids) + 1 + i] for i in range(3)]
-    assert feats.labels[rows][-1].tolist() == [seq[-1], NO_LABEL, NO_LABEL]
+    assert feats.labels[rows][-2].tolist() == [seq[-1], NO_LABEL, NO_LABEL]
+    assert feats.labels[rows][-1].tolist() == [NO_LABEL] * 3  # only the hidden state the row before regresses to
+    assert feats.on_path[rows].all() and feats.tokens[rows].tolist() == list(first.output_ids)
     # And the hidden state is the one the target predicts output 0 from.
     logits = feats.hidden[rows][0] @ dequantized(engine.model.weights.w_output).T
     assert int(np.argmax(logits)) == first.output_ids[0]
@@ -309,3 +311,116 @@ def test_a_head_trained_for_a_qwen3_file_drafts_exactly(toy_model_file, tmp_path
         fast, slow = speculative.run(req), plain.run(req)
         assert fast.output_ids == slow.output_ids
         assert fast.metrics.drafted > 0
+
+
+def _greedy_next(model, ids):
+    """The token greedy decoding picks after `ids`: one prefill, its last row."""
+    from specq.specdec.model import Segment
+
+    out = model.forward([Segment(model.new_cache(len(ids)), list(ids), 0, all_logits=False)])[0]
+    return int(np.argmax(out.logits[-1]))
+
+
+def test_a_sampled_answer_is_labelled_with_the_targets_greedy_choices(toy_model_path):
+    from specq.training.distill import Answer
+
+    engine = load_engine(model_path=toy_model_path, proposer="none")
+    request = GenerationRequest(
+        prompt_ids=tuple(engine.tokenizer.encode("tell me about item 7")),
+        max_tokens=24,
+        sampling=SamplingParams(temperature=1.5, seed=3),
+    )
+    state = next(s for _, s in engine.generate_many([engine.start(request)], group_size=1) if s.finished)
+    answer = Answer("s", "", tuple(request.prompt_ids), tuple(state.output_ids))
+    feats = collect_features(engine.model, [answer], n_heads=2)
+    seq = list(answer.prompt_ids + answer.output_ids)
+    first = len(answer.prompt_ids) - 1
+    greedy = [_greedy_next(engine.model, seq[: r + 1]) for r in range(first, len(seq) - 1)]
+    # Row t: token t+1 is the answer's; its labels are what the target picks after t+1 and t+2.
+    assert feats.tokens.tolist() == seq[first + 1 :]
+    assert feats.on_path.tolist() == [seq[r + 1] == greedy[r - first] for r in range(first, len(seq) - 1)]
+    assert feats.labels[:, 0].tolist() == greedy[1:] + [NO_LABEL]
+    assert feats.labels[:, 1].tolist() == greedy[2:] + [NO_LABEL] * 2
+    assert 0 < feats.on_path.sum() < len(feats)  # sampled hot: some tokens are not the greedy ones
+    # On greedy paths only: a label stays where the tokens from t+1 up to it are greedy.
+    kept = feats.greedy_paths().labels
+    for t in range(len(feats)):
+        assert (kept[t, 0] != NO_LABEL) == (feats.labels[t, 0] != NO_LABEL and bool(feats.on_path[t]))
+        both = feats.labels[t, 1] != NO_LABEL and bool(feats.on_path[t] and feats.on_path[t + 1])
+        assert (kept[t, 1] != NO_LABEL) == both
+        assert kept[t, 0] in (NO_LABEL, feats.labels[t, 0]) and kept[t, 1] in (NO_LABEL, feats.labels[t, 1])
+
+
+def _distill_results(toy_model_path, tmp_path, prompts, samples):
+    """`specq generate --json` over scripts/distill_requests.py's batch: the results
+    file `train-heads --answers` reads (the queue writes the same lines)."""
+    import subprocess
+    import sys
+
+    batch = tmp_path / "distill.jsonl"
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "distill_requests.py")
+    made = subprocess.run(
+        [sys.executable, script, prompts, "--samples", str(samples), "--temperature", "1.2"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    batch.write_text(made.stdout)
+    out = CliRunner().invoke(
+        main, ["generate", "--input", str(batch), "--model", toy_model_path, "--proposer", "none", "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    results = tmp_path / "distill.results.jsonl"
+    # In the order a queue might finish them: train-heads must not depend on it.
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    results.write_text("\n".join(reversed(lines)) + "\n")
+    return batch, results
+
+
+@pytest.mark.slow
+def test_the_command_trains_on_a_results_file_of_greedy_and_sampled_answers(toy_model_path, tmp_path):
+    prompts = _prompts(tmp_path / "p.jsonl", n=20, max_tokens=16)
+    batch, results = _distill_results(toy_model_path, tmp_path, prompts, samples=2)
+    ids = [json.loads(line)["custom_id"] for line in batch.read_text().splitlines()]
+    assert len(ids) == 60 and ids[:3] == ["t0", "t0~s1", "t0~s2"]
+    assert [json.loads(line).get("temperature") for line in batch.read_text().splitlines()[:3]] == [0.0, 1.2, 1.2]
+    args = ["train-heads", prompts, "--model", toy_model_path, "--epochs", "2", "--answers", str(results)]
+    first = CliRunner().invoke(main, [*args, "--work-dir", str(tmp_path / "w1"), "-o", str(tmp_path / "a.gguf")])
+    assert first.exit_code == 0, first.output
+    assert "answers: 60 (" in first.output and "distill.results.jsonl" in first.output
+    head = RecurrentHead.load(str(tmp_path / "a.gguf"))
+    assert head.metadata["answers"] == "60" and head.metadata["answers_from"] == "distill.results.jsonl"
+    assert 0 < float(head.metadata["answers_on_greedy_paths"]) < 1  # the sampled answers part from greedy
+    # A row per answer token (answers of 2 tokens or more); the two prompts of twenty
+    # held out (every tenth) with all three of their answers.
+    lengths = {}
+    for line in results.read_text().splitlines():
+        rec = json.loads(line)
+        if len(rec["specq"]["token_ids"]) >= 2:
+            lengths[rec["custom_id"]] = len(rec["specq"]["token_ids"])
+    assert int(head.metadata["train_rows"]) + int(head.metadata["held_out_rows"]) == sum(lengths.values())
+    held = sum(n for cid, n in lengths.items() if cid.split("~")[0] in ("t9", "t19"))
+    assert int(head.metadata["held_out_rows"]) == held > 0
+    # The results in another order give the same head.
+    results.write_text("\n".join(sorted(results.read_text().splitlines())) + "\n")
+    second = CliRunner().invoke(main, [*args, "--work-dir", str(tmp_path / "w2"), "-o", str(tmp_path / "b.gguf")])
+    assert second.exit_code == 0, second.output
+    assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()
+
+
+def test_a_results_file_that_is_not_of_the_prompts_is_one_line(toy_model_path, tmp_path):
+    prompts = _prompts(tmp_path / "p.jsonl", n=12, max_tokens=4)
+    other = _prompts(tmp_path / "other.jsonl", n=13, max_tokens=4)
+    _, results = _distill_results(toy_model_path, tmp_path, other, samples=0)
+    not_results = tmp_path / "bad.jsonl"
+    not_results.write_text('{"custom_id": "a", "text": "hi"}\n')
+    for path, what in [(results, "'t12' answers a prompt that is not in the prompts file"), (not_results, "line 1")]:
+        out = CliRunner().invoke(
+            main,
+            ["train-heads", prompts, "--model", toy_model_path, "--answers", str(path), "-o", str(tmp_path / "h.gguf")]
+            + ["--work-dir", str(tmp_path / "w")],
+        )
+        assert out.exit_code == 1 and "Traceback" not in out.output
+        lines = [line for line in out.output.strip().splitlines() if not line.startswith("[")]
+        assert len(lines) == 1 and what in lines[0], out.output
+    assert not (tmp_path / "h.gguf").exists()
