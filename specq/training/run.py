@@ -16,7 +16,7 @@ import numpy as np
 
 from specq.errors import InputError
 from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
-from specq.specdec.adaptive import ROW_COST
+from specq.specdec.adaptive import ROW_COST, ROW_COSTS
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import file_sha256
 from specq.specdec.matmul import dequantized
@@ -203,19 +203,28 @@ def _train_recurrent(
             f"draft {j + 1}: held-out top-1 {t1:.3f}, top-5 {t5:.3f} given the earlier right; "
             f"all {j + 1} right {c:.3f} ({scores.rows[j]} rows)"
         )
-    gate = choose_gate(confidence, ranks == 0, ROW_COST, RecurrentHeadProposer.draft_cost)
+    # A gate per precision: a verification row costs each its own share of a step,
+    # so a draft pays at a lower confidence where rows are cheap. "gate" is f32's.
+    gates = {}
+    for precision, row_cost in ROW_COSTS.items():
+        gates[precision] = choose_gate(confidence, ranks == 0, row_cost, RecurrentHeadProposer.draft_cost)
+    gate = gates[engine.model.precision]
     say(
-        f"gate: confidence {gate.gate[0]:.2f} for the first draft, {gate.gate[1]:.2f} after; "
-        f"{gate.tokens_per_round:.2f} tokens a round expected, {gate.tokens_per_cost:.3f} per step-cost "
+        f"gate at {engine.model.precision}: confidence {gate.gate[0]:.2f} for the first draft, {gate.gate[1]:.2f} "
+        f"after; {gate.tokens_per_round:.2f} tokens a round expected, {gate.tokens_per_cost:.3f} per step-cost "
         f"against {gate.ungated_tokens_per_cost:.3f} without the gate"
     )
     metadata = {
         **metadata,
-        "gate": ",".join(f"{g:.2f}" for g in gate.gate),
+        **{
+            ("gate" if precision == "f32" else f"gate_{precision}"): ",".join(f"{g:.2f}" for g in choice.gate)
+            for precision, choice in gates.items()
+        },
+        "gate_precision": engine.model.precision,
         "gate_expected_tokens_per_round": f"{gate.tokens_per_round:.4f}",
         "gate_expected_tokens_per_cost": f"{gate.tokens_per_cost:.4f}",
         "ungated_expected_tokens_per_cost": f"{gate.ungated_tokens_per_cost:.4f}",
-        "row_cost": str(ROW_COST),
+        "row_cost": str(ROW_COSTS[engine.model.precision]),
         "held_out_top1": ",".join(f"{x:.4f}" for x in scores.top1),
         "held_out_top5": ",".join(f"{x:.4f}" for x in scores.top5),
         "held_out_chain": ",".join(f"{x:.4f}" for x in scores.chain),

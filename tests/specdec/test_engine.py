@@ -408,6 +408,13 @@ def test_the_confidence_gate_cuts_the_chain_where_the_head_is_unsure(toy):
 
     stored = RecurrentHeadProposer(model, replace(head, metadata={"gate": "0.25,0.5"}))
     assert stored.gate == (0.25, 0.5)
+    # A gate per precision where the file has one (rows cost each its own share of a step).
+    gates = {"gate": "0.75,0.9", "gate_int16": "0.3,0.45", "gate_int8": "0.2,0.35"}
+    assert model.precision == "f32"
+    assert RecurrentHeadProposer(model, replace(head, metadata=gates)).gate == (0.75, 0.9)
+    int16 = model.at_precision("int16")
+    assert RecurrentHeadProposer(int16, replace(head, metadata=gates)).gate == (0.3, 0.45)
+    assert RecurrentHeadProposer(int16, replace(head, metadata={"gate": "0.25,0.5"})).gate == (0.25, 0.5)
     with pytest.raises(ModelFileError, match="confidence gate"):
         RecurrentHeadProposer(model, replace(head, metadata={"gate": "high"}))
 

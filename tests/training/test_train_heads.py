@@ -236,6 +236,12 @@ def test_the_command_trains_a_recurrent_head_by_default(toy_model_path, tmp_path
     head = RecurrentHead.load(str(tmp_path / "a.gguf"))
     head.check_target(model)
     assert head.metadata["answers"] == "40" and len(head.metadata["held_out_chain"].split(",")) == 4
+    # A gate for each precision (each its own row cost), read back as the proposer does.
+    from specq.specdec.proposers.recurrent import parse_gate
+
+    for key in ("gate", "gate_int16", "gate_int8"):
+        assert len(parse_gate(head.metadata[key])) == 2
+    assert head.metadata["gate_precision"] == load_engine(model_path=toy_model_path).model.precision
     engine = load_engine(model_path=toy_model_path, proposer="auto", medusa_heads_path=str(tmp_path / "a.gguf"))
     assert isinstance(engine.proposer.medusa, RecurrentHeadProposer)
 
