@@ -39,13 +39,18 @@ test: $(STAMP) browser
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
-# Reproduce the shipped heads (a recurrent head): the model's own greedy answers to
-# the training prompts, their features, then the head (docs/medusa.md). About 50
-# minutes on 2 cores (answers 19, features 13, training 14); rerunning after an
-# interruption continues from .specq-train/.
+# Reproduce the shipped heads (a recurrent head): the model's own answers to the
+# training prompts, each once greedy and three times sampled, decoded by the queue
+# (`specq run`, a batch of 32); their features; then the head (docs/medusa.md).
+# Times on 2 cores are in docs/medusa.md; rerunning after an interruption continues
+# (the queue from its checkpoints, train-heads from .specq-train/).
 HEADS := specq/data/smollm2-135m-instruct.medusa.gguf
+DISTILL := .specq-train/distill
 heads: $(STAMP)
-	$(BIN)/specq train-heads examples/train_prompts.jsonl -o $(HEADS)
+	mkdir -p .specq-train
+	$(BIN)/python scripts/distill_requests.py examples/train_prompts.jsonl --samples 3 > $(DISTILL).jsonl
+	$(BIN)/specq run $(DISTILL).jsonl -o $(DISTILL).results.jsonl --batch-size 32 --proposer none
+	$(BIN)/specq train-heads examples/train_prompts.jsonl --answers $(DISTILL).results.jsonl --epochs 3 -o $(HEADS)
 
 clean:
 	rm -rf $(VENV)
