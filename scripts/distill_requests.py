@@ -30,16 +30,29 @@ def main() -> int:
     if args.samples < 0 or not 0 < args.temperature <= 2 or not 0 < args.top_p <= 1:
         print("distill_requests: --samples >= 0, 0 < --temperature <= 2, 0 < --top-p <= 1", file=sys.stderr)
         return 2
-    with open(args.prompts, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            spec = json.loads(line)
-            cid = spec.get("custom_id") or f"line-{number}"
-            print(json.dumps({**spec, "custom_id": cid, "temperature": 0.0}, ensure_ascii=False))
-            for i in range(1, args.samples + 1):
-                sampled = {**spec, "custom_id": f"{cid}~s{i}", "temperature": args.temperature, "top_p": args.top_p}
-                print(json.dumps({**sampled, "seed": number * 1000 + i}, ensure_ascii=False))
+    lines = []
+    try:
+        with open(args.prompts, encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    spec = json.loads(line)
+                    if not isinstance(spec, dict):
+                        raise ValueError
+                except ValueError:
+                    print(f"distill_requests: {args.prompts} line {number}: not a JSON object", file=sys.stderr)
+                    return 1
+                cid = spec.get("custom_id") or f"line-{number}"
+                lines.append({**spec, "custom_id": cid, "temperature": 0.0})
+                for i in range(1, args.samples + 1):
+                    sampled = {"custom_id": f"{cid}~s{i}", "temperature": args.temperature, "top_p": args.top_p}
+                    lines.append({**spec, **sampled, "seed": number * 1000 + i})
+    except OSError as exc:
+        print(f"distill_requests: cannot read {args.prompts}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    # Written only once the whole input has been read: no half batch on a bad line.
+    sys.stdout.write("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
     return 0
 
 

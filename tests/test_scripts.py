@@ -62,6 +62,29 @@ def test_every_script_has_a_smoke_test_and_none_edits_sys_path():
         assert not re.search(r"sys\.path\s*(\.|\[|\+?=)", script.read_text()), f"{script.name} edits sys.path"
 
 
+# --- distill_requests.py ---------------------------------------------------------------
+
+
+def test_distill_requests_writes_each_prompt_greedy_then_sampled(tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl", 3)
+    lines = [json.loads(x) for x in ok(run_script("distill_requests.py", prompts, "--samples", "2")).splitlines()]
+    assert [x["custom_id"] for x in lines] == ["p0", "p0~s1", "p0~s2", "p1", "p1~s1", "p1~s2", "p2", "p2~s1", "p2~s2"]
+    assert all(x["prompt"] == f"Say something about {x['custom_id'][1]}." for x in lines)
+    assert [x["temperature"] for x in lines[:3]] == [0.0, 0.7, 0.7]
+    seeds = [x["seed"] for x in lines if "seed" in x]
+    assert len(seeds) == 6 == len(set(seeds))  # every sampled answer its own draws
+    # The same input, the same batch (so `specq run` resumes it rather than starting anew).
+    assert ok(run_script("distill_requests.py", prompts, "--samples", "2")) == ok(
+        run_script("distill_requests.py", prompts, "--samples", "2")
+    )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a"}\n[1, 2]\n')
+    for args, what in [((bad,), "line 2: not a JSON object"), ((prompts, "--temperature", "0"), "--temperature")]:
+        result = run_script("distill_requests.py", *args)
+        assert result.returncode != 0 and result.stdout == "" and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and what in result.stderr, result.stderr
+
+
 # --- parity_hf.py: torch and transformers are an optional extra ------------------------
 
 
