@@ -71,8 +71,10 @@ def collect_features(
     """Prefills over prompt + answer, `per_forward` answers sharing a forward (each
     weight is dequantized once per forward for long segments). The prompt's rows are
     needed as attention context; only the answer's rows, from the prompt's last, are
-    kept, each with the target's logits through its own output head (the same bits as
-    a decode step's, so a label is exactly the token greedy decoding picks there)."""
+    kept, each with the target's logits through the output head's few-row kernels. At
+    int16 and int8 a prompt's rows run through the decode kernels too, so a label is
+    exactly the token greedy decoding picks there; at f32 long segments' products
+    are BLAS's, whose roundings may turn a near tie the other way."""
     hidden, labels, owner, tokens, on_path = [], [], [], [], []
     usable = [(i, a) for i, a in enumerate(answers) if len(a.output_ids) >= 2]
     for group_start in range(0, len(usable), per_forward):
