@@ -50,7 +50,8 @@ heads: $(STAMP)
 	mkdir -p .specq-train
 	$(BIN)/python scripts/distill_requests.py examples/train_prompts.jsonl --samples 3 > $(DISTILL).jsonl
 	$(BIN)/specq run $(DISTILL).jsonl -o $(DISTILL).results.jsonl --batch-size 32 --proposer none
-	$(BIN)/specq train-heads examples/train_prompts.jsonl --answers $(DISTILL).results.jsonl --epochs 2 -o $(HEADS)
+	$(BIN)/specq train-heads examples/train_prompts.jsonl --answers $(DISTILL).results.jsonl --epochs 2 \
+	  --precision f32 -o $(HEADS)
 
 clean:
 	rm -rf $(VENV)

@@ -24,7 +24,7 @@ def main() -> int:
     parser.add_argument("prompts", help="specq JSONL input (one request per line)")
     parser.add_argument("--samples", type=int, default=3, help="sampled answers per prompt, beside the greedy one")
     parser.add_argument("--temperature", type=float, default=0.7)
-    # top_p < 1 sorts each row's 49,152 probabilities at every step.
+    # The whole distribution by default: the wider the paths, the more states the head sees.
     parser.add_argument("--top-p", type=float, default=1.0)
     args = parser.parse_args()
     if args.samples < 0 or not 0 < args.temperature <= 2 or not 0 < args.top_p <= 1:

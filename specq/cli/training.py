@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import click
 
+from specq.cli.options import precision_option
 from specq.errors import SpecqError
 from specq.training.configs import RecurrentConfig, TrainConfig
 
@@ -59,6 +60,7 @@ from specq.training.configs import RecurrentConfig, TrainConfig
     help="Train on the answers in this results file (of `specq run` over PROMPTS.jsonl, greedy or sampled; "
     "scripts/distill_requests.py makes such a batch) instead of decoding greedy answers here.",
 )
+@precision_option
 @click.option(
     "--work-dir",
     type=click.Path(file_okay=False),
@@ -78,6 +80,7 @@ def train_heads(
     seed,
     batch_size,
     results_path,
+    precision,
     work_dir,
 ) -> None:
     """Train heads on the model's own answers to PROMPTS.jsonl.
@@ -104,7 +107,9 @@ def train_heads(
         click.echo(f"[{time.perf_counter() - started:7.1f}s] {message}", err=True)
 
     try:
-        engine = load_engine(model_path=model_path, proposer="none")
+        # The features, their labels and the gate's figures come from this precision:
+        # at the one the head will draft for, each label is exactly its verifier's choice.
+        engine = load_engine(model_path=model_path, proposer="none", precision=precision)
         base = RecurrentConfig() if kind == "recurrent" else TrainConfig()
         config = replace(base, epochs=epochs or base.epochs, learning_rate=learning_rate, seed=seed)
         report = train_heads_file(

@@ -85,8 +85,8 @@ def _top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
 
 
 def _top_p_ids(row: np.ndarray, top_p: float) -> np.ndarray:
-    """The kept ids of one row. Sorting all 49,152 probabilities at every step made
-    top_p sampling 3x slower than greedy at a batch of 32; the kept set is nearly
+    """The kept ids of one row. Sorting all 49,152 probabilities of every row at every
+    step cut a batch of 32 sampled requests to a third of its tokens/s; the kept set is nearly
     always small, so only the most likely m tokens are sorted, m growing until
     their mass passes top_p. The result is the full sort's: the candidates are every
     token at least as likely as the m-th, so their order and cumulative sums are the

@@ -241,7 +241,11 @@ def test_the_command_trains_a_recurrent_head_by_default(toy_model_path, tmp_path
 
     for key in ("gate", "gate_int16", "gate_int8"):
         assert len(parse_gate(head.metadata[key])) == 2
-    assert head.metadata["gate_precision"] == load_engine(model_path=toy_model_path).model.precision
+    # Trained at the precision the command line resolves `auto` to, as every command does.
+    from specq.specdec.precision import AUTO, resolve
+
+    auto = load_engine(model_path=toy_model_path, precision=resolve(AUTO)).model.precision
+    assert head.metadata["gate_precision"] == auto
     engine = load_engine(model_path=toy_model_path, proposer="auto", medusa_heads_path=str(tmp_path / "a.gguf"))
     assert isinstance(engine.proposer.medusa, RecurrentHeadProposer)
 
@@ -391,12 +395,14 @@ def test_the_command_trains_on_a_results_file_of_greedy_and_sampled_answers(toy_
     assert len(ids) == 60 and ids[:3] == ["t0", "t0~s1", "t0~s2"]
     assert [json.loads(line).get("temperature") for line in batch.read_text().splitlines()[:3]] == [0.0, 1.2, 1.2]
     args = ["train-heads", prompts, "--model", toy_model_path, "--epochs", "2", "--answers", str(results)]
+    args += ["--precision", "f32"]
     first = CliRunner().invoke(main, [*args, "--work-dir", str(tmp_path / "w1"), "-o", str(tmp_path / "a.gguf")])
     assert first.exit_code == 0, first.output
     assert "answers: 60 (" in first.output and "distill.results.jsonl" in first.output
     head = RecurrentHead.load(str(tmp_path / "a.gguf"))
     assert head.metadata["answers"] == "60" and head.metadata["answers_from"] == "distill.results.jsonl"
     assert 0 < float(head.metadata["answers_on_greedy_paths"]) < 1  # the sampled answers part from greedy
+    assert head.metadata["gate_precision"] == "f32" and head.metadata["row_cost"] == "0.4"
     # A row per answer token (answers of 2 tokens or more); the two prompts of twenty
     # held out (every tenth) with all three of their answers.
     lengths = {}
