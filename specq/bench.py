@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from specq.bench_external import TimedBaseline
 from specq.requests.inputs import GenerationDefaults, PromptSpec, to_request
+from specq.specdec.draft_costs import MeasuredCosts
 from specq.specdec.engine import Engine
 from specq.specdec.model import KVCache, LlamaModel, Segment
 from specq.specdec.proposers import Proposer
@@ -135,7 +136,7 @@ def run_bench(
     with `row_curve` (row counts), the cost of a forward of that many rows."""
     if all(c.proposer != BASELINE for c in configs):
         configs = [BenchConfig(BASELINE, 1), *configs]
-    engines = {c.proposer: Engine(model, tokenizer, make_proposer(c.proposer)) for c in configs}
+    engines = {c.proposer: Engine(model, tokenizer, make_proposer(c.proposer), MeasuredCosts()) for c in configs}
     passes: list[tuple[str, Callable[[], list[Run]]]] = []
     for config in configs:
         requests = [(spec, to_request(spec, tokenizer, _with_k(defaults, config.k))) for spec in specs]

@@ -146,6 +146,27 @@ def test_bench_precision_on_a_toy(q4_model, tmp_path):
             assert ratio == "1.00" and same == "3"  # f32 against itself
 
 
+# --- bench_draft_costs.py ---------------------------------------------------------------
+
+
+def test_bench_draft_costs_on_a_toy(q4_model, tmp_path):
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 3)
+    small = "--batch-size 1,2 --repeat 2 --max-tokens 6 --precision f32 --proposer ngram".split()
+    out = ok(run_script("bench_draft_costs.py", "--model", q4_model, "--input", prompts, *small))
+    for size in (1, 2):
+        assert f"batch size {size}, 3 requests, 2 repetitions, f32:" in out, out
+    rows = re.findall(
+        r"^  (plain|lone costs|measured costs) +([\d.]+) tokens/s +([\d.]+)x plain .*drafted (\d+), accepted (\d+)$",
+        out,
+        re.M,
+    )
+    assert [name for name, *_ in rows] == ["plain", "lone costs", "measured costs"] * 2, out
+    for name, rate, ratio, drafted, accepted in rows:
+        assert float(rate) > 0 and int(accepted) <= int(drafted)
+        if name == "plain":
+            assert ratio == "1.000" and drafted == "0"
+
+
 # --- bench_qkernels.py -----------------------------------------------------------------
 
 

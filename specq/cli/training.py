@@ -98,6 +98,8 @@ def train_heads(
     from specq.specdec.loader import load_engine
     from specq.training.run import train_heads_file
 
+    if results_path and click.get_current_context().get_parameter_source("batch_size").name != "DEFAULT":
+        raise click.ClickException("--batch-size sets how many answers are decoded together; with --answers none are")
     out_dir = os.path.dirname(os.path.abspath(out_path))
     if not os.path.isdir(out_dir):
         raise click.ClickException(f"cannot write {out_path}: no directory {out_dir}")

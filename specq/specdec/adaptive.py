@@ -5,16 +5,15 @@ where c_i is the chance that draft i is accepted once drafts 0..i-1 were, and co
 about base + k * (row_cost + draft_cost) plain steps. The engine picks the k in
 0..k_max with the most tokens per unit of cost; k = 0 is plain decoding.
 
-The engine's base is 1: a request's one row streams all the weights. `base` and
-`row_cost` let other costs be modeled (scripts/replay_drafts.py). In a batched round
-the weights are streamed once for every request, so a request's share of the round
-is about 0.57 of a step at 8 requests while a draft still adds 0.40 at f32 (at int16:
-0.32 and 0.15; `specq bench --batch-size 8` measures both): drafts pay there only
-where they are right most of the time. The engine still decides every request as if alone. Weighing the batch
-was tried: a fresh request's estimate (0.5) is below what pays in a full batch, so it
-never drafts and never learns where drafts would pay; the replay models +3% from it
-for batches of 8, which wall times on this machine could not show
-(docs/performance.md).
+Alone, base is 1 (a request's one row streams all the weights) and a row costs
+ROW_COSTS of its precision. In a batched round the weights are streamed once for
+every request, so a request's share of the round is about a third of a step at 8
+requests at int16 while a draft row still adds about a fifth of one: drafts pay
+there only where they are right most of the time. A greedy request decides by the
+costs the engine measures for its round (draft_costs.py, in units of its share of
+the round: base 1), once it has judged a draft or two; a fresh request, and one
+whose evidence has faded while it did not draft, decides as if alone, so that it
+learns where drafts pay. A sampled request always decides as if alone (below).
 
 The estimates are counts decayed every round towards a prior, so that a request whose
 drafts stopped paying (k = 0, nothing measured) drifts back to the prior and tries
@@ -48,7 +47,8 @@ PRIOR_REACHED = 2.0
 # request the draft length changes which tokens the seeded draws pick (the
 # distribution is exact either way), so a length that depended on a machine's timings
 # would make a request resumed on another worker, or decoded by `specq generate`,
-# part from the same request decoded in one go.
+# part from the same request decoded in one go. (A greedy request, whose tokens are
+# the same whatever it drafts, drafts by the engine's timings: draft_costs.py.)
 ROW_COSTS = {"f32": 0.40, "int16": 0.20, "int8": 0.16}
 ROW_COST = ROW_COSTS["f32"]  # what the shipped heads' trees and gates were chosen for (specq.training)
 

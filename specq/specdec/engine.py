@@ -22,6 +22,7 @@ from specq.errors import ParameterError
 from specq.specdec.acceptance import accept, accept_tree_greedy, resolve_rule
 from specq.specdec.adaptive import ROW_COSTS, choose_k
 from specq.specdec.completion_text import completion_text, final_text_so_far
+from specq.specdec.draft_costs import MeasuredCosts, RoundCosts
 from specq.specdec.model import LlamaModel, Segment, SegmentOutput
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
 from specq.specdec.rng import uniform
@@ -29,15 +30,27 @@ from specq.specdec.state import DecodeState, GenerationRequest, Metrics
 from specq.specdec.stops import truncate_at_stop
 from specq.specdec.tokenizer import Tokenizer
 
+# A request drafts by the measured costs once the drafts it judged lately weigh this
+# much (decayed counts, adaptive.DECAY and IDLE_DECAY): after its first drafting
+# round; a request whose drafts do not pay at the measured costs explores again
+# after 14 to 25 rounds without drafts, a round's loss spread over them.
+EXPLORED = 0.5
+
 
 class Engine:
     """A target model, its tokenizer and a proposer, loaded once and shared by any
     number of decodes."""
 
-    def __init__(self, model: LlamaModel, tokenizer: Tokenizer, proposer: Proposer) -> None:
+    def __init__(
+        self, model: LlamaModel, tokenizer: Tokenizer, proposer: Proposer, costs: MeasuredCosts | None = None
+    ) -> None:
+        """`costs`: time the forwards and drafts, and let greedy requests draft by
+        what rows cost here and now (draft_costs.py); without, every request drafts
+        by the lone, constant figures, and its metrics are a function of its inputs."""
         self.model = model
         self.tokenizer = tokenizer
         self.proposer = proposer
+        self.costs = costs
 
     def start(self, request: GenerationRequest) -> DecodeState:
         """A fresh state for `request`, validated against this model."""
@@ -109,6 +122,17 @@ class Engine:
             states[index] = state
         return states
 
+    def record(self, planned: Sequence[PlannedRound], forward_s: float) -> None:
+        """Time a round for the measured costs: its drafts, and its forward unless a
+        prompt's prefill took part (its rows cost less: only its last row's logits)."""
+        if self.costs is None:
+            return
+        for p in planned:
+            if p.asked:
+                self.costs.record_draft(max(p.draft.depth, 1), p.propose_s)
+        if not any(p.prefill for p in planned):
+            self.costs.record_forward(sum(p.segment.n for p in planned), forward_s)
+
     def text(self, state: DecodeState) -> str:
         return completion_text(self.tokenizer, state)
 
@@ -151,8 +175,13 @@ class DecodeGroup:
     def round(self) -> list[tuple[Hashable, DecodeState]]:
         """One round for every request; finished ones stay until dropped."""
         active = [(key, s) for key, s in self.sessions.items() if not s.state.finished]
-        planned = [session.plan() for _, session in active]
+        costs = self.engine.costs
+        # Each request's plain round is one row (a prefill's are timed apart, below).
+        round_costs = costs.for_round(len(active), len(active)) if costs else None
+        planned = [session.plan(round_costs) for _, session in active]
+        t0 = perf_counter()
         outputs = self.engine.model.forward([p.segment for p in planned])
+        self.engine.record(planned, perf_counter() - t0)
         return [(key, session.finish(p, out, out.seconds)) for (key, session), p, out in zip(active, planned, outputs)]
 
 
@@ -161,6 +190,8 @@ class PlannedRound:
     draft: Draft
     segment: Segment  # the rows this round adds to the target forward
     propose_s: float
+    asked: bool = False  # the proposer was asked for drafts (its time is a draft's cost)
+    prefill: bool = False
 
 
 class DecodeSession:
@@ -182,22 +213,28 @@ class DecodeSession:
 
     def step(self) -> DecodeState:
         """One round; returns (and keeps) the new committed state."""
-        planned = self.plan()
+        costs = self.engine.costs
+        planned = self.plan(costs.for_round(1, 1) if costs else None)
         t0 = perf_counter()
         out = self.model.forward([planned.segment])[0]
-        return self.finish(planned, out, perf_counter() - t0)
+        forward_s = perf_counter() - t0
+        self.engine.record([planned], forward_s)
+        return self.finish(planned, out, forward_s)
 
-    def plan(self) -> PlannedRound:
+    def plan(self, round_costs: RoundCosts | None = None) -> PlannedRound:
         """Propose, and lay out this round's rows for the target forward. The
-        forward itself may be shared with other sessions' rounds (run_many)."""
+        forward itself may be shared with other sessions' rounds (run_many), whose
+        measured costs `round_costs` gives."""
         state = self.state
         assert not state.finished, "a round of a finished request"
         req = state.request
         if not state.output_ids:
             # The prefill forward over the prompt emits output token 0.
-            return PlannedRound(Draft(), Segment(self.cache, req.prompt_ids, 0, all_logits=False), 0.0)
+            segment = Segment(self.cache, req.prompt_ids, 0, all_logits=False)
+            return PlannedRound(Draft(), segment, 0.0, prefill=True)
         ids = state.all_ids
-        k = self._draft_budget()
+        round_costs = round_costs if self._measured(round_costs) else None
+        k = self._draft_budget(round_costs)
         t0 = perf_counter()
         draft = Draft()
         if k > 0:
@@ -212,6 +249,7 @@ class DecodeSession:
                     tree_ok=self.rule == "greedy",
                     # A tree's rows take cache slots up to len(ids) - 1 + rows, inside the context.
                     max_rows=self.model.config.context_length - len(ids),
+                    row_cost=round_costs.row if round_costs else None,
                 ),
                 k,
             )
@@ -221,7 +259,7 @@ class DecodeSession:
             assert self.rule == "greedy" and len(draft.tokens) <= self.model.config.context_length - len(ids)
             parents = (-1,) + tuple(p + 1 for p in draft.parents)  # draft token i is row i + 1
         segment = Segment(self.cache, (ids[-1],) + draft.tokens, len(ids) - 1, parents=parents)
-        return PlannedRound(draft, segment, perf_counter() - t0)
+        return PlannedRound(draft, segment, perf_counter() - t0, asked=k > 0)
 
     def finish(self, planned: PlannedRound, out: SegmentOutput, forward_s: float) -> DecodeState:
         """Accept and commit, given the target's output for the planned rows."""
@@ -286,16 +324,32 @@ class DecodeSession:
             ),
         )
 
-    def _draft_budget(self) -> int:
+    def _measured(self, round_costs: RoundCosts | None) -> bool:
+        """Whether this round drafts by the measured costs: only a greedy request's
+        tokens are the same whatever it drafts (draft_costs.py), and only one that
+        has judged a few drafts of late: the rest explore at the lone figures, or a
+        request would never learn that its drafts are right often enough to pay in
+        a batch, nor notice when they become so (its evidence fades while it does
+        not draft, adaptive.IDLE_DECAY)."""
+        req = self.state.request
+        if round_costs is None or not (req.adaptive and req.sampling.greedy):
+            return False
+        reached = self.state.acceptance.reached
+        return bool(reached) and reached[0] >= EXPLORED
+
+    def _draft_budget(self, round_costs: RoundCosts | None = None) -> int:
         """Drafts that fit and pay: a round emits up to k+1 tokens, never past
         max_tokens; its k+1 rows must fit the context with room for the token it
-        emits; with `adaptive`, k is what the measured acceptance says pays best."""
+        emits; with `adaptive`, k is what the measured acceptance says pays best, at
+        this round's measured costs or else the lone, constant ones."""
         state = self.state
         req = state.request
         remaining = req.max_tokens - len(state.output_ids)
         room = self.model.config.context_length - len(state.all_ids) - 1
         k = req.k
-        if req.adaptive:
+        if req.adaptive and round_costs is not None:
+            k = choose_k(state.acceptance, req.k, round_costs.draft, row_cost=round_costs.row)
+        elif req.adaptive:
             k = choose_k(
                 state.acceptance, req.k, self.engine.proposer.draft_cost, row_cost=ROW_COSTS[self.model.precision]
             )

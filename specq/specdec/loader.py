@@ -8,6 +8,7 @@ import os
 
 from specq.errors import ModelFileError, ParameterError
 from specq.specdec import model_cache
+from specq.specdec.draft_costs import MeasuredCosts
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.model import LlamaModel
@@ -72,7 +73,7 @@ def load_engine(
     chosen = make_proposer(
         proposer, model, tokenizer, draft_model_path=draft_model_path, medusa_heads_path=medusa_heads_path
     )
-    return Engine(model, tokenizer, chosen)
+    return Engine(model, tokenizer, chosen, MeasuredCosts())
 
 
 def shipped_heads_for(model_sha256: str) -> str | None:

@@ -55,3 +55,20 @@ def choose_gate(confidence: np.ndarray, right: np.ndarray, row_cost: float, draf
                 best, best_rate, best_tokens = (g1, g2), r, tokens
     ungated = max(rate(confidence, right, (0.0, 0.0), row_cost, draft_cost, d)[1] for d in range(1, depth + 1))
     return GateChoice(best, best_tokens, best_rate, ungated)
+
+
+# Row costs relative to a request's plain round at which the table picks a gate:
+# alone a row costs 0.16 to 0.4 of a step (int8 to f32); in a decode group of 8 at
+# int16 about 0.7 of a request's share of the round, of 32 about 0.9.
+ROW_COST_GRID = (0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5)
+# A head step's cost as a share of a row's: 0.06 against 0.20 alone at int16, and
+# about 0.21 against 0.72 of a request's share in a round of 8 (measured,
+# docs/performance.md), so one figure serves at every cost.
+DRAFT_PER_ROW = 0.3
+
+
+def gate_table(confidence: np.ndarray, right: np.ndarray) -> list[tuple[float, GateChoice]]:
+    """The best gate at each row cost of ROW_COST_GRID, with what it expects: where
+    even the best expects fewer tokens per unit of cost than plain decoding (1.0), a
+    proposer reading the table does not draft with the head at that cost."""
+    return [(cost, choose_gate(confidence, right, cost, DRAFT_PER_ROW * cost)) for cost in ROW_COST_GRID]

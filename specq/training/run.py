@@ -22,11 +22,11 @@ from specq.specdec.gguf_file import file_sha256
 from specq.specdec.matmul import dequantized
 from specq.specdec.proposers import MedusaHeads, MedusaProposer, NoProposer
 from specq.specdec.proposers.medusa import format_tree
-from specq.specdec.proposers.recurrent import RecurrentHead, RecurrentHeadProposer
+from specq.specdec.proposers.recurrent import GateAtCost, RecurrentHead, RecurrentHeadProposer, format_gate_table
 from specq.specdec.sampling import SamplingParams
 from specq.training.distill import Answer, distill, read_results
 from specq.training.features import Features, collect_features
-from specq.training.gate import choose_gate
+from specq.training.gate import choose_gate, gate_table
 from specq.training.heads import TrainConfig, accuracy, label_ranks, train_heads
 from specq.training.recurrent import RecurrentConfig, chain_accuracy, chain_ranks, train_recurrent
 from specq.training.tree_shape import choose_tree
@@ -209,6 +209,13 @@ def _train_recurrent(
     for precision, row_cost in ROW_COSTS.items():
         gates[precision] = choose_gate(confidence, ranks == 0, row_cost, RecurrentHeadProposer.draft_cost)
     gate = gates[engine.model.precision]
+    # ... and a gate for each cost a row may have relative to a request's share of a
+    # batched round, which the engine measures as it runs.
+    table = [GateAtCost(cost, c.gate, c.tokens_per_cost) for cost, c in gate_table(confidence, ranks == 0)]
+    say(
+        "gates by row cost: "
+        + ", ".join(f"{e.row_cost:g}: {e.gate[0]:.2f}/{e.gate[1]:.2f} ({e.tokens_per_cost:.3f})" for e in table)
+    )
     say(
         f"gate at {engine.model.precision}: confidence {gate.gate[0]:.2f} for the first draft, {gate.gate[1]:.2f} "
         f"after; {gate.tokens_per_round:.2f} tokens a round expected, {gate.tokens_per_cost:.3f} per step-cost "
@@ -221,6 +228,7 @@ def _train_recurrent(
             for precision, choice in gates.items()
         },
         "gate_precision": engine.model.precision,
+        "gate_by_row_cost": format_gate_table(table),
         "gate_expected_tokens_per_round": f"{gate.tokens_per_round:.4f}",
         "gate_expected_tokens_per_cost": f"{gate.tokens_per_cost:.4f}",
         "ungated_expected_tokens_per_cost": f"{gate.ungated_tokens_per_cost:.4f}",

@@ -22,6 +22,7 @@ from specq.errors import ModelFileError, SpecqError
 from specq.queue.store import BatchStore, Lease
 from specq.requests.checkpoint import fingerprint
 from specq.requests.config import BatchConfig
+from specq.specdec.draft_costs import MeasuredCosts
 from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import file_sha256
 from specq.worker.breaker import Breaker
@@ -131,7 +132,7 @@ def load_for_batch(config: BatchConfig) -> LoadedEngine:
     except SpecqError as exc:
         proposer, degraded = NoProposer(), f"proposer {config.proposer!r} unavailable ({exc}); decoding without it"
     guard = None if degraded or config.proposer == "none" else GuardedProposer(proposer)
-    engine = Engine(model, tokenizer, guard or proposer)
+    engine = Engine(model, tokenizer, guard or proposer, MeasuredCosts())
     if engine.model.fingerprint != config.model_sha256:
         raise ModelFileError(
             f"this machine's model {engine.model.path} (sha256 {engine.model.fingerprint[:12]}) is not the one "

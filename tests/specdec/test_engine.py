@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from model_helpers import random_recurrent_head
 from stats import chi_square, chi_square_critical
 
 from specq.errors import ModelFileError, ParameterError
@@ -53,21 +54,6 @@ def random_heads(model, n_heads: int = 4, seed: int = 0, scale: float = 0.05) ->
     return MedusaHeads(
         weights=(rng.normal(size=(n_heads, d, d)) * scale).astype(np.float32),
         biases=(rng.normal(size=(n_heads, d)) * scale).astype(np.float32),
-        target_fingerprint=model.fingerprint,
-        metadata={"made_by": "test"},
-    )
-
-
-def random_recurrent_head(model, seed: int = 0, scale: float = 0.05, hidden: int = 32) -> RecurrentHead:
-    """Random weights (stored as Q8_0, as trained heads are), and a draft vocabulary of
-    every other token: drafts outside it are impossible, as with a real head's."""
-    rng = np.random.default_rng(seed)
-    d = model.config.d_model
-    return RecurrentHead.from_float(
-        w_in=rng.normal(size=(2 * d, hidden)) * scale,
-        b_in=rng.normal(size=hidden) * scale,
-        w_out=rng.normal(size=(hidden, d)) * scale,
-        vocab=np.arange(0, model.config.vocab_size, 2, dtype=np.int64),
         target_fingerprint=model.fingerprint,
         metadata={"made_by": "test"},
     )

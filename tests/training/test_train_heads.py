@@ -241,6 +241,12 @@ def test_the_command_trains_a_recurrent_head_by_default(toy_model_path, tmp_path
 
     for key in ("gate", "gate_int16", "gate_int8"):
         assert len(parse_gate(head.metadata[key])) == 2
+    # ... and one for each row cost a batched round may measure.
+    from specq.specdec.proposers.recurrent import parse_gate_table
+    from specq.training.gate import ROW_COST_GRID
+
+    table = parse_gate_table(head.metadata["gate_by_row_cost"])
+    assert tuple(e.row_cost for e in table) == ROW_COST_GRID
     # Trained at the precision the command line resolves `auto` to, as every command does.
     from specq.specdec.precision import AUTO, resolve
 
@@ -297,6 +303,19 @@ def test_the_gate_drafts_only_guesses_that_pay():
     choice = choose_gate(confidence, right, 0.4, 0.05)
     assert 0.3 <= choice.gate[0] < 0.9 and choice.gate[1] < 0.8
     assert choice.tokens_per_cost == pytest.approx(per_cost) and choice.ungated_tokens_per_cost < per_cost
+
+
+def test_the_gate_table_tightens_with_the_row_cost_and_says_where_drafting_loses():
+    from specq.training.gate import gate_table
+
+    # Confidence tells right from wrong only roughly: right 90% at 0.9, 60% at 0.6, 20% at 0.3.
+    confidence = np.repeat([[0.9, 0.9], [0.6, 0.6], [0.3, 0.3]], 10, axis=0)
+    right = np.array([[i < n] * 2 for n in (9, 6, 2) for i in range(10)])
+    table = gate_table(confidence, right)
+    firsts = [choice.gate[0] for _, choice in table]
+    assert firsts == sorted(firsts) and firsts[0] < firsts[-1], firsts
+    rates = [choice.tokens_per_cost for _, choice in table]
+    assert rates[0] > 1.0 > rates[-1]  # cheap rows pay, rows dearer than the plain round do not
 
 
 @pytest.mark.slow  # trains a head end to end
@@ -435,4 +454,13 @@ def test_a_results_file_that_is_not_of_the_prompts_is_one_line(toy_model_path, t
         assert out.exit_code == 1 and "Traceback" not in out.output
         lines = [line for line in out.output.strip().splitlines() if not line.startswith("[")]
         assert len(lines) == 1 and what in lines[0], out.output
+    # A batch size would decode nothing here: said, not silently ignored.
+    out = CliRunner().invoke(
+        main,
+        ["train-heads", prompts, "--model", toy_model_path, "--answers", str(results), "--batch-size", "4"]
+        + ["-o", str(tmp_path / "h.gguf"), "--work-dir", str(tmp_path / "w")],
+    )
+    assert out.exit_code == 1 and out.output.strip().splitlines() == [
+        "Error: --batch-size sets how many answers are decoded together; with --answers none are"
+    ]
     assert not (tmp_path / "h.gguf").exists()

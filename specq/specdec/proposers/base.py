@@ -53,6 +53,10 @@ class ProposeContext:
     want_p_draft: bool  # the acceptance rule needs p_draft
     tree_ok: bool = False  # the rule is greedy, which verifies tree drafts
     max_rows: int = 0  # a tree may have at most this many tokens (cache and context room); 0: k
+    # A verification row's cost relative to the request's share of this round, when
+    # the engine measured it (greedy requests, specdec/draft_costs.py); None: the
+    # proposer drafts by the lone figures its gate was chosen for.
+    row_cost: float | None = None
 
 
 class ProposerSession(Protocol):

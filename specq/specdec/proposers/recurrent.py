@@ -21,6 +21,7 @@ token outside it is rare in the model's own answers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -177,6 +178,33 @@ def parse_gate(text: str) -> tuple[float, ...]:
     return gate
 
 
+@dataclass(frozen=True)
+class GateAtCost:
+    row_cost: float  # a verification row's cost relative to the request's plain round
+    gate: tuple[float, ...]
+    tokens_per_cost: float  # expected on the held-out answers at that cost; <= 1: drafting loses
+
+
+def format_gate_table(table: Sequence[GateAtCost]) -> str:
+    return ";".join(f"{e.row_cost:g}:{','.join(f'{g:.2f}' for g in e.gate)},{e.tokens_per_cost:.4f}" for e in table)
+
+
+def parse_gate_table(text: str) -> tuple[GateAtCost, ...]:
+    """ "0.2:0.45,0.70,1.1530;0.6:..." -> entries by row cost: the gate (one figure a
+    depth, the last for deeper ones) and the tokens per unit of cost it expects."""
+    table = []
+    try:
+        for item in text.split(";"):
+            cost, figures = item.split(":")
+            *gate, rate = (float(x) for x in figures.split(","))
+            table.append(GateAtCost(float(cost), tuple(gate), rate))
+    except ValueError:
+        table = []
+    if not table or any(e.row_cost <= 0 or not e.gate or not all(0.0 <= g <= 1.0 for g in e.gate) for e in table):
+        raise ModelFileError(f"recurrent heads: gate table {text!r} is not a list of cost:gate...,rate entries")
+    return tuple(sorted(table, key=lambda e: e.row_cost))
+
+
 class RecurrentHeadProposer:
     name = "medusa"
     # Per drafted token: the head's two Q8_0 products (1.8 M weights) and the draft
@@ -195,6 +223,9 @@ class RecurrentHeadProposer:
         self.model = model
         self.head = head
         self.rows = draft_output_head(model, head.vocab)
+        table = head.metadata.get("gate_by_row_cost")
+        # An explicit gate is the caller's choice at every cost; so is a file without a table.
+        self.gate_table = parse_gate_table(table) if table and gate is None else ()
         if gate is None:
             stored = head.metadata.get(f"gate_{model.precision}") or head.metadata.get("gate")
             gate = parse_gate(stored) if stored else (0.0,)
@@ -203,8 +234,17 @@ class RecurrentHeadProposer:
     def session(self) -> RecurrentHeadProposer:
         return self
 
+    def gate_at(self, row_cost: float | None) -> tuple[float, ...] | None:
+        """The gate for a row of this relative cost (the table's nearest entry, on a
+        log scale), or None where no gate makes the head's drafts pay there."""
+        if row_cost is None or not self.gate_table:
+            return self.gate
+        entry = min(self.gate_table, key=lambda e: abs(np.log(e.row_cost / max(row_cost, 1e-6))))
+        return entry.gate if entry.tokens_per_cost > 1.0 else None
+
     def propose(self, ctx: ProposeContext, k: int) -> Draft:
-        if k <= 0:
+        gate = self.gate_at(ctx.row_cost)
+        if k <= 0 or gate is None:
             return Draft()
         vocab_size = self.model.config.vocab_size
         state = np.asarray(ctx.last_hidden, dtype=np.float32)[None, :]
@@ -217,7 +257,7 @@ class RecurrentHeadProposer:
             # The gate reads the head's own distribution at temperature 1, whatever the
             # request's sampling: the draft's length depends on the draft side only, so
             # the acceptance rules stay exact.
-            if 1.0 / np.exp(logits - logits[best]).sum() < self.gate[min(i, len(self.gate) - 1)]:
+            if 1.0 / np.exp(logits - logits[best]).sum() < gate[min(i, len(gate) - 1)]:
                 break
             if not (ctx.stochastic or ctx.want_p_draft):
                 token = int(self.head.vocab[best])

@@ -1,0 +1,188 @@
+"""Drafting by measured costs: the engine times its forwards and drafts, and a greedy
+request drafts by what rows cost in its round, its tokens unchanged; a sampled
+request keeps the lone, constant figures, bit for bit; a fresh request explores; a
+recurrent head's gate follows the row cost, and stays off where no gate pays."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from model_helpers import random_recurrent_head
+
+from specq.errors import ModelFileError
+from specq.specdec.adaptive import AcceptanceStats
+from specq.specdec.draft_costs import MAX_ROWS, MeasuredCosts, RoundCosts
+from specq.specdec.engine import Engine
+from specq.specdec.loader import load_model_and_tokenizer
+from specq.specdec.proposers import DraftModelProposer, NoProposer, RecurrentHeadProposer
+from specq.specdec.proposers.base import ProposeContext
+from specq.specdec.proposers.recurrent import GateAtCost, format_gate_table, parse_gate_table
+from specq.specdec.sampling import SamplingParams
+from specq.specdec.state import DecodeState, GenerationRequest
+
+PROMPT = "the cat sat on the mat and the cat"
+
+
+@pytest.fixture(scope="module")
+def toy(toy_model_path):
+    return load_model_and_tokenizer(toy_model_path)
+
+
+class SaidCosts(MeasuredCosts):
+    """Costs as a test says they are (real timings are the machine's), recording
+    what the engine timed."""
+
+    def __init__(self, row: float, draft: float = 0.0) -> None:
+        super().__init__()
+        self.said = RoundCosts(row=row, draft=draft)
+        self.asked: list[tuple[int, int]] = []
+
+    def for_round(self, rows: int, requests: int) -> RoundCosts | None:
+        self.asked.append((rows, requests))
+        return self.said
+
+
+def _request(tokenizer, **kwargs) -> GenerationRequest:
+    ids = tuple(tokenizer.encode_chat([{"role": "user", "content": PROMPT}]))
+    kwargs.setdefault("max_tokens", 60)
+    return GenerationRequest(prompt_ids=ids, k=4, adaptive=True, **kwargs)
+
+
+def test_the_costs_are_the_slope_of_the_forward_time_over_a_requests_share():
+    costs = MeasuredCosts()
+    assert costs.for_round(8, 8) is None
+    for _ in range(3):
+        costs.record_forward(8, 0.026)
+    costs.record_draft(2, 0.001)
+    assert costs.for_round(8, 8) is None, "one row count gives no slope"
+    for rows in range(1, 25):  # 10 ms + 2 ms a row
+        costs.record_forward(rows, 0.010 + 0.002 * rows)
+    round_of_8 = costs.for_round(8, 8)
+    assert round_of_8.row == pytest.approx(0.002 / (0.026 / 8))  # 0.62 of a request's share
+    assert round_of_8.draft == pytest.approx(0.0005 / (0.026 / 8))
+    alone = costs.for_round(1, 1)
+    assert alone.row == pytest.approx(0.002 / 0.012)
+    # A request in a round of 8 pays a row far more dearly than one alone.
+    assert round_of_8.row > 3 * alone.row
+
+
+def test_timings_follow_the_machine_and_ignore_what_says_nothing():
+    costs = MeasuredCosts()
+    costs.record_draft(1, 0.0)
+    for _ in range(20):
+        costs.record_forward(4, 1.0)
+        costs.record_forward(5, 1.2)
+    for _ in range(30):  # the machine got twice as slow
+        costs.record_forward(4, 2.0)
+        costs.record_forward(5, 2.4)
+    assert costs.for_round(4, 4).row == pytest.approx(0.4 / 0.5, rel=0.05)
+    costs.record_forward(MAX_ROWS + 1, 1.0)  # a long prompt's forward
+    costs.record_forward(3, -1.0)
+    assert costs._samples[MAX_ROWS] == 0 and costs._samples[3] == 0
+    noisy = MeasuredCosts()
+    noisy.record_draft(1, 0.0)
+    for _ in range(3):
+        noisy.record_forward(6, 2.0)
+        noisy.record_forward(7, 1.0)  # more rows, less time: noise, not a cost
+    assert noisy.for_round(6, 6) is None
+
+
+def test_an_engine_times_its_rounds_but_not_a_prefill(toy):
+    model, tokenizer = toy
+    costs = MeasuredCosts()
+    engine = Engine(model, tokenizer, DraftModelProposer(model, draft_cost=0.0), costs)
+    request = _request(tokenizer)
+    engine.run_many([request] * 3, group_size=3)
+    timed = set(np.flatnonzero(costs._samples))
+    assert timed and min(timed) >= 3, "every round has a row of each of the 3 requests"
+    assert len(request.prompt_ids) not in timed and 3 * len(request.prompt_ids) not in timed
+    assert costs._drafts > 0
+    measured = costs.for_round(3, 3)
+    assert measured is not None and measured.row > 0 and measured.draft > 0
+
+
+@pytest.mark.parametrize("requests", [1, 4])
+def test_greedy_requests_draft_by_the_costs_and_emit_the_same_tokens(toy, requests):
+    model, tokenizer = toy
+    # The target itself, free: every draft is right.
+    proposer = DraftModelProposer(model, draft_cost=0.0)
+    plain = Engine(model, tokenizer, NoProposer()).run(_request(tokenizer))
+    cheap, dear = SaidCosts(row=0.01), SaidCosts(row=50.0)
+    drafted = {}
+    for name, costs in (("cheap", cheap), ("dear", dear), ("lone", None)):
+        states = Engine(model, tokenizer, proposer, costs).run_many([_request(tokenizer)] * requests, group_size=4)
+        assert all(s.output_ids == plain.output_ids for s in states), name
+        drafted[name] = sum(s.metrics.drafted for s in states)
+        if name == "dear":
+            # Drafting only to explore: the first decode round, then once in 14 or more.
+            for s in states:
+                assert 1 <= s.metrics.drafted_per_position[0] <= 1 + s.metrics.target_forwards // 14
+    assert (requests, requests) in dear.asked, "the round's rows and requests were asked about"
+    assert drafted["cheap"] > drafted["lone"] > drafted["dear"] > 0
+
+
+def test_a_sampled_request_keeps_the_lone_figures_bit_for_bit(toy):
+    model, tokenizer = toy
+    proposer = DraftModelProposer(model, draft_cost=0.0)
+    request = _request(tokenizer, sampling=SamplingParams(temperature=0.8, seed=5))
+    lone = Engine(model, tokenizer, proposer).run(request)
+    for costs in (SaidCosts(row=0.01), SaidCosts(row=50.0)):
+        state = Engine(model, tokenizer, proposer, costs).run(request)
+        assert state.output_ids == lone.output_ids
+        assert state.metrics.drafted_per_position == lone.metrics.drafted_per_position
+        assert state.acceptance == lone.acceptance
+        assert costs.asked, "asked, and not followed"
+
+
+def test_a_request_explores_at_first_and_again_after_rounds_without_drafts(toy):
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, NoProposer(), SaidCosts(row=50.0))
+    state = DecodeState(request=_request(tokenizer), output_ids=(42,))
+    session = engine.session(state)
+    dear = engine.costs.for_round(1, 1)
+    assert session._draft_budget(dear if session._measured(dear) else None) == 1, "fresh: drafts at the lone figures"
+    stats = AcceptanceStats().after_round(1, 1)
+    idle = 0
+    while True:
+        session.state = replace(state, acceptance=stats)
+        k = session._draft_budget(dear if session._measured(dear) else None)
+        if k:
+            break
+        stats = stats.after_round(0, 0)
+        idle += 1
+    # From one judged draft the idle decay (0.95 a round) takes 14 rounds below 0.5.
+    assert idle == 14
+
+
+def test_a_recurrent_heads_gate_follows_the_row_cost(toy):
+    model, _ = toy
+    table = (GateAtCost(0.2, (0.3, 0.6), 1.12), GateAtCost(0.4, (0.7, 0.9), 1.01), GateAtCost(0.8, (0.95,), 0.8))
+    head = random_recurrent_head(model)
+    head = replace(head, metadata={**head.metadata, "gate_by_row_cost": format_gate_table(table)})
+    proposer = RecurrentHeadProposer(model, head)
+    assert proposer.gate_at(0.18) == (0.3, 0.6)
+    assert proposer.gate_at(0.5) == (0.7, 0.9)  # nearer 0.4 than 0.8 on a log scale
+    assert proposer.gate_at(0.7) is None  # the best gate there loses to plain decoding
+    assert proposer.gate_at(None) == proposer.gate  # the lone gate of the file (none stored: 0.0)
+    ctx = ProposeContext(
+        tokens=(1, 5, 9),
+        n_output=1,
+        last_hidden=np.ones(model.config.d_model, np.float32),
+        params=SamplingParams(),
+        stochastic=False,
+        want_p_draft=False,
+    )
+    assert proposer.propose(replace(ctx, row_cost=0.7), 4).tokens == ()
+    assert len(proposer.propose(ctx, 4).tokens) == 4  # ungated
+    # A gate the caller gives holds at every cost.
+    assert RecurrentHeadProposer(model, head, gate=(0.0,)).gate_at(0.7) == (0.0,)
+
+
+def test_a_gate_table_reads_back_and_a_broken_one_is_refused():
+    table = (GateAtCost(0.1, (0.25, 0.55), 1.2372), GateAtCost(1.5, (0.95, 0.95), 0.6626))
+    assert parse_gate_table(format_gate_table(table)) == table
+    for text in ("", "0.2", "0.2:", "x:0.5,1.0", "0.2:1.5,1.1", "-1:0.5,1.0", "0.2:1.1"):
+        with pytest.raises(ModelFileError, match="gate table"):
+            parse_gate_table(text)
