@@ -24,9 +24,13 @@ from dataclasses import dataclass
 import numpy as np
 
 MAX_ROWS = 256  # forwards of more rows (long prompts) say nothing about a decode round
-SMOOTHING = 0.1  # weight of a new timing once a row count has a few: follows a machine's load
+# A row count's time is the median of its last WINDOW timings: it follows the
+# machine's load, and one slow forward (a first call compiling, another process's
+# burst) moves it little. Measured: a first 3-row forward of 56 ms against 11.5 ms
+# once warm made a lone request's rows look 5x their cost, and it stopped drafting.
+WINDOW = 15
+MIN_SAMPLES = 3  # timings a row count needs before its median counts
 SPAN = 16  # the slope is fitted over forwards of the round's rows up to this many more
-MIN_SAMPLES = 3  # timings of at least two row counts in the span before the fit is trusted
 
 
 @dataclass(frozen=True)
@@ -34,8 +38,9 @@ class RoundCosts:
     """Costs relative to a request's share of a plain round (the unit choose_k's
     `base` = 1 stands for)."""
 
-    row: float  # one more verification row
+    row: float  # one more verification row, on the slope of the forward time
     draft: float  # proposing one draft token
+    rows: tuple[float, ...] = ()  # k more rows together, k = 1, 2, ... (where timed)
 
 
 class MeasuredCosts:
@@ -43,37 +48,65 @@ class MeasuredCosts:
     model's timings), shared by every decode of that engine."""
 
     def __init__(self) -> None:
-        self._seconds = np.zeros(MAX_ROWS + 1)
+        self._recent = np.zeros((MAX_ROWS + 1, WINDOW))  # the last timings of each row count
         self._samples = np.zeros(MAX_ROWS + 1, dtype=np.int64)
-        self._draft_seconds = 0.0  # per drafted token
+        self._recent_drafts = np.zeros(2 * WINDOW + 1)  # seconds per drafted token
         self._drafts = 0
 
     def record_forward(self, rows: int, seconds: float) -> None:
         if 1 <= rows <= MAX_ROWS and seconds > 0:
+            self._recent[rows, self._samples[rows] % WINDOW] = seconds
             self._samples[rows] += 1
-            weight = max(SMOOTHING, 1.0 / self._samples[rows])
-            self._seconds[rows] += weight * (seconds - self._seconds[rows])
 
     def record_draft(self, tokens: int, seconds: float) -> None:
         if tokens > 0 and seconds >= 0:
+            self._recent_drafts[self._drafts % len(self._recent_drafts)] = seconds / tokens
             self._drafts += 1
-            weight = max(SMOOTHING, 1.0 / self._drafts)
-            self._draft_seconds += weight * (seconds / tokens - self._draft_seconds)
+
+    def seconds(self, rows: int) -> float | None:
+        """The median time of a forward of `rows` rows, once timed MIN_SAMPLES times."""
+        n = int(self._samples[rows])
+        return float(np.median(self._recent[rows, : min(n, WINDOW)])) if n >= MIN_SAMPLES else None
+
+    def draft_seconds(self) -> float | None:
+        """The mean of the recent drafts' times per token, the slowest left out: the
+        mean, since lookups that cost nothing and head steps that cost 0.06 of a
+        step alternate (a median would take one of them for all); without the
+        slowest, since a first call compiles."""
+        n = min(self._drafts, len(self._recent_drafts))
+        if not n:
+            return None
+        recent = np.sort(self._recent_drafts[:n])
+        return float(recent[: max(1, n - 1)].mean())
 
     def for_round(self, rows: int, requests: int) -> RoundCosts | None:
         """The costs in a round of `rows` plain rows shared by `requests` requests;
         None until the timings around that row count say enough."""
         lo, hi = max(1, rows - 1), min(MAX_ROWS, rows + SPAN)
-        counts = self._samples[lo : hi + 1]
-        seen = np.flatnonzero(counts)
-        if len(seen) < 2 or counts.sum() < MIN_SAMPLES or not self._drafts:
+        timed = [r for r in range(lo, hi + 1) if self._samples[r] >= MIN_SAMPLES]
+        draft = self.draft_seconds()
+        if len(timed) < 2 or draft is None:
             return None
-        x = (lo + seen).astype(np.float64)
-        y = self._seconds[lo + seen]
-        w = np.minimum(counts[seen], 10).astype(np.float64)  # a row count timed often is no truer
+        x = np.array(timed, dtype=np.float64)
+        y = np.array([self.seconds(r) for r in timed])
+        w = np.minimum(self._samples[timed], WINDOW).astype(np.float64)
         x_mean, y_mean = np.average(x, weights=w), np.average(y, weights=w)
         slope = np.sum(w * (x - x_mean) * (y - y_mean)) / np.sum(w * (x - x_mean) ** 2)
-        share = (y_mean + slope * (rows - x_mean)) / max(requests, 1)
+        plain = self.seconds(rows)  # the round without drafts: timed, else on the fitted line
+        share = (plain if plain is not None else y_mean + slope * (rows - x_mean)) / max(requests, 1)
         if not (slope > 0 and share > 0):
             return None  # noise on a busy machine: decide as if alone this round
-        return RoundCosts(row=float(slope / share), draft=float(self._draft_seconds / share))
+        return RoundCosts(row=float(slope / share), draft=float(draft / share), rows=self._rows(rows, share, slope))
+
+    def _rows(self, rows: int, share: float, slope: float) -> tuple[float, ...]:
+        """What k more rows cost, k = 1 .. SPAN: the timed medians' difference where
+        both are timed (alone, 2 rows cost 1.27 of one, 5 rows 1.69: the first extra
+        row costs most), else the slope's; never less than fewer rows cost."""
+        plain = self.seconds(rows)
+        costs, last = [], 0.0
+        for k in range(1, SPAN + 1):
+            more = self.seconds(rows + k) if rows + k <= MAX_ROWS else None
+            extra = (more - plain) / share if plain is not None and more is not None else k * slope / share
+            last = max(last, extra)
+            costs.append(last)
+        return tuple(costs)

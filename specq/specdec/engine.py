@@ -354,7 +354,7 @@ class DecodeSession:
     def _adaptive_k(self, round_costs: RoundCosts | None) -> int:
         stats, k_max = self.state.acceptance, self.state.request.k
         if self._measured(round_costs):
-            return choose_k(stats, k_max, round_costs.draft, row_cost=round_costs.row)
+            return choose_k(stats, k_max, round_costs.draft, row_cost=round_costs.row, rows_cost=round_costs.rows)
         if self.state.request.sampling.greedy and round_costs and round_costs.row + round_costs.draft >= 1.0:
             # Not even a draft that is always right pays where it costs a plain
             # round (rounds of 28 requests measure 0.9 + 0.27): nothing to explore.

@@ -12,7 +12,7 @@ import pytest
 from model_helpers import random_recurrent_head
 
 from specq.errors import ModelFileError
-from specq.specdec.adaptive import AcceptanceStats
+from specq.specdec.adaptive import AcceptanceStats, choose_k
 from specq.specdec.draft_costs import MAX_ROWS, MeasuredCosts, RoundCosts
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_model_and_tokenizer
@@ -58,26 +58,60 @@ def test_the_costs_are_the_slope_of_the_forward_time_over_a_requests_share():
     costs.record_draft(2, 0.001)
     assert costs.for_round(8, 8) is None, "one row count gives no slope"
     for rows in range(1, 25):  # 10 ms + 2 ms a row
-        costs.record_forward(rows, 0.010 + 0.002 * rows)
+        for _ in range(3):
+            costs.record_forward(rows, 0.010 + 0.002 * rows)
     round_of_8 = costs.for_round(8, 8)
     assert round_of_8.row == pytest.approx(0.002 / (0.026 / 8))  # 0.62 of a request's share
     assert round_of_8.draft == pytest.approx(0.0005 / (0.026 / 8))
+    assert round_of_8.rows[:3] == pytest.approx([k * 0.002 / (0.026 / 8) for k in (1, 2, 3)])
     alone = costs.for_round(1, 1)
     assert alone.row == pytest.approx(0.002 / 0.012)
     # A request in a round of 8 pays a row far more dearly than one alone.
     assert round_of_8.row > 3 * alone.row
 
 
-def test_timings_follow_the_machine_and_ignore_what_says_nothing():
+def test_k_rows_cost_what_their_timings_say():
+    """Alone, the first extra row costs most (another kernel takes over from the
+    one-row path): k rows cost the timed difference, not k times the slope."""
     costs = MeasuredCosts()
     costs.record_draft(1, 0.0)
+    for rows, seconds in ((1, 10.0), (2, 13.0), (3, 14.0), (4, 15.0), (5, 14.9)):
+        for _ in range(3):
+            costs.record_forward(rows, seconds)
+    rows = costs.for_round(1, 1).rows
+    assert rows[:4] == pytest.approx([0.3, 0.4, 0.5, 0.5])  # 5 rows timed faster than 4: noise
+    good = AcceptanceStats()
+    for _ in range(30):
+        good = good.after_round(4, 4)
+    assert choose_k(good, 4, 0.0, row_cost=0.3) == 4
+    assert choose_k(good, 4, 0.0, row_cost=0.3, rows_cost=(0.3, 9.0, 9.0, 9.0)) == 1
+
+
+def test_timings_follow_the_machine_and_ignore_what_says_nothing():
+    costs = MeasuredCosts()
+    for _ in range(10):
+        costs.record_draft(1, 0.0)
+    for _ in range(2):
+        costs.record_forward(4, 1.0)
+        costs.record_forward(5, 1.2)
+    assert costs.for_round(4, 4) is None, "two timings of a row count are not enough"
     for _ in range(20):
         costs.record_forward(4, 1.0)
         costs.record_forward(5, 1.2)
-    for _ in range(30):  # the machine got twice as slow
+    assert costs.for_round(4, 4).row == pytest.approx(0.2 / 0.25)
+    for _ in range(10):  # the machine got twice as slow
         costs.record_forward(4, 2.0)
         costs.record_forward(5, 2.4)
-    assert costs.for_round(4, 4).row == pytest.approx(0.4 / 0.5, rel=0.05)
+    assert costs.for_round(4, 4).row == pytest.approx(0.4 / 0.5)
+    for _ in range(3):  # a few slow forwards (another process's burst) change nothing
+        costs.record_forward(5, 60.0)
+    costs.record_draft(1, 5.0)  # nor does one slow draft (a first call compiling)
+    measured = costs.for_round(4, 4)
+    assert measured.row == pytest.approx(0.4 / 0.5) and measured.draft == 0.0
+    # Drafts cost their mean: free lookups and dearer head steps alternate.
+    for seconds in (0.0, 0.3) * 15:
+        costs.record_draft(1, seconds)
+    assert costs.for_round(4, 4).draft == pytest.approx(0.15 / 0.5, rel=0.05)
     costs.record_forward(MAX_ROWS + 1, 1.0)  # a long prompt's forward
     costs.record_forward(3, -1.0)
     assert costs._samples[MAX_ROWS] == 0 and costs._samples[3] == 0
@@ -98,8 +132,8 @@ def test_an_engine_times_its_rounds_but_not_a_prefill(toy):
     timed = set(np.flatnonzero(costs._samples))
     assert timed and min(timed) >= 3, "every round has a row of each of the 3 requests"
     assert len(request.prompt_ids) not in timed and 3 * len(request.prompt_ids) not in timed
-    assert costs._drafts > 0 and costs._draft_seconds > 0
-    assert all(costs._seconds[rows] > 0 for rows in timed)
+    assert costs.draft_seconds() > 0
+    assert all(costs._recent[rows, 0] > 0 for rows in timed)
     # (Whether a toy's sub-millisecond forwards show a slope is the machine's noise.)
 
 
