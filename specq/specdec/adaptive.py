@@ -23,7 +23,6 @@ carries the counts: a resumed decode chooses the same k as the uninterrupted one
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 DECAY = 0.9  # weight of the past per drafting round: about the last 10 of them count
@@ -97,24 +96,16 @@ class AcceptanceStats:
 
 
 def choose_k(
-    stats: AcceptanceStats,
-    k_max: int,
-    draft_cost: float,
-    base: float = 1.0,
-    row_cost: float = ROW_COST,
-    rows_cost: Sequence[float] = (),
+    stats: AcceptanceStats, k_max: int, draft_cost: float, base: float = 1.0, row_cost: float = ROW_COST
 ) -> int:
     """The draft length in 0..k_max with the most expected tokens per unit of cost,
-    for a request whose plain round costs `base` steps and a draft row `row_cost`;
-    `rows_cost[k - 1]`, where given, is what k draft rows together cost (measured:
-    the first extra row of a lone request costs more than the next ones)."""
+    for a request whose plain round costs `base` steps and a draft row `row_cost`."""
     best_k, best_rate = 0, 1.0 / base
     expected, reach = 1.0, 1.0
     for k, c in enumerate(stats.rates(k_max), start=1):
         reach *= c
         expected += reach
-        rows = rows_cost[k - 1] if k <= len(rows_cost) else k * row_cost
-        rate = expected / (base + rows + k * draft_cost)
+        rate = expected / (base + k * (row_cost + draft_cost))
         if rate > best_rate:
             best_k, best_rate = k, rate
     return best_k

@@ -10,9 +10,11 @@ draft must be right far more often to pay, and the lone figures draft at a loss.
 `MeasuredCosts` times every forward the engine runs (by its row count) and every
 draft, and gives a round's costs relative to a request's share of it: the slope of
 the forward time around the round's rows, over the round's time divided among its
-requests. Only greedy requests use it (the engine sees to that): their outputs are
-the target's argmax whatever the drafts, so a length chosen from this machine's
-timings changes how fast they come, never which tokens. A sampled request's draft
+requests. Only greedy requests that share their round use it (the engine sees to
+that; alone, a request drafts by the constant figures, engine.DecodeSession.step
+says why). A greedy request's outputs are the target's argmax whatever the drafts,
+so a length chosen from this machine's timings changes how fast they come, never
+which tokens. A sampled request's draft
 length decides which of its seeded draws pick which tokens, so it keeps the lone,
 constant figures, and batched == single == resumed stays exact for it.
 """
@@ -40,7 +42,6 @@ class RoundCosts:
 
     row: float  # one more verification row, on the slope of the forward time
     draft: float  # proposing one draft token
-    rows: tuple[float, ...] = ()  # k more rows together, k = 1, 2, ... (where timed)
 
 
 class MeasuredCosts:
@@ -96,17 +97,4 @@ class MeasuredCosts:
         share = (plain if plain is not None else y_mean + slope * (rows - x_mean)) / max(requests, 1)
         if not (slope > 0 and share > 0):
             return None  # noise on a busy machine: decide as if alone this round
-        return RoundCosts(row=float(slope / share), draft=float(draft / share), rows=self._rows(rows, share, slope))
-
-    def _rows(self, rows: int, share: float, slope: float) -> tuple[float, ...]:
-        """What k more rows cost, k = 1 .. SPAN: the timed medians' difference where
-        both are timed (alone, 2 rows cost 1.27 of one, 5 rows 1.69: the first extra
-        row costs most), else the slope's; never less than fewer rows cost."""
-        plain = self.seconds(rows)
-        costs, last = [], 0.0
-        for k in range(1, SPAN + 1):
-            more = self.seconds(rows + k) if rows + k <= MAX_ROWS else None
-            extra = (more - plain) / share if plain is not None and more is not None else k * slope / share
-            last = max(last, extra)
-            costs.append(last)
-        return tuple(costs)
+        return RoundCosts(row=float(slope / share), draft=float(draft / share))
