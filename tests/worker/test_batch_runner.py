@@ -28,8 +28,9 @@ def test_a_runner_completes_every_request_as_a_lone_decode_would(client, tmp_pat
     # Greedy requests draft by this machine's measured costs, so their draft counts are
     # the runner's own: the batch's totals are the sums of its results' metrics.
     metrics = [json.loads(raw)["metrics"] for raw in store.results(store.request_ids())]
-    assert stats["drafted"] == sum(m["drafted"] for m in metrics)
-    assert stats["accepted"] == sum(m["accepted"] for m in metrics)
+    # (A batch that drafted nothing, as its timings may decide, has no such counts.)
+    assert stats.get("drafted", 0) == sum(m["drafted"] for m in metrics)
+    assert stats.get("accepted", 0) == sum(m["accepted"] for m in metrics)
     assert client.llen(store.keys.pending) == 0 and store.running() == []
 
 
