@@ -13,7 +13,7 @@ from model_helpers import random_recurrent_head
 
 from specq.errors import ModelFileError
 from specq.specdec.adaptive import AcceptanceStats
-from specq.specdec.draft_costs import MAX_ROWS, MeasuredCosts, RoundCosts
+from specq.specdec.draft_costs import MAX_ROWS, REFIT_EVERY, MeasuredCosts, RoundCosts
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.proposers import DraftModelProposer, NoProposer, RecurrentHeadProposer
@@ -93,7 +93,9 @@ def test_timings_follow_the_machine_and_ignore_what_says_nothing():
     # Drafts cost their mean: free lookups and dearer head steps alternate.
     for seconds in (0.0, 0.3) * 15:
         costs.record_draft(1, seconds)
-    assert costs.for_round(4, 4).draft == pytest.approx(0.15 / 0.5, rel=0.05)
+    refitted = costs.for_round(4, 4)  # after REFIT_EVERY timings: the bursts are in the medians' windows
+    assert refitted.draft == pytest.approx(0.15 / 0.5, rel=0.05)
+    assert refitted.row == pytest.approx(0.4 / 0.5)
     costs.record_forward(MAX_ROWS + 1, 1.0)  # a long prompt's forward
     costs.record_forward(3, -1.0)
     assert costs._samples[MAX_ROWS] == 0 and costs._samples[3] == 0
@@ -221,3 +223,18 @@ def test_a_gate_table_reads_back_and_a_broken_one_is_refused():
     for text in ("", "0.2", "0.2:", "x:0.5,1.0", "0.2:1.5,1.1", "-1:0.5,1.0", "0.2:1.1"):
         with pytest.raises(ModelFileError, match="gate table"):
             parse_gate_table(text)
+
+
+def test_a_fit_is_kept_for_a_few_timings_then_redone():
+    costs = MeasuredCosts()
+    costs.record_draft(1, 0.0)
+    for rows in (4, 5):
+        for _ in range(3):
+            costs.record_forward(rows, 0.1 * rows)
+    first = costs.for_round(4, 4)
+    assert first.row == pytest.approx(0.1 / 0.1)
+    for _ in range(REFIT_EVERY - 1):
+        costs.record_forward(5, 0.7)
+    assert costs.for_round(4, 4) is first, "kept"
+    costs.record_forward(5, 0.7)
+    assert costs.for_round(4, 4).row == pytest.approx(0.3 / 0.1), "redone after REFIT_EVERY timings"
