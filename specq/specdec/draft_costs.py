@@ -47,8 +47,8 @@ class RoundCosts:
 
 
 class MeasuredCosts:
-    """Forward times by row count and draft times, smoothed; one per engine (its
-    model's timings), shared by every decode of that engine."""
+    """Forward times by row count (recent medians) and draft times (a recent mean);
+    one per engine (its model's timings), shared by every decode of that engine."""
 
     def __init__(self) -> None:
         self._recent = np.zeros((MAX_ROWS + 1, WINDOW))  # the last timings of each row count
