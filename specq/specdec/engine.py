@@ -215,10 +215,12 @@ class DecodeSession:
     def step(self) -> DecodeState:
         """One round; returns (and keeps) the new committed state."""
         # Alone, by the constant row cost of the precision, though the forwards are
-        # timed for the rounds a request shares: on the bench mix, drafting by the
-        # timings of lone forwards gave 1.14x to 1.16x plain decoding against 1.20x to
-        # 1.21x by the constants in the same runs (scripts/bench_draft_costs.py), and
-        # the cause is not found; in shared rounds the timings pay (docs/performance.md).
+        # timed for the rounds a request shares. Early versions of the timings lost
+        # alone (1.14x to 1.16x plain decoding against the constants' 1.20x to 1.21x:
+        # a compiling first call's outlier, then k rows at their timed differences);
+        # with medians and the slope, lone requests drafting by timings measured
+        # 1.206x against 1.208x (docs/performance.md). Switching needs the toy-model
+        # tests that count on a lone request drafting to ask for the constants.
         planned = self.plan()
         t0 = perf_counter()
         out = self.model.forward([planned.segment])[0]
