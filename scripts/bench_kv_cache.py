@@ -1,19 +1,22 @@
-"""Whole forwards at an integer precision with the float16 KV cache specq uses, against
-the same model with float32 caches, interleaved in one process (the machine is shared:
-only ratios taken side by side mean anything).
+"""Whole forwards at an integer precision with each KV cache type, interleaved in one
+process (the machine is shared: only ratios taken side by side mean anything):
+float32, float16 (int16's cache) and 8-bit (int8's), model.KV_TYPES.
 
     python scripts/bench_kv_cache.py --precision int16 --context 200
-    python scripts/bench_kv_cache.py --precision int16 --context 500
+    python scripts/bench_kv_cache.py --precision int8 --context 500 --caches float16,int8
     python scripts/bench_kv_cache.py --model toy.gguf --context 8 --trials 1   # a smoke run (Q4_1 blocks needed)
 
-The float32 variant compiles the integer block loop again for float32 caches (specq
-itself compiles it for float16 only) and gives the model float32 caches; everything
-else is the same code.
+For each case (a 1-row step, a 5-row verification, decode rounds of 8 and 32
+sequences) it prints each cache's median time, the ratio to the first cache named,
+and the case's time over the 1-row step's with the same cache (the row-cost figures
+of docs/performance.md). The float32 variant compiles the integer block loop again
+for float32 caches (specq compiles it for float16 and 8-bit caches only).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import time
 from dataclasses import replace
@@ -22,11 +25,12 @@ import numpy as np
 from numba import njit
 from numba.typed import List
 
-from specq.specdec import int8_stack, layer_stack
+from specq.specdec import int8_stack
 from specq.specdec.loader import default_model_path
 from specq.specdec.model import KVCache, LlamaModel, Segment
 
 CASES = [(1, 1), (5, 1), (1, 8), (1, 32)]  # (rows of each sequence, sequences)
+DTYPES = {"float32": np.float32, "float16": np.float16, "int8": np.int8}
 
 
 def with_float32_caches(model: LlamaModel) -> LlamaModel:
@@ -40,8 +44,17 @@ def with_float32_caches(model: LlamaModel) -> LlamaModel:
         return run_many(x, positions, starts, bounds, lists[0], weights, rope, lists[1], lists[2], sizes)
 
     other = LlamaModel(model.config, LlamaModel.load(model.path).weights, precision=model.precision)
-    other._stack = replace(other._stack, compiled=(run_many, run_one), cache=layer_stack.CACHE)
+    other._stack = replace(other._stack, compiled=(run_many, run_one))
     other.new_cache = lambda capacity=256: KVCache(other.config, capacity, np.float32)
+    return other
+
+
+def with_caches(model: LlamaModel, name: str) -> LlamaModel:
+    """The same model (the same weights and compiled stack) keeping caches of `name`."""
+    if name == "float32":
+        return with_float32_caches(model)
+    other = copy.copy(model)
+    other.new_cache = lambda capacity=256: KVCache(other.config, capacity, DTYPES[name])
     return other
 
 
@@ -51,14 +64,18 @@ def main() -> None:
     parser.add_argument("--precision", default="int16", choices=("int16", "int8"))
     parser.add_argument("--context", type=int, default=200)
     parser.add_argument("--trials", type=int, default=15)
+    parser.add_argument("--caches", default="float32,float16,int8", help="cache types, comma-separated")
     args = parser.parse_args()
-    half = LlamaModel.load(args.model or default_model_path(), args.precision)
-    if half._stack is None:
+    names = args.caches.split(",")
+    if not names or any(n not in DTYPES for n in names):
+        parser.error(f"--caches: a comma-separated list of {', '.join(DTYPES)}")
+    base = LlamaModel.load(args.model or default_model_path(), args.precision)
+    if base._stack is None:
         raise SystemExit(
-            f"{half.path}: no compiled integer layer stack at {args.precision} "
+            f"{base.path}: no compiled integer layer stack at {args.precision} "
             "(it needs Q4_1 block matrices, as the default model has)"
         )
-    models = {"float16": half, "float32": with_float32_caches(half)}
+    models = {name: with_caches(base, name) for name in names}
     caches = {}
     for name, model in models.items():
         caches[name] = [model.new_cache(args.context + 8) for _ in range(max(s for _, s in CASES))]
@@ -84,11 +101,16 @@ def main() -> None:
         for case in CASES:
             for name in models:
                 times[(name, case)].append(timed(name, *case))
+    median = {key: statistics.median(t) * 1e3 for key, t in times.items()}
+    first = names[0]
     for case in CASES:
-        full, half_ms = (statistics.median(times[(n, case)]) * 1e3 for n in ("float32", "float16"))
+        parts = [
+            f"{name} {median[(name, case)]:.2f} ms ({median[(first, case)] / median[(name, case)]:.3f}x {first}, "
+            f"{median[(name, case)] / median[(name, CASES[0])]:.2f}x its 1 row)"
+            for name in names
+        ]
         print(
-            f"{args.precision}, context {args.context}, {case[0]} row(s) x {case[1]} sequence(s): "
-            f"float32 cache {full:.2f} ms, float16 {half_ms:.2f} ms, {full / half_ms:.3f}x"
+            f"{args.precision}, context {args.context}, {case[0]} row(s) x {case[1]} sequence(s): " + "; ".join(parts)
         )
 
 

@@ -197,14 +197,16 @@ def test_bench_qkernels_on_a_toy(q4_model):
 @needs_int8
 def test_bench_kv_cache_on_a_toy(q4_model):
     out = ok(run_script("bench_kv_cache.py", "--model", q4_model, "--context", "8", "--trials", "1"))
-    lines = re.findall(
-        r"^int16, context 8, (\d+) row\(s\) x (\d+) sequence\(s\): float32 cache ([\d.]+) ms, "
-        r"float16 ([\d.]+) ms, ([\d.]+)x$",
-        out,
-        re.M,
-    )
-    assert [(int(r), int(s)) for r, s, *_ in lines] == [(1, 1), (5, 1), (1, 8), (1, 32)], out
-    assert all(float(full) > 0 and float(half) > 0 and float(ratio) > 0 for *_, full, half, ratio in lines)
+    cache = r"(float32|float16|int8) ([\d.]+) ms \(([\d.]+)x float32, ([\d.]+)x its 1 row\)"
+    lines = re.findall(r"^int16, context 8, (\d+) row\(s\) x (\d+) sequence\(s\): (.*)$", out, re.M)
+    assert [(int(r), int(s)) for r, s, _ in lines] == [(1, 1), (5, 1), (1, 8), (1, 32)], out
+    for rows, seqs, rest in lines:
+        parts = [re.fullmatch(cache, part) for part in rest.split("; ")]
+        assert all(parts) and [p[1] for p in parts] == ["float32", "float16", "int8"], rest
+        assert float(parts[0][3]) == 1.0 and all(float(p[2]) > 0 and float(p[3]) > 0 for p in parts)
+        if (rows, seqs) == ("1", "1"):
+            assert all(float(p[4]) == 1.0 for p in parts)
+    assert "--caches" in run_script("bench_kv_cache.py", "--caches", "float16,int4").stderr
 
 
 # --- replay_drafts.py ------------------------------------------------------------------

@@ -78,8 +78,13 @@ _ORDERED = {"nnan", "ninf", "contract"}
 
 # exp as Cody-Waite range reduction and a degree-7 polynomial (Cephes' expf
 # constants): relative error below 1e-7, and unlike numba's scalar call to libm's exp
-# it vectorizes. Arguments are clamped to [-87, 88], where 2^k stays a normal float:
-# below, exp(-87) = 1.6e-38 adds nothing next to a softmax's largest weight, exp(0).
+# it vectorizes. Arguments are clamped to [-87, 88], where 2^k stays a normal float,
+# and below -64 the result is 0: a softmax weight under exp(-64) = 1.6e-28 adds
+# nothing next to its largest, exp(0), while multiplied by a value or a scale it
+# would make subnormal floats, each of which costs an x86 core a microcode assist
+# (about 100 cycles): attention over peaked scores ran up to 3x slower (17x with an
+# 8-bit cache's small scales), measured on an Intel Xeon.
+_FLUSHED = np.float32(-64.0)
 _LOG2E = np.float32(1.44269504088896341)
 _LN2_HI = np.float32(0.693359375)
 _LN2_LO = np.float32(-2.12194440e-4)
@@ -101,7 +106,7 @@ def exp_inplace(x, n, pow2):  # pragma: no cover - compiled
         p = p * f + np.float32(1.0)
         p = p * f + np.float32(1.0)
         pow2[t] = (np.int32(k) + np.int32(127)) << np.int32(23)
-        x[t] = p * pow2_f[t]
+        x[t] = p * pow2_f[t] if v >= _FLUSHED else np.float32(0.0)
 
 
 @njit("float32[:, ::1](float32[:, ::1], int64)", fastmath=_FAST, cache=True, nogil=True)
@@ -136,9 +141,12 @@ def _scores(q, r, h, keys, end, raw, g):  # pragma: no cover - compiled
     multiply-add per i, in i order, from 0. Eight vectors of positions at a time keep
     their sums in registers over all of i (the plain loop loaded and stored raw once
     per multiply-add); the remainder, a vector then a position at a time, does the
-    same operations, so every position gets the same bits wherever it falls."""
-    hd, capacity = keys.shape
+    same operations, so every position gets the same bits wherever it falls. An
+    8-bit cache's sums are multiplied by each position's key scale as they are
+    stored, also one operation per position wherever it falls."""
+    hd, capacity = q.shape[2], keys.shape[1]
     flat = keys.reshape(-1)
+    scales = hd * capacity  # an 8-bit cache's key scales: byte 4 t from here (model.KVCache)
     query = q[r, h]  # read through broadcast_f32: numba's own indexing adds checks to every read
     t0 = 0
     while t0 + 64 <= end:
@@ -158,26 +166,56 @@ def _scores(q, r, h, keys, end, raw, g):  # pragma: no cover - compiled
             a6 = vec.fma(qi, vec.load_f32(flat, row + 48), a6)
             a7 = vec.fma(qi, vec.load_f32(flat, row + 56), a7)
         out = raw[g]
-        vec.store_f32(out, t0, a0)
-        vec.store_f32(out, t0 + 8, a1)
-        vec.store_f32(out, t0 + 16, a2)
-        vec.store_f32(out, t0 + 24, a3)
-        vec.store_f32(out, t0 + 32, a4)
-        vec.store_f32(out, t0 + 40, a5)
-        vec.store_f32(out, t0 + 48, a6)
-        vec.store_f32(out, t0 + 56, a7)
+        vec.store_f32(out, t0, _key_scaled(a0, flat, scales, t0))
+        vec.store_f32(out, t0 + 8, _key_scaled(a1, flat, scales, t0 + 8))
+        vec.store_f32(out, t0 + 16, _key_scaled(a2, flat, scales, t0 + 16))
+        vec.store_f32(out, t0 + 24, _key_scaled(a3, flat, scales, t0 + 24))
+        vec.store_f32(out, t0 + 32, _key_scaled(a4, flat, scales, t0 + 32))
+        vec.store_f32(out, t0 + 40, _key_scaled(a5, flat, scales, t0 + 40))
+        vec.store_f32(out, t0 + 48, _key_scaled(a6, flat, scales, t0 + 48))
+        vec.store_f32(out, t0 + 56, _key_scaled(a7, flat, scales, t0 + 56))
         t0 += 64
     while t0 + 8 <= end:
         a0 = vec.zeros_f32()
         for i in range(hd):
             a0 = vec.fma(vec.broadcast_f32(query, i), vec.load_f32(flat, i * capacity + t0), a0)
-        vec.store_f32(raw[g], t0, a0)
+        vec.store_f32(raw[g], t0, _key_scaled(a0, flat, scales, t0))
         t0 += 8
     for t in range(t0, end):
         total = np.float32(0.0)
         for i in range(hd):
             total = vec.fma1(q[r, h, i], vec.as_f32(keys[i, t]), total)
+        if vec.scaled(keys):
+            total *= vec.load_scale(flat, scales + 4 * t)
         raw[g, t] = total
+
+
+@njit(inline="always")
+def _key_scaled(sums, flat, scales, t):  # pragma: no cover - compiled
+    """The score sums of positions t..t+7, times their key scales in an 8-bit cache
+    (a constant branch: a float cache's sums come back as they are)."""
+    if vec.scaled(flat):
+        return vec.mul(sums, vec.load_scales(flat, scales + 4 * t))
+    return sums
+
+
+@njit(inline="always")
+def _value_scaled(kept, group, slots, first, start, m, keys, hd):  # pragma: no cover - compiled
+    """An 8-bit cache's weights kept[g, t] times the value scale of slot slots[t]:
+    eight at a time over the cache before the segment (slots first + t there), one
+    at a time over the segment's own rows; one multiply a weight either way."""
+    capacity = keys.shape[1]
+    flat = keys.reshape(-1)
+    scales = (hd + 4) * capacity  # the value scales: byte 4 t from here (model.KVCache)
+    for g in range(group):
+        weights = kept[g]
+        t = 0
+        while t + 8 <= start - first:
+            scaled = vec.mul(vec.load_f32(weights, t), vec.load_scales(flat, scales + 4 * (first + t)))
+            vec.store_f32(weights, t, scaled)
+            t += 8
+        for t in range(t, m):
+            weights[t] *= vec.load_scale(flat, scales + 4 * slots[t])
 
 
 @njit(inline="always")
@@ -287,6 +325,47 @@ def _chunks(n_tasks):  # pragma: no cover - compiled
     return max(1, min(n_tasks, 32))
 
 
+# An 8-bit cache's keys [Hkv, hd + SCALE_ROWS, capacity] end in two float32 vectors
+# of `capacity` per kv head, the key scales then the value scales (model.KVCache).
+SCALE_ROWS = 8
+
+
+@njit(inline="always")
+def _int8_scale(x):  # pragma: no cover - compiled
+    """(scale, 1 / scale) for x's values as int8: the largest magnitude maps to 127,
+    as in llama.cpp's Q8_0 blocks (one block of head_dim values here). Magnitudes
+    below 1e-30 are scaled as if the largest were 1e-30: no division by zero, and
+    values that small still round to what they are, about nothing."""
+    largest = np.float32(1e-30)
+    for i in range(x.shape[0]):
+        largest = max(largest, abs(x[i]))
+    return largest / np.float32(127.0), np.float32(127.0) / largest
+
+
+@njit(inline="always")
+def store_position(cache_k, cache_v, kv, slot, key, value):  # pragma: no cover - compiled
+    """One position's key and value [hd] (float32) of kv head kv into a layer's cache
+    (keys [Hkv, hd, capacity] or, 8-bit, [Hkv, hd + SCALE_ROWS, capacity]; values
+    [Hkv, capacity, hd]). The Python loop (write_kv) and the compiled layer stacks
+    both store through here, compiled without fastmath in both, so a position's
+    stored bits never depend on the path that computed it."""
+    hd = key.shape[0]
+    if vec.scaled(cache_k):
+        key_scale, key_inv = _int8_scale(key)
+        value_scale, value_inv = _int8_scale(value)
+        for i in range(hd):
+            cache_k[kv, i, slot] = vec.as_element(cache_k, key[i] * key_inv)
+            cache_v[kv, slot, i] = vec.as_element(cache_v, value[i] * value_inv)
+        capacity = cache_k.shape[2]
+        scales = (kv * cache_k.shape[1] + hd) * capacity + 4 * slot
+        vec.store_scale(cache_k, scales, key_scale)
+        vec.store_scale(cache_k, scales + 4 * capacity, value_scale)
+    else:
+        for i in range(hd):
+            cache_k[kv, i, slot] = vec.as_element(cache_k, key[i])
+            cache_v[kv, slot, i] = vec.as_element(cache_v, value[i])
+
+
 @njit(fastmath=_ORDERED, inline="always")
 def _attend_task(
     q, r, kv, keys_t, values, start, first, visible, scale, cap, out, r_seg, scratch
@@ -310,6 +389,8 @@ def _attend_task(
             m += 1
     for g in range(group):
         totals[g] = _softmax_weights(raw[g], kept[g], slots, first, start, m, scale, cap, pow2)
+    if vec.scaled(keys_t):  # a value is its int8 values times its scale: so is its weight
+        _value_scaled(kept, group, slots, first, start, m, keys_t[kv], q.shape[2])
     values_kv = values[kv]
     for g in range(group):
         h = kv * group + g
@@ -320,9 +401,10 @@ def _attend_task(
             out[r, h * hd + i] = out[r, h * hd + i] * inv_total
 
 
-# A KV cache holds float32, or (at the integer precisions) float16 as its uint16 bits:
-# half the bytes to read, which bound attention over many long sequences.
-CACHE_TYPES = ("float32", "uint16")
+# A KV cache holds float32, float16 as its uint16 bits, or int8 with a float32 scale
+# per position and kv head (model.KVCache): each half the bytes of the one before, and
+# bytes read bound attention over many long sequences.
+CACHE_TYPES = ("float32", "uint16", "int8")
 _ATTEND = [
     f"float32[:, ::1](float32[:, :, ::1], {c}[:, :, ::1], {c}[:, :, ::1], int64, boolean[:, ::1], float32, "
     "int64[::1], float32)"
@@ -360,6 +442,17 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
             r = task % n
             _attend_task(q, r, task // n, keys_t, values, start, firsts[r], visible, scale, cap, out, r, scratch)
     return out
+
+
+_WRITE = [f"void({c}[:, :, ::1], {c}[:, :, ::1], int64, float32[:, :, :], float32[:, :, :])" for c in CACHE_TYPES]
+
+
+@njit(_WRITE, cache=True, nogil=True)
+def write_kv(cache_k, cache_v, start, k, v):  # pragma: no cover - compiled
+    """k and v [n, Hkv, hd] into a layer's cache at positions start..start+n-1."""
+    for r in range(k.shape[0]):
+        for kv in range(k.shape[1]):
+            store_position(cache_k, cache_v, kv, start + r, k[r, kv], v[r, kv])
 
 
 _ATTEND_MANY = [

@@ -22,6 +22,7 @@ from specq.specdec.half import HalfMatrix
 from specq.specdec.int8 import Int8Matrix
 from specq.specdec.layer_stack import (
     HALF_CACHE,
+    INT8_CACHE,
     KINDS,
     NORMS,
     ROPE,
@@ -53,9 +54,7 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
     }
     no_sums = np.empty(0, np.int32)
     split = layers[0].w_qkv.split
-    stack = StackedLayers.of(
-        layers, tuple(a for k in KINDS for a in stacked[k]), (_run, _run_one), (split,), HALF_CACHE
-    )
+    stack = StackedLayers.of(layers, tuple(a for k in KINDS for a in stacked[k]), (_run, _run_one), (split,))
     views = tuple(
         replace(
             lw,
@@ -104,7 +103,7 @@ def _laid_end_to_end(matrices: list[Int8Matrix | HalfMatrix]) -> tuple[np.ndarra
 def _build_mixed(layers) -> tuple[StackedLayers, tuple]:
     split = any(getattr(lw, k).split for lw in layers for k in KINDS if isinstance(getattr(lw, k), Int8Matrix))
     kinds = tuple(_laid_end_to_end([getattr(lw, k) for lw in layers]) for k in KINDS)
-    stack = StackedLayers.of(layers, kinds, (_run_mixed, _run_mixed_one), (split,), HALF_CACHE)
+    stack = StackedLayers.of(layers, kinds, (_run_mixed, _run_mixed_one), (split,))
 
     def view(w: Int8Matrix | HalfMatrix, kind: tuple, i: int) -> Int8Matrix | HalfMatrix:
         at = kind[1]
@@ -127,13 +126,13 @@ def _build_mixed(layers) -> tuple[StackedLayers, tuple]:
 
 _Q = (types.uint8[:, ::1], types.float32[:, ::1], types.float32[:, ::1])  # per kind: quants, d, m
 WEIGHTS = types.Tuple((*NORMS, *_Q, *_Q, *_Q, *_Q))  # the norms, then each kind's quants, d and m
-# The caches are float16 (model.KVCache) at the integer precisions.
 SIZES = types.Tuple((*SIZE_TYPES, types.boolean))  # layer_stack's, and whether activations are split
-# The caches are float16 (model.KVCache) at the integer precisions.
-_SIG = types.float32[:, ::1](
-    *ROWS, types.ListType(VISIBLE), WEIGHTS, ROPE, types.ListType(HALF_CACHE), types.ListType(HALF_CACHE), SIZES
-)
-_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, ROPE, HALF_CACHE, HALF_CACHE, SIZES)
+# The caches are float16 or 8-bit (model.KVCache) at the integer precisions.
+_SIG = [
+    types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), WEIGHTS, ROPE, types.ListType(c), types.ListType(c), SIZES)
+    for c in (HALF_CACHE, INT8_CACHE)
+]
+_SIG_ONE = [types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, ROPE, c, c, SIZES) for c in (HALF_CACHE, INT8_CACHE)]
 
 
 @njit(_SIG, cache=True, nogil=True)

@@ -26,7 +26,7 @@ import numpy as np
 from numba import config, njit, types
 from numba.typed import List
 
-from specq.specdec import block_ops, vec
+from specq.specdec import block_ops
 from specq.specdec.qkernels import LANES, QuantizedMatrix, q4_1_product
 
 KINDS = ("w_qkv", "w_out", "w_gate_up", "w_down")
@@ -50,14 +50,12 @@ class StackedLayers:
     n_out: tuple[int, ...]  # per kind: the matrix's rows
     compiled: tuple  # (for several segments, for one): _run and _run_one's signatures
     extra: tuple = ()  # arguments after the sizes (int8_stack: whether activations are split)
-    cache: types.Type = None  # the numba type of the caches it takes (CACHE unless said)
 
     def __reduce__(self) -> tuple:
         """Pickled (model_cache) with its compiled functions and cache type named, not
         serialized: they are code of this process, not data."""
         state = {f.name: getattr(self, f.name) for f in fields(self)}
         state["compiled"] = tuple((fn.py_func.__module__, fn.py_func.__name__) for fn in self.compiled)
-        state["cache"] = next((name for name, t in CACHE_TYPES.items() if t == self.cache), None)
         return (_rebuild, (state,))
 
     @classmethod
@@ -90,7 +88,7 @@ class StackedLayers:
         return stack, views
 
     @classmethod
-    def of(cls, layers, arrays: tuple, compiled: tuple, extra: tuple = (), cache=None) -> StackedLayers:
+    def of(cls, layers, arrays: tuple, compiled: tuple, extra: tuple = ()) -> StackedLayers:
         return cls(
             attn_norm=np.stack([lw.attn_norm for lw in layers]).astype(np.float32),
             ffn_norm=np.stack([lw.ffn_norm for lw in layers]).astype(np.float32),
@@ -98,7 +96,6 @@ class StackedLayers:
             n_out=tuple(getattr(layers[0], k).shape[0] for k in KINDS),
             compiled=compiled,
             extra=extra,
-            cache=cache or CACHE,
         )
 
     def run(
@@ -119,7 +116,7 @@ class StackedLayers:
         segment by segment."""
         starts = np.array([seg.start for seg in segments], dtype=np.int64)
         bounds = np.cumsum([0] + [seg.n for seg in segments]).astype(np.int64)
-        hd = segments[0].cache.kernel_keys.shape[2]
+        hd = segments[0].cache.kernel_values.shape[3]
         # The weights, RoPE's tables and the sizes go in as three tuples, so that the
         # compiled functions' signatures name three structures, not twenty values.
         weights = (self.attn_norm, self.ffn_norm, *self.arrays)
@@ -141,7 +138,8 @@ class StackedLayers:
             seg = segments[0]
             keys, values = seg.cache.kernel_keys, seg.cache.kernel_values
             return run_one(x, positions, starts, bounds, seg.visible(), weights, rope, keys, values, sizes)
-        keys, values = List.empty_list(self.cache), List.empty_list(self.cache)
+        cache_type = CACHE_TYPES[segments[0].cache.kernel_keys.dtype.name]
+        keys, values = List.empty_list(cache_type), List.empty_list(cache_type)
         visible = List.empty_list(VISIBLE)
         for seg in segments:
             keys.append(seg.cache.kernel_keys)
@@ -175,7 +173,8 @@ def _heads(qkv, first, n_heads, hd):  # pragma: no cover - compiled
 _Q = (types.uint8[:, :, :, :, ::1], types.uint16[:, :, :, :, ::1])
 CACHE = types.float32[:, :, :, ::1]  # KVCache.kernel_keys / kernel_values
 HALF_CACHE = types.uint16[:, :, :, ::1]  # the same, float16 bits (the integer precisions)
-CACHE_TYPES = {"float32": CACHE, "float16": HALF_CACHE}
+INT8_CACHE = types.int8[:, :, :, ::1]  # the same, 8-bit (int8 values and their scales)
+CACHE_TYPES = {"float32": CACHE, "uint16": HALF_CACHE, "int8": INT8_CACHE}  # by KVCache.kernel_keys' dtype
 
 
 def _rebuild(state: dict) -> StackedLayers:
@@ -186,8 +185,7 @@ def _rebuild(state: dict) -> StackedLayers:
         if not module.startswith("specq.specdec."):
             raise ValueError(f"a layer stack names {module}.{name}, not one of specq's compiled functions")
         compiled.append(getattr(importlib.import_module(module), name))
-    cache = CACHE_TYPES[state["cache"]] if state["cache"] else None
-    return StackedLayers(**{**state, "compiled": tuple(compiled), "cache": cache})
+    return StackedLayers(**{**state, "compiled": tuple(compiled)})
 
 
 VISIBLE = types.boolean[:, ::1]
@@ -211,7 +209,7 @@ def attention(
     """The attention of one block, from its q|k|v product [rows, *]: RoPE, the keys and
     values written into each segment's cache, then every segment's attention in one
     parallel loop (block_ops.attend_many's docstring). [rows, n_heads * hd]."""
-    n_kv, hd = keys[0].shape[1], keys[0].shape[2]
+    n_kv, hd = values[0].shape[1], values[0].shape[3]
     v_first = (n_heads + n_kv) * hd
     q = block_ops.rope(_heads(qkv, 0, n_heads, hd), cos, sin, positions)
     k = block_ops.rope(_heads(qkv, n_heads * hd, n_kv, hd), cos, sin, positions)
@@ -220,9 +218,8 @@ def attention(
         cache_k, cache_v = keys[s][layer], values[s][layer]
         for r in range(lo, hi):
             for kv in range(n_kv):
-                for i in range(hd):
-                    cache_k[kv, i, start + r - lo] = vec.as_element(cache_k, k[r, kv, i])
-                    cache_v[kv, start + r - lo, i] = vec.as_element(cache_v, qkv[r, v_first + kv * hd + i])
+                v = qkv[r, v_first + kv * hd : v_first + (kv + 1) * hd]
+                block_ops.store_position(cache_k, cache_v, kv, start + r - lo, k[r, kv], v)
     return block_ops.attend_many(q, starts, bounds, visible, keys, values, layer, scale)
 
 

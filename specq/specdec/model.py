@@ -40,6 +40,9 @@ from specq.specdec.qkernels import QuantizedMatrix
 # Query rows per block of a prompt's attention: 32 to 256 measured, 64 the fastest
 # from 100 to 2,000 rows on the 2-core AMD EPYC.
 _ATTENTION_BLOCK = 64
+# The KV cache each precision keeps (KVCache): f32's is float32 (HuggingFace parity);
+# the integer precisions' smaller ones, whose quality docs/performance.md measures.
+KV_TYPES = {"f32": np.float32, "int16": np.float16, "int8": np.int8}
 
 
 @dataclass(frozen=True)
@@ -250,30 +253,65 @@ class KVCache:
     stack (specq.specdec.layer_stack) takes a whole cache as two arguments; `keys`
     and `values` are per-layer views of them.
 
-    float32, or float16 at the integer precisions: attention over many long
-    sequences is bound by reading the cache (docs/performance.md), and float16 halves
-    the bytes, as llama.cpp's default cache does. Every path rounds a key or value to
-    float16 the same way (to nearest even) and reads it back exactly, so the bits of
-    a row still never depend on the path. The kernels take a float16 cache as its
-    uint16 bits (`kernel_keys`, `kernel_values`): numba has no float16 arrays."""
+    float32, float16 or 8-bit (KV_TYPES): attention over many long sequences is
+    bound by reading the cache (docs/performance.md), and each halves the bytes of
+    the one before. Every path stores a key or value through one compiled function
+    (block_ops.write_kv, store_position), so the bits of a row still never depend on
+    the path. The kernels take a float16 cache as its uint16 bits (`kernel_keys`,
+    `kernel_values`): numba has no float16 arrays.
+
+    An 8-bit cache quantizes each position's key and value of each kv head to int8
+    with a float32 scale each (the largest magnitude maps to 127). The scales live at
+    the end of the keys, [L, Hkv, hd + 8, capacity]: after each kv head's hd rows of
+    int8 keys, its key scales and then its value scales, `capacity` float32 each, so
+    that attention reads eight positions' scales with one load. Values are [L, Hkv,
+    capacity, hd] as for the other types."""
 
     def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype: type = np.float32) -> None:
         self._cfg = cfg
         self.dtype = np.dtype(dtype)
         self.capacity = 0
+        self._key_rows = cfg.head_dim + (block_ops.SCALE_ROWS if self.dtype == np.int8 else 0)
         self._set(
-            np.zeros((cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, 0), dtype=self.dtype),
+            np.zeros((cfg.n_layers, cfg.n_kv_heads, self._key_rows, 0), dtype=self.dtype),
             np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=self.dtype),
             0,
         )
         self.reserve(min(capacity, cfg.context_length))
 
+    @staticmethod
+    def bytes_per_position(cfg: LlamaConfig, dtype: type) -> int:
+        """What one position of a sequence's cache of `dtype` takes, every layer's."""
+        dtype = np.dtype(dtype)
+        per_head = 2 * cfg.head_dim * dtype.itemsize + (block_ops.SCALE_ROWS if dtype == np.int8 else 0)
+        return cfg.n_layers * cfg.n_kv_heads * per_head
+
     def _set(self, keys: np.ndarray, values: np.ndarray, capacity: int) -> None:
         self.all_keys, self.all_values, self.capacity = keys, values, capacity
-        self.keys: list[np.ndarray] = list(keys)  # per layer [Hkv, hd, capacity]
+        self.keys: list[np.ndarray] = list(keys)  # per layer [Hkv, hd (+ 8), capacity]
         self.values: list[np.ndarray] = list(values)  # per layer [Hkv, capacity, hd]
         bits = np.uint16 if self.dtype == np.float16 else self.dtype
         self.kernel_keys, self.kernel_values = keys.view(bits), values.view(bits)
+
+    def scales(self, keys: np.ndarray | None = None) -> np.ndarray:
+        """An 8-bit cache's scales, [L, Hkv, 2, capacity] float32 (key scales at
+        [..., 0, :], value scales at [..., 1, :]): a view into `keys` (all_keys by
+        default)."""
+        keys = self.all_keys if keys is None else keys
+        n_layers, n_kv, _, capacity = keys.shape
+        tail = keys[:, :, self._cfg.head_dim :].reshape(n_layers, n_kv, -1)  # contiguous bytes per head
+        return tail.view(np.float32).reshape(n_layers, n_kv, 2, capacity)
+
+    def floats(self, layer: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """Layer `layer`'s keys [Hkv, hd, end] and values [Hkv, end, hd] of positions
+        below `end` as float32 (for BLAS): exact for float16, each int8 value times its
+        scale for an 8-bit cache."""
+        hd = self._cfg.head_dim
+        keys, values = self.keys[layer][:, :hd, :end], self.values[layer][:, :end]
+        if self.dtype != np.int8:
+            return keys.astype(np.float32, copy=False), values.astype(np.float32, copy=False)
+        scales = self.scales()[layer, :, :, :end]
+        return keys * scales[:, None, 0], values * scales[:, 1, :, None]
 
     def reserve(self, n_positions: int) -> None:
         if n_positions > self._cfg.context_length:
@@ -284,10 +322,12 @@ class KVCache:
             return
         new_cap = min(max(n_positions, 2 * self.capacity), self._cfg.context_length)
         cfg, old = self._cfg, self.capacity
-        keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, new_cap), dtype=self.dtype)
+        keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, self._key_rows, new_cap), dtype=self.dtype)
         values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, cfg.head_dim), dtype=self.dtype)
-        keys[..., :old] = self.all_keys
+        keys[:, :, : cfg.head_dim, :old] = self.all_keys[:, :, : cfg.head_dim]
         values[:, :, :old] = self.all_values
+        if self.dtype == np.int8:  # the scales' bytes are laid out by capacity
+            self.scales(keys)[..., :old] = self.scales()
         self._set(keys, values, new_cap)
 
     def move(self, sources: Sequence[int], targets: Sequence[int]) -> None:
@@ -295,8 +335,12 @@ class KVCache:
         path of a verified tree, to the consecutive slots of its positions). Each
         target must be below every later source, so no copy reads a moved slot."""
         src, dst = np.asarray(sources), np.asarray(targets)
-        self.all_keys[..., dst] = self.all_keys[..., src]
+        hd = self._cfg.head_dim
+        self.all_keys[:, :, :hd, dst] = self.all_keys[:, :, :hd, src]
         self.all_values[:, :, dst] = self.all_values[:, :, src]
+        if self.dtype == np.int8:
+            scales = self.scales()
+            scales[..., dst] = scales[..., src]
 
 
 @dataclass
@@ -460,11 +504,10 @@ class LlamaModel:
     @property
     def kv_bytes_per_position(self) -> int:
         """What one position of a sequence's KV cache takes (new_cache's dtype)."""
-        cfg = self.config
-        return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * (2 if self.precision in INTEGER else 4)
+        return KVCache.bytes_per_position(self.config, KV_TYPES[self.precision])
 
     def new_cache(self, capacity: int = 256) -> KVCache:
-        return KVCache(self.config, capacity, np.float16 if self.precision in INTEGER else np.float32)
+        return KVCache(self.config, capacity, KV_TYPES[self.precision])
 
     def forward(self, segments: Sequence[Segment]) -> list[SegmentOutput]:
         """Run the new tokens of every segment through the model, writing their keys
@@ -625,9 +668,7 @@ class LlamaModel:
         other segment through block_ops.attend, one call with no temporaries."""
         cfg = self.config
         n, end = seg.n, seg.start + seg.n
-        cache_k, cache_v = seg.cache.keys[layer], seg.cache.values[layer]
-        cache_k[:, :, seg.start : end] = k.transpose(1, 2, 0)
-        cache_v[:, seg.start : end] = v.transpose(1, 0, 2)
+        block_ops.write_kv(seg.cache.kernel_keys[layer], seg.cache.kernel_values[layer], seg.start, k, v)
         scale = cfg.attention_scale
         firsts = np.zeros(n, dtype=np.int64)
         if cfg.window and cfg.local_layer(layer):
@@ -644,15 +685,9 @@ class LlamaModel:
                 np.minimum(firsts, seg.start),
                 np.float32(cfg.attn_softcap),
             )
-        # BLAS multiplies float32: a float16 cache is widened (exactly) first.
-        return self._attend_prompt(
-            seg,
-            visible,
-            q * scale,
-            cache_k[:, :, :end].astype(np.float32, copy=False),
-            cache_v[:, :end].astype(np.float32, copy=False),
-            np.minimum(firsts, seg.start),
-        )
+        # BLAS multiplies float32: a float16 or 8-bit cache is widened first.
+        cache_k, cache_v = seg.cache.floats(layer, end)
+        return self._attend_prompt(seg, visible, q * scale, cache_k, cache_v, np.minimum(firsts, seg.start))
 
     def _attend_prompt(
         self,

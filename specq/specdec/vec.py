@@ -206,10 +206,15 @@ def _width(lanes: int) -> dict:
 
     @intrinsic
     def load_f32(typingctx, array, i):  # pragma: no cover - compiled
-        """float32 lanes from array[i:]: a float32 array, or a float16 one held as its
-        uint16 bits (a KV cache at the integer precisions; vcvtph2ps, exact)."""
+        """float32 lanes from array[i:]: a float32 array, a float16 one held as its
+        uint16 bits (a KV cache at the integer precisions; vcvtph2ps, exact), or an
+        int8 one (an 8-bit KV cache's quantized values; exact)."""
 
         def codegen(context, builder, sig, args):
+            if sig.args[0].dtype == types.int8:
+                narrow = ir.VectorType(ir.IntType(8), lanes)
+                values = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], narrow), align=1)
+                return builder.sitofp(values, floats_t)
             if sig.args[0].dtype == types.uint16:
                 halves_t = ir.VectorType(ir.IntType(16), lanes)
                 bits = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], halves_t), align=2)
@@ -434,9 +439,12 @@ def total_f64(typingctx, low, high):  # pragma: no cover - compiled
 
 @intrinsic
 def as_f32(typingctx, x):  # pragma: no cover - compiled
-    """A cache element as float32: itself, or the float16 that uint16 bits hold (exact)."""
+    """A cache element as float32: itself, the float16 that uint16 bits hold, or an
+    8-bit cache's quantized value (all exact)."""
     if x == types.float32:
         return types.float32(x), lambda context, builder, sig, args: args[0]
+    if x == types.int8:
+        return types.float32(x), lambda context, builder, sig, args: builder.sitofp(args[0], ir.FloatType())
     if x != types.uint16:
         return None
 
@@ -450,9 +458,18 @@ def as_f32(typingctx, x):  # pragma: no cover - compiled
 def as_element(typingctx, array, x):  # pragma: no cover - compiled
     """The float32 x as an element of `array`: itself for a float32 array; for a
     float16 array held as uint16, its bits rounded to nearest even (vcvtps2ph), as
-    numpy's float32 -> float16 cast rounds, so numba and numpy write the same bits."""
+    numpy's float32 -> float16 cast rounds, so numba and numpy write the same bits.
+    For an int8 array (an 8-bit cache), x already divided by its scale is rounded to
+    the nearest integer, ties to even (np.rint's rule); |x| <= 127.5 there."""
     if array.dtype == types.float32:
         return types.float32(array, x), lambda context, builder, sig, args: args[1]
+    if array.dtype == types.int8:
+
+        def to_int8(context, builder, sig, args):
+            nearest = _call(builder, "llvm.rint.f32", ir.FloatType(), [args[1]])
+            return builder.fptosi(nearest, ir.IntType(8))
+
+        return types.int8(array, x), to_int8
     if array.dtype != types.uint16:
         return None
 
@@ -460,6 +477,47 @@ def as_element(typingctx, array, x):  # pragma: no cover - compiled
         return builder.bitcast(builder.fptrunc(args[1], ir.HalfType()), ir.IntType(16))
 
     return types.uint16(array, x), codegen
+
+
+@intrinsic
+def scaled(typingctx, array):  # pragma: no cover - compiled
+    """Whether `array` is an 8-bit KV cache (int8 values with float32 scales beside
+    them, model.KVCache): a constant, so that LLVM drops the branch a float cache
+    never takes."""
+    constant = array.dtype == types.int8
+    return types.boolean(array), lambda context, builder, sig, args: ir.Constant(ir.IntType(1), constant)
+
+
+@intrinsic
+def load_scale(typingctx, array, i):  # pragma: no cover - compiled
+    """The float32 stored in the four bytes at array[i:] (an 8-bit cache's scale,
+    kept among its int8 values; see model.KVCache)."""
+
+    def codegen(context, builder, sig, args):
+        return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], ir.FloatType()), align=1)
+
+    return types.float32(array, i), codegen
+
+
+@intrinsic
+def load_scales(typingctx, array, i):  # pragma: no cover - compiled
+    """Eight float32 stored in the 32 bytes at array[i:] (load_scale's vector form)."""
+
+    def codegen(context, builder, sig, args):
+        return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _VF), align=1)
+
+    return F32(array, i), codegen
+
+
+@intrinsic
+def store_scale(typingctx, array, i, x):  # pragma: no cover - compiled
+    """load_scale's inverse: the float32 x into the four bytes at array[i:]."""
+
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _pointer(context, builder, sig.args[0], args[0], args[1], ir.FloatType()), align=1)
+        return context.get_dummy_value()
+
+    return types.void(array, i, types.float32), codegen
 
 
 @intrinsic

@@ -10,7 +10,7 @@ from numba import njit
 
 from specq.specdec import block_ops, vec
 from specq.specdec.loader import load_model_and_tokenizer
-from specq.specdec.model import Segment
+from specq.specdec.model import KVCache, Segment
 
 RNG = np.random.default_rng(0)
 
@@ -81,10 +81,13 @@ def test_a_sliding_window_hides_the_cache_before_each_rows_first_position():
 
 
 @njit(fastmath={"nnan", "ninf", "contract"}, cache=True)
-def _plain_loop_attention(q, keys_t, values, start, visible, scale):  # pragma: no cover - compiled
+def _plain_loop_attention(
+    q, keys_t, values, start, visible, scale, key_scales, value_scales
+):  # pragma: no cover - compiled
     """The plain loops attention ran as before its register-blocked form: every score
     and weighted sum one fused multiply-add at a time in the same order, with sums
-    in memory (its bits are the reference)."""
+    in memory (its bits are the reference). An 8-bit cache's scales [n_kv, capacity]
+    multiply each score and each weight once (ones for a float cache: exact)."""
     n, n_q, hd = q.shape
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
@@ -104,6 +107,9 @@ def _plain_loop_attention(q, keys_t, values, start, visible, scale):  # pragma: 
                     qi = q[r, kv * group + g, i]
                     for t in range(end):
                         raw[g, t] += qi * keys_t[kv, i, t]
+            for g in range(group):
+                for t in range(end):
+                    raw[g, t] *= key_scales[kv, t]
             m = start
             for j in range(n):
                 if visible[r, j]:
@@ -131,6 +137,9 @@ def _plain_loop_attention(q, keys_t, values, start, visible, scale):  # pragma: 
                     totals[g] += kept[g, t]
             for t in range(m):
                 for g in range(group):
+                    kept[g, t] *= value_scales[kv, slots[t]]
+            for t in range(m):
+                for g in range(group):
                     weight = kept[g, t]
                     for i in range(hd):
                         acc[g, i] += weight * values[kv, slots[t], i]
@@ -141,31 +150,100 @@ def _plain_loop_attention(q, keys_t, values, start, visible, scale):  # pragma: 
     return out
 
 
-def _as_cache(x: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """(x as a cache of `dtype` holds it, as the kernels take it; its values in float32)."""
+def _layer_cache(keys_t: np.ndarray, values: np.ndarray, dtype) -> tuple[np.ndarray, ...]:
+    """A layer's keys [n_kv, hd, capacity] and values [n_kv, capacity, hd] as a cache of
+    `dtype` holds them: (keys, values as the kernels take them; the values they hold
+    in float32; key scales, value scales [n_kv, capacity], ones but for int8). An
+    8-bit cache is written by block_ops.write_kv, as the model writes it."""
+    n_kv, hd, capacity = keys_t.shape
+    ones = np.ones((n_kv, capacity), np.float32)
     if dtype == np.float32:
-        return x, x
-    half = x.astype(np.float16)
-    return half.view(np.uint16), half.astype(np.float32)
+        return keys_t, values, keys_t, values, ones, ones
+    if dtype == np.float16:
+        k, v = keys_t.astype(np.float16), values.astype(np.float16)
+        return k.view(np.uint16), v.view(np.uint16), k.astype(np.float32), v.astype(np.float32), ones, ones
+    k8 = np.zeros((n_kv, hd + block_ops.SCALE_ROWS, capacity), np.int8)
+    v8 = np.zeros((n_kv, capacity, hd), np.int8)
+    block_ops.write_kv(k8, v8, 0, keys_t.transpose(2, 0, 1), values.transpose(1, 0, 2))
+    scales = k8[:, hd:].reshape(n_kv, -1).view(np.float32).reshape(n_kv, 2, capacity)
+    return k8, v8, k8[:, :hd].astype(np.float32), v8.astype(np.float32), scales[:, 0].copy(), scales[:, 1].copy()
 
 
-@pytest.mark.parametrize("cache_dtype", [np.float32, np.float16])
+CACHE_DTYPES = [np.float32, np.float16, np.int8]
+
+
+@pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
 @pytest.mark.parametrize("hd,start,n", [(64, 200, 1), (64, 37, 5), (16, 9, 5), (24, 3, 2), (72, 61, 3)])
 def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache_dtype):
     """Scores and weighted sums kept in registers (block_ops._scores, _weighted_values)
     do each fused multiply-add of the plain loops in the same order: the same bits,
     for positions and head widths in the blocked part, the vector remainder and the
     scalar one. A float16 cache (its uint16 bits) gives the bits of its values
-    widened to float32: the vector and the scalar conversions are both exact."""
+    widened to float32: the vector and the scalar conversions are both exact. An
+    8-bit cache gives the bits of its int8 values as floats, each score times its
+    key's scale and each weight times its value's, in vectors and alone alike."""
     n_kv, capacity = 3, start + n + 7
     q = RNG.standard_normal((n, 9, hd), dtype=np.float32)
-    keys_t, keys_f32 = _as_cache(RNG.standard_normal((n_kv, hd, capacity), dtype=np.float32), cache_dtype)
-    values, values_f32 = _as_cache(RNG.standard_normal((n_kv, capacity, hd), dtype=np.float32), cache_dtype)
+    keys_t, values, keys_f32, values_f32, key_scales, value_scales = _layer_cache(
+        RNG.standard_normal((n_kv, hd, capacity), dtype=np.float32),
+        RNG.standard_normal((n_kv, capacity, hd), dtype=np.float32),
+        cache_dtype,
+    )
     visible = np.tri(n, dtype=bool)
     no_window = np.zeros(len(q), np.int64)
     got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.125), no_window, np.float32(0))
-    want = _plain_loop_attention(q, keys_f32, values_f32, start, visible, np.float32(0.125))
+    want = _plain_loop_attention(q, keys_f32, values_f32, start, visible, np.float32(0.125), key_scales, value_scales)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_an_8_bit_cache_stores_each_position_as_numpy_quantizes_it():
+    """write_kv (and the compiled stacks, through the same store_position) keep a
+    position's key and value of a kv head as int8 values rint(x * 127 / max|x|) and
+    the scale max|x| / 127, float32 arithmetic as numpy's: the same bits on every
+    path. Dequantized, every value is within half a step of what was stored. A zero
+    vector stays zero."""
+    n, n_kv, hd = 6, 3, 64
+    magnitudes = np.float32(10.0) ** RNG.integers(-3, 3, (n, n_kv, 1)).astype(np.float32)
+    k = RNG.standard_normal((n, n_kv, hd), dtype=np.float32) * magnitudes
+    v = RNG.standard_normal((n, n_kv, hd), dtype=np.float32)
+    k[2, 1] = 0.0
+    v[0, 2, 5] = 40.0  # an outlier takes the whole range
+    keys, values = _layer_cache(k.transpose(1, 2, 0), v.transpose(1, 0, 2), np.int8)[:2]
+    for x, quants, which in ((k, keys[:, :hd, :n].transpose(2, 0, 1), 0), (v, values[:, :n].transpose(1, 0, 2), 1)):
+        largest = np.maximum(np.abs(x).max(axis=-1, keepdims=True), np.float32(1e-30))
+        want = np.rint(x * (np.float32(127.0) / largest)).astype(np.int8)
+        np.testing.assert_array_equal(quants, want)
+        scales = keys[:, hd:].reshape(n_kv, -1).view(np.float32).reshape(n_kv, 2, n)[:, which].T
+        np.testing.assert_array_equal(scales[..., None], largest / np.float32(127.0))
+        assert np.all(np.abs(quants * scales[..., None] - x) <= 0.5001 * scales[..., None])
+    assert not keys[:, :hd, 2][1].any()
+
+
+def test_an_8_bit_cache_keeps_its_scales_through_growth_and_moves(toy):
+    model, _ = toy
+    cfg = model.config
+    cache = KVCache(cfg, 4, np.int8)
+    k = RNG.standard_normal((7, cfg.n_kv_heads, cfg.head_dim), dtype=np.float32)
+    v = RNG.standard_normal((7, cfg.n_kv_heads, cfg.head_dim), dtype=np.float32)
+    for layer in range(cfg.n_layers):
+        block_ops.write_kv(cache.kernel_keys[layer], cache.kernel_values[layer], 0, k[:4], v[:4])
+    before = [cache.floats(layer, 4) for layer in range(cfg.n_layers)]
+    cache.reserve(7)
+    assert cache.capacity >= 7
+    for layer in range(cfg.n_layers):
+        block_ops.write_kv(cache.kernel_keys[layer], cache.kernel_values[layer], 4, k[4:], v[4:])
+        keys, values = cache.floats(layer, 7)
+        np.testing.assert_array_equal(keys[..., :4], before[layer][0])  # the old positions' scales moved with them
+        np.testing.assert_array_equal(values[:, :4], before[layer][1])
+        np.testing.assert_allclose(keys.transpose(2, 0, 1), k, atol=np.abs(k).max() / 250)
+        np.testing.assert_allclose(values.transpose(1, 0, 2), v, atol=np.abs(v).max() / 250)
+    moved = [cache.floats(layer, 7) for layer in range(cfg.n_layers)]
+    cache.move([5, 6], [2, 3])
+    for layer in range(cfg.n_layers):
+        keys, values = cache.floats(layer, 7)
+        np.testing.assert_array_equal(keys[..., 2:4], moved[layer][0][..., 5:7])
+        np.testing.assert_array_equal(values[:, 2:4], moved[layer][1][:, 5:7])
+    assert cache.all_keys.nbytes + cache.all_values.nbytes == cache.capacity * KVCache.bytes_per_position(cfg, np.int8)
 
 
 @njit(cache=True)
@@ -237,7 +315,7 @@ def test_a_step_and_a_verification_row_have_the_same_bits(toy):
     np.testing.assert_array_equal(np.stack(steps), verified)
 
 
-@pytest.mark.parametrize("cache_dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
 def test_attention_of_many_segments_in_one_loop_has_each_segments_bits(cache_dtype):
     """attend_many (one parallel loop over every segment's rows) gives every row the
     bits attend gives it segment by segment: segments of different lengths, starts
@@ -253,12 +331,16 @@ def test_attention_of_many_segments_in_one_loop_has_each_segments_bits(cache_dty
     ]
     keys, values, visible = List(), List(), List()
     for start, n, mask in shapes:
-        keys.append(
-            _as_cache(rng.standard_normal((layers, n_kv, hd, start + n + 2)).astype(np.float32), cache_dtype)[0]
-        )
-        values.append(
-            _as_cache(rng.standard_normal((layers, n_kv, start + n + 2, hd)).astype(np.float32), cache_dtype)[0]
-        )
+        per_layer = [
+            _layer_cache(
+                rng.standard_normal((n_kv, hd, start + n + 2)).astype(np.float32),
+                rng.standard_normal((n_kv, start + n + 2, hd)).astype(np.float32),
+                cache_dtype,
+            )
+            for _ in range(layers)
+        ]
+        keys.append(np.stack([layer[0] for layer in per_layer]))
+        values.append(np.stack([layer[1] for layer in per_layer]))
         visible.append(np.ascontiguousarray(mask))
     starts = np.array([s for s, _, _ in shapes], dtype=np.int64)
     bounds = np.cumsum([0] + [n for _, n, _ in shapes]).astype(np.int64)

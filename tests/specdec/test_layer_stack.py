@@ -26,6 +26,15 @@ def q4_model(toy_model_file) -> LlamaModel:
     return LlamaModel.load(toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"))
 
 
+@pytest.fixture(scope="module", params=["f32", "int16", "int8"])
+def stacked(q4_model, request) -> LlamaModel:
+    """The model at each precision, each with its own cache: float32, float16 and
+    8-bit (model.KV_TYPES)."""
+    if request.param != "f32" and not int8.AVAILABLE:
+        pytest.skip("the integer precisions need AVX2")
+    return q4_model.at_precision(request.param)
+
+
 def _both_paths(model: LlamaModel, prefix: list[int], new: list[int], parents=None):
     """(stack output, loop output, stack cache, loop cache) for the same segment."""
     results = []
@@ -69,8 +78,8 @@ def test_default_toy_q4_model_is_stacked(q4_model):
         ([], TOKENS[:17]),  # a short prompt (below matmul.BULK_ROWS)
     ],
 )
-def test_stack_equals_layer_loop_bit_for_bit(q4_model, prefix, new):
-    a, b, cache_a, cache_b = _both_paths(q4_model, prefix, new)
+def test_stack_equals_layer_loop_bit_for_bit(stacked, prefix, new):
+    a, b, cache_a, cache_b = _both_paths(stacked, prefix, new)
     np.testing.assert_array_equal(a.logits, b.logits)
     np.testing.assert_array_equal(a.hidden, b.hidden)
     end = len(prefix) + len(new)
@@ -78,12 +87,12 @@ def test_stack_equals_layer_loop_bit_for_bit(q4_model, prefix, new):
     np.testing.assert_array_equal(cache_a.all_values[:, :, :end], cache_b.all_values[:, :, :end])
 
 
-def test_stack_equals_layer_loop_on_a_tree(q4_model):
-    a, b, _, _ = _both_paths(q4_model, TOKENS[:8], [5, 9, 11, 13, 2], parents=[-1, 0, 0, 1, 2])
+def test_stack_equals_layer_loop_on_a_tree(stacked):
+    a, b, _, _ = _both_paths(stacked, TOKENS[:8], [5, 9, 11, 13, 2], parents=[-1, 0, 0, 1, 2])
     np.testing.assert_array_equal(a.logits, b.logits)
 
 
-def test_a_batched_round_through_the_stack_equals_each_segment_alone_through_the_loop(q4_model):
+def test_a_batched_round_through_the_stack_equals_each_segment_alone_through_the_loop(stacked):
     specs = [  # (cached prefix, new tokens, tree parents)
         (TOKENS[:5], TOKENS[5:8], None),
         ([], TOKENS[8:15], None),
@@ -92,15 +101,15 @@ def test_a_batched_round_through_the_stack_equals_each_segment_alone_through_the
     ]
     caches = []
     for prefix, _, _ in specs:
-        cache = q4_model.new_cache(64)
+        cache = stacked.new_cache(64)
         if prefix:
-            q4_model.forward([Segment(cache, prefix, 0)])
+            stacked.forward([Segment(cache, prefix, 0)])
         caches.append(cache)
-    batched = q4_model.forward(
+    batched = stacked.forward(
         [Segment(c, new, len(prefix), parents=parents) for c, (prefix, new, parents) in zip(caches, specs)]
     )
     for cache, (prefix, new, parents), out in zip(caches, specs, batched):
-        _, alone, _, alone_cache = _both_paths(q4_model, prefix, new, parents=parents)
+        _, alone, _, alone_cache = _both_paths(stacked, prefix, new, parents=parents)
         np.testing.assert_array_equal(out.logits, alone.logits)
         np.testing.assert_array_equal(out.hidden, alone.hidden)
         end = len(prefix) + len(new)
