@@ -137,85 +137,93 @@ def gelu_gate(gate_up: np.ndarray, d_ffn: int) -> np.ndarray:
 
 @njit(inline="always")
 def _scores(q, r, h, keys, end, raw, g):  # pragma: no cover - compiled
-    """raw[g, t] = sum_i q[r, h, i] keys[i, t] for t < end: per position one fused
-    multiply-add per i, in i order, from 0. Eight vectors of positions at a time keep
-    their sums in registers over all of i (the plain loop loaded and stored raw once
-    per multiply-add); the remainder, a vector then a position at a time, does the
-    same operations, so every position gets the same bits wherever it falls. An
-    8-bit cache's sums are multiplied by each position's key scale as they are
-    stored, also one operation per position wherever it falls."""
-    hd, capacity = q.shape[2], keys.shape[1]
+    """raw[g, t] = sum_i q[r, h, i] key_t[i] for t < end, keys one kv head's
+    [capacity / KEY_BLOCK, rows * KEY_BLOCK] (model.KVCache: a block holds eight
+    positions, dimension-major): per position one fused multiply-add per i, in i
+    order, from 0. Eight blocks at a time keep their sums in registers over all of i
+    (the plain loop loaded and stored raw once per multiply-add); the remainder, a
+    block then a position at a time, does the same operations, so every position
+    gets the same bits wherever it falls. An 8-bit cache's sums are multiplied by
+    each position's key scale as they are stored, one operation per position
+    wherever it falls."""
+    hd, stride = q.shape[2], keys.shape[1]
     flat = keys.reshape(-1)
-    scales = hd * capacity  # an 8-bit cache's key scales: byte 4 t from here (model.KVCache)
+    scales = hd * KEY_BLOCK + KEY_SCALES  # in a block, an 8-bit cache's key scales (bytes)
     query = q[r, h]  # read through broadcast_f32: numba's own indexing adds checks to every read
     t0 = 0
-    while t0 + 64 <= end:
+    while t0 + 8 * KEY_BLOCK <= end:
         # Eight sums in flight: a fused multiply-add takes 4 cycles and the core
         # starts two a cycle, so four chains left it waiting half the time.
         a0, a1, a2, a3 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         a4, a5, a6, a7 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+        block = (t0 // KEY_BLOCK) * stride
         for i in range(hd):
             qi = vec.broadcast_f32(query, i)
-            row = i * capacity + t0
+            row = block + i * KEY_BLOCK
             a0 = vec.fma(qi, vec.load_f32(flat, row), a0)
-            a1 = vec.fma(qi, vec.load_f32(flat, row + 8), a1)
-            a2 = vec.fma(qi, vec.load_f32(flat, row + 16), a2)
-            a3 = vec.fma(qi, vec.load_f32(flat, row + 24), a3)
-            a4 = vec.fma(qi, vec.load_f32(flat, row + 32), a4)
-            a5 = vec.fma(qi, vec.load_f32(flat, row + 40), a5)
-            a6 = vec.fma(qi, vec.load_f32(flat, row + 48), a6)
-            a7 = vec.fma(qi, vec.load_f32(flat, row + 56), a7)
+            a1 = vec.fma(qi, vec.load_f32(flat, row + stride), a1)
+            a2 = vec.fma(qi, vec.load_f32(flat, row + 2 * stride), a2)
+            a3 = vec.fma(qi, vec.load_f32(flat, row + 3 * stride), a3)
+            a4 = vec.fma(qi, vec.load_f32(flat, row + 4 * stride), a4)
+            a5 = vec.fma(qi, vec.load_f32(flat, row + 5 * stride), a5)
+            a6 = vec.fma(qi, vec.load_f32(flat, row + 6 * stride), a6)
+            a7 = vec.fma(qi, vec.load_f32(flat, row + 7 * stride), a7)
         out = raw[g]
-        vec.store_f32(out, t0, _key_scaled(a0, flat, scales, t0))
-        vec.store_f32(out, t0 + 8, _key_scaled(a1, flat, scales, t0 + 8))
-        vec.store_f32(out, t0 + 16, _key_scaled(a2, flat, scales, t0 + 16))
-        vec.store_f32(out, t0 + 24, _key_scaled(a3, flat, scales, t0 + 24))
-        vec.store_f32(out, t0 + 32, _key_scaled(a4, flat, scales, t0 + 32))
-        vec.store_f32(out, t0 + 40, _key_scaled(a5, flat, scales, t0 + 40))
-        vec.store_f32(out, t0 + 48, _key_scaled(a6, flat, scales, t0 + 48))
-        vec.store_f32(out, t0 + 56, _key_scaled(a7, flat, scales, t0 + 56))
-        t0 += 64
-    while t0 + 8 <= end:
+        vec.store_f32(out, t0, _key_scaled(a0, flat, block + scales))
+        vec.store_f32(out, t0 + 8, _key_scaled(a1, flat, block + stride + scales))
+        vec.store_f32(out, t0 + 16, _key_scaled(a2, flat, block + 2 * stride + scales))
+        vec.store_f32(out, t0 + 24, _key_scaled(a3, flat, block + 3 * stride + scales))
+        vec.store_f32(out, t0 + 32, _key_scaled(a4, flat, block + 4 * stride + scales))
+        vec.store_f32(out, t0 + 40, _key_scaled(a5, flat, block + 5 * stride + scales))
+        vec.store_f32(out, t0 + 48, _key_scaled(a6, flat, block + 6 * stride + scales))
+        vec.store_f32(out, t0 + 56, _key_scaled(a7, flat, block + 7 * stride + scales))
+        t0 += 8 * KEY_BLOCK
+    while t0 + KEY_BLOCK <= end:
         a0 = vec.zeros_f32()
+        block = (t0 // KEY_BLOCK) * stride
         for i in range(hd):
-            a0 = vec.fma(vec.broadcast_f32(query, i), vec.load_f32(flat, i * capacity + t0), a0)
-        vec.store_f32(raw[g], t0, _key_scaled(a0, flat, scales, t0))
-        t0 += 8
+            a0 = vec.fma(vec.broadcast_f32(query, i), vec.load_f32(flat, block + i * KEY_BLOCK), a0)
+        vec.store_f32(raw[g], t0, _key_scaled(a0, flat, block + scales))
+        t0 += KEY_BLOCK
     for t in range(t0, end):
+        at = (t // KEY_BLOCK) * stride + t % KEY_BLOCK
         total = np.float32(0.0)
         for i in range(hd):
-            total = vec.fma1(q[r, h, i], vec.as_f32(keys[i, t]), total)
+            total = vec.fma1(q[r, h, i], vec.as_f32(flat[at + i * KEY_BLOCK]), total)
         if vec.scaled(keys):
-            total *= vec.load_scale(flat, scales + 4 * t)
+            total *= vec.load_scale(flat, at - t % KEY_BLOCK + scales + 4 * (t % KEY_BLOCK))
         raw[g, t] = total
 
 
 @njit(inline="always")
-def _key_scaled(sums, flat, scales, t):  # pragma: no cover - compiled
-    """The score sums of positions t..t+7, times their key scales in an 8-bit cache
-    (a constant branch: a float cache's sums come back as they are)."""
+def _key_scaled(sums, flat, at):  # pragma: no cover - compiled
+    """The score sums of a block's eight positions, times their key scales (the eight
+    float32 at byte `at`) in an 8-bit cache; a float cache's come back as they are
+    (a constant branch)."""
     if vec.scaled(flat):
-        return vec.mul(sums, vec.load_scales(flat, scales + 4 * t))
+        return vec.mul(sums, vec.load_scales(flat, at))
     return sums
 
 
 @njit(inline="always")
 def _value_scaled(kept, group, slots, first, start, m, keys, hd):  # pragma: no cover - compiled
-    """An 8-bit cache's weights kept[g, t] times the value scale of slot slots[t]:
-    eight at a time over the cache before the segment (slots first + t there), one
-    at a time over the segment's own rows; one multiply a weight either way."""
-    capacity = keys.shape[1]
+    """An 8-bit cache's weights kept[g, t] times the value scale of slot slots[t]: a
+    block's eight at a time over the cache before the segment (slots first + t
+    there) when it starts a block, else and over the segment's own rows one at a
+    time; one multiply a weight either way."""
+    stride = keys.shape[1]
     flat = keys.reshape(-1)
-    scales = (hd + 4) * capacity  # the value scales: byte 4 t from here (model.KVCache)
+    scales = hd * KEY_BLOCK + VALUE_SCALES  # in a block, the value scales (bytes)
     for g in range(group):
         weights = kept[g]
         t = 0
-        while t + 8 <= start - first:
-            scaled = vec.mul(vec.load_f32(weights, t), vec.load_scales(flat, scales + 4 * (first + t)))
-            vec.store_f32(weights, t, scaled)
-            t += 8
+        while first % KEY_BLOCK == 0 and t + KEY_BLOCK <= start - first:
+            block = ((first + t) // KEY_BLOCK) * stride
+            vec.store_f32(weights, t, vec.mul(vec.load_f32(weights, t), vec.load_scales(flat, block + scales)))
+            t += KEY_BLOCK
         for t in range(t, m):
-            weights[t] *= vec.load_scale(flat, scales + 4 * slots[t])
+            slot = slots[t]
+            weights[t] *= vec.load_scale(flat, (slot // KEY_BLOCK) * stride + scales + 4 * (slot % KEY_BLOCK))
 
 
 @njit(inline="always")
@@ -325,9 +333,16 @@ def _chunks(n_tasks):  # pragma: no cover - compiled
     return max(1, min(n_tasks, 32))
 
 
-# An 8-bit cache's keys [Hkv, hd + SCALE_ROWS, capacity] end in two float32 vectors
-# of `capacity` per kv head, the key scales then the value scales (model.KVCache).
+# Keys are stored in blocks of KEY_BLOCK positions, dimension-major (model.KVCache):
+# one layer's [Hkv, capacity / KEY_BLOCK, rows * KEY_BLOCK], rows = hd, plus SCALE_ROWS
+# in an 8-bit cache, whose last 64 bytes of a block hold its eight key scales and then
+# its eight value scales (float32). Storing a position's key touches hd * KEY_BLOCK *
+# itemsize / 64 cache lines (16 for float16), where keys with positions last touched
+# hd (64): on an Intel Xeon those writes cost a decode round of 32 sequences at
+# context 200 a fifth of its time.
+KEY_BLOCK = 8
 SCALE_ROWS = 8
+KEY_SCALES, VALUE_SCALES = 0, 4 * KEY_BLOCK  # bytes after a block's hd rows
 
 
 @njit(inline="always")
@@ -345,24 +360,24 @@ def _int8_scale(x):  # pragma: no cover - compiled
 @njit(inline="always")
 def store_position(cache_k, cache_v, kv, slot, key, value):  # pragma: no cover - compiled
     """One position's key and value [hd] (float32) of kv head kv into a layer's cache
-    (keys [Hkv, hd, capacity] or, 8-bit, [Hkv, hd + SCALE_ROWS, capacity]; values
-    [Hkv, capacity, hd]). The Python loop (write_kv) and the compiled layer stacks
-    both store through here, compiled without fastmath in both, so a position's
-    stored bits never depend on the path that computed it."""
+    (keys [Hkv, capacity / KEY_BLOCK, rows * KEY_BLOCK], values [Hkv, capacity,
+    hd]). The Python loop (write_kv) and the compiled layer stacks both store through
+    here, compiled without fastmath in both, so a position's stored bits never
+    depend on the path that computed it."""
     hd = key.shape[0]
+    block, lane = slot // KEY_BLOCK, slot % KEY_BLOCK
     if vec.scaled(cache_k):
         key_scale, key_inv = _int8_scale(key)
         value_scale, value_inv = _int8_scale(value)
         for i in range(hd):
-            cache_k[kv, i, slot] = vec.as_element(cache_k, key[i] * key_inv)
+            cache_k[kv, block, i * KEY_BLOCK + lane] = vec.as_element(cache_k, key[i] * key_inv)
             cache_v[kv, slot, i] = vec.as_element(cache_v, value[i] * value_inv)
-        capacity = cache_k.shape[2]
-        scales = (kv * cache_k.shape[1] + hd) * capacity + 4 * slot
-        vec.store_scale(cache_k, scales, key_scale)
-        vec.store_scale(cache_k, scales + 4 * capacity, value_scale)
+        at = (kv * cache_k.shape[1] + block) * cache_k.shape[2] + hd * KEY_BLOCK + 4 * lane
+        vec.store_scale(cache_k, at + KEY_SCALES, key_scale)
+        vec.store_scale(cache_k, at + VALUE_SCALES, value_scale)
     else:
         for i in range(hd):
-            cache_k[kv, i, slot] = vec.as_element(cache_k, key[i])
+            cache_k[kv, block, i * KEY_BLOCK + lane] = vec.as_element(cache_k, key[i])
             cache_v[kv, slot, i] = vec.as_element(cache_v, value[i])
 
 
@@ -416,7 +431,8 @@ _ATTEND = [
 def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no cover - compiled
     """Attention of a segment's rows over its cache.
 
-    q [n, Hq, hd]; keys_t [Hkv, hd, capacity] (positions last: the vector lanes) and
+    q [n, Hq, hd]; keys_t [Hkv, capacity / KEY_BLOCK, rows * KEY_BLOCK] (blocks of
+    positions, each dimension-major: a block's positions are the vector lanes) and
     values [Hkv, capacity, hd], the segment's own keys and values already written at
     slots start..start+n-1; visible [n, n] bool: may row i see row j of the
     segment; firsts [n]: the first cache position row i sees (0, or the start of a

@@ -247,11 +247,18 @@ def _without_blocks(weights: LlamaWeights) -> LlamaWeights:
 
 
 class KVCache:
-    """Keys and values of one sequence, indexed by position; grows on demand. Keys
-    are stored with positions last, the vector lanes of block_ops.attend's scores. All
+    """Keys and values of one sequence, indexed by position; grows on demand. All
     layers live in one array each (`all_keys`, `all_values`), so the compiled layer
     stack (specq.specdec.layer_stack) takes a whole cache as two arguments; `keys`
     and `values` are per-layer views of them.
+
+    Values are [L, Hkv, capacity, hd]. Keys are in blocks of block_ops.KEY_BLOCK (8)
+    positions, [L, Hkv, capacity / 8, rows * 8]: a block holds dimension 0 of its
+    eight positions, then dimension 1, ..., so that attention's scores take eight
+    positions as the lanes of one vector, and storing one position touches a fraction
+    of the cache lines that keys with positions last made it touch
+    (block_ops.KEY_BLOCK's comment has the measurement). `stored` gives them by
+    position.
 
     float32, float16 or 8-bit (KV_TYPES): attention over many long sequences is
     bound by reading the cache (docs/performance.md), and each halves the bytes of
@@ -261,19 +268,18 @@ class KVCache:
     `kernel_values`): numba has no float16 arrays.
 
     An 8-bit cache quantizes each position's key and value of each kv head to int8
-    with a float32 scale each (the largest magnitude maps to 127). The scales live at
-    the end of the keys, [L, Hkv, hd + 8, capacity]: after each kv head's hd rows of
-    int8 keys, its key scales and then its value scales, `capacity` float32 each, so
-    that attention reads eight positions' scales with one load. Values are [L, Hkv,
-    capacity, hd] as for the other types."""
+    with a float32 scale each (the largest magnitude maps to 127). A block of keys
+    ends in 8 more rows, 64 bytes: its eight positions' key scales, then their value
+    scales, so that attention reads a block's scales with one load and the scales
+    move and grow with their keys."""
 
     def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype: type = np.float32) -> None:
         self._cfg = cfg
         self.dtype = np.dtype(dtype)
         self.capacity = 0
-        self._key_rows = cfg.head_dim + (block_ops.SCALE_ROWS if self.dtype == np.int8 else 0)
+        self._rows = cfg.head_dim + (block_ops.SCALE_ROWS if self.dtype == np.int8 else 0)
         self._set(
-            np.zeros((cfg.n_layers, cfg.n_kv_heads, self._key_rows, 0), dtype=self.dtype),
+            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, self._rows * block_ops.KEY_BLOCK), dtype=self.dtype),
             np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=self.dtype),
             0,
         )
@@ -288,29 +294,46 @@ class KVCache:
 
     def _set(self, keys: np.ndarray, values: np.ndarray, capacity: int) -> None:
         self.all_keys, self.all_values, self.capacity = keys, values, capacity
-        self.keys: list[np.ndarray] = list(keys)  # per layer [Hkv, hd (+ 8), capacity]
+        self.keys: list[np.ndarray] = list(keys)  # per layer [Hkv, capacity / 8, rows * 8]
         self.values: list[np.ndarray] = list(values)  # per layer [Hkv, capacity, hd]
         bits = np.uint16 if self.dtype == np.float16 else self.dtype
         self.kernel_keys, self.kernel_values = keys.view(bits), values.view(bits)
 
-    def scales(self, keys: np.ndarray | None = None) -> np.ndarray:
-        """An 8-bit cache's scales, [L, Hkv, 2, capacity] float32 (key scales at
-        [..., 0, :], value scales at [..., 1, :]): a view into `keys` (all_keys by
-        default)."""
+    def _blocks(self, keys: np.ndarray | None = None) -> np.ndarray:
+        """`keys` (all_keys by default) as [..., blocks, rows, 8]: a view."""
         keys = self.all_keys if keys is None else keys
-        n_layers, n_kv, _, capacity = keys.shape
-        tail = keys[:, :, self._cfg.head_dim :].reshape(n_layers, n_kv, -1)  # contiguous bytes per head
-        return tail.view(np.float32).reshape(n_layers, n_kv, 2, capacity)
+        return keys.reshape(*keys.shape[:-1], self._rows, block_ops.KEY_BLOCK)
+
+    def _scales(self, keys: np.ndarray | None = None) -> np.ndarray:
+        """An 8-bit cache's scales as [L, Hkv, blocks, 2, 8] float32 (key scales at
+        [..., 0, j], value scales at [..., 1, j] for a block's position j): a view."""
+        keys = self.all_keys if keys is None else keys
+        tail = keys[..., self._cfg.head_dim * block_ops.KEY_BLOCK :]
+        return tail.view(np.float32).reshape(*keys.shape[:-1], 2, block_ops.KEY_BLOCK)
+
+    def stored(self, end: int) -> tuple[np.ndarray, ...]:
+        """What is stored for positions below `end`, by position: keys [L, Hkv, hd,
+        end] and values [L, Hkv, end, hd] (the kernels' dtype), and for an 8-bit
+        cache its scales [L, Hkv, 2, end]."""
+        hd = self._cfg.head_dim
+        blocks = self._blocks(self.kernel_keys)[..., :hd, :]  # [L, Hkv, blocks, hd, 8]
+        keys = np.moveaxis(blocks, -2, -3).reshape(*blocks.shape[:2], hd, -1)[..., :end]
+        parts = [keys, self.kernel_values[:, :, :end]]
+        if self.dtype == np.int8:
+            parts.append(np.moveaxis(self._scales(), -2, -3).reshape(*blocks.shape[:2], 2, -1)[..., :end])
+        return tuple(parts)
 
     def floats(self, layer: int, end: int) -> tuple[np.ndarray, np.ndarray]:
         """Layer `layer`'s keys [Hkv, hd, end] and values [Hkv, end, hd] of positions
         below `end` as float32 (for BLAS): exact for float16, each int8 value times its
         scale for an 8-bit cache."""
         hd = self._cfg.head_dim
-        keys, values = self.keys[layer][:, :hd, :end], self.values[layer][:, :end]
+        blocks = self._blocks(self.keys[layer])[:, :, :hd, :]  # [Hkv, blocks, hd, 8]
+        keys = blocks.transpose(0, 2, 1, 3).reshape(blocks.shape[0], hd, -1)[:, :, :end]
+        values = self.values[layer][:, :end]
         if self.dtype != np.int8:
             return keys.astype(np.float32, copy=False), values.astype(np.float32, copy=False)
-        scales = self.scales()[layer, :, :, :end]
+        scales = self._scales(self.keys[layer]).transpose(0, 2, 1, 3).reshape(blocks.shape[0], 2, -1)[..., :end]
         return keys * scales[:, None, 0], values * scales[:, 1, :, None]
 
     def reserve(self, n_positions: int) -> None:
@@ -320,14 +343,14 @@ class KVCache:
             )
         if n_positions <= self.capacity:
             return
-        new_cap = min(max(n_positions, 2 * self.capacity), self._cfg.context_length)
+        block = block_ops.KEY_BLOCK
+        wanted = min(max(n_positions, 2 * self.capacity), self._cfg.context_length)
+        new_cap = -(-wanted // block) * block  # whole blocks
         cfg, old = self._cfg, self.capacity
-        keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, self._key_rows, new_cap), dtype=self.dtype)
+        keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap // block, self._rows * block), dtype=self.dtype)
         values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, cfg.head_dim), dtype=self.dtype)
-        keys[:, :, : cfg.head_dim, :old] = self.all_keys[:, :, : cfg.head_dim]
+        keys[:, :, : old // block] = self.all_keys
         values[:, :, :old] = self.all_values
-        if self.dtype == np.int8:  # the scales' bytes are laid out by capacity
-            self.scales(keys)[..., :old] = self.scales()
         self._set(keys, values, new_cap)
 
     def move(self, sources: Sequence[int], targets: Sequence[int]) -> None:
@@ -335,12 +358,13 @@ class KVCache:
         path of a verified tree, to the consecutive slots of its positions). Each
         target must be below every later source, so no copy reads a moved slot."""
         src, dst = np.asarray(sources), np.asarray(targets)
-        hd = self._cfg.head_dim
-        self.all_keys[:, :, :hd, dst] = self.all_keys[:, :, :hd, src]
+        block, hd = block_ops.KEY_BLOCK, self._cfg.head_dim
+        keys = self._blocks()
+        keys[:, :, dst // block, :hd, dst % block] = keys[:, :, src // block, :hd, src % block]
         self.all_values[:, :, dst] = self.all_values[:, :, src]
         if self.dtype == np.int8:
-            scales = self.scales()
-            scales[..., dst] = scales[..., src]
+            scales = self._scales()
+            scales[:, :, dst // block, :, dst % block] = scales[:, :, src // block, :, src % block]
 
 
 @dataclass

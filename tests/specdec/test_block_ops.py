@@ -59,8 +59,10 @@ def test_attention_matches_softmax_attention_with_a_tree_mask(n_kv):
     values = RNG.standard_normal((n_kv, 20, hd), dtype=np.float32)
     parents = (-1, 0, 0, 1, 2)
     visible = Segment(None, [0] * n, start, parents=parents).visible()
-    keys_t = np.ascontiguousarray(keys.transpose(0, 2, 1))  # the cache's layout: positions last
-    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25), np.zeros(n, np.int64), np.float32(0))
+    keys_t, stored_values = _layer_cache(keys.transpose(0, 2, 1), values, np.float32)[:2]  # the cache's layout
+    got = block_ops.attend(
+        q, keys_t, stored_values, start, visible, np.float32(0.25), np.zeros(n, np.int64), np.float32(0)
+    )
     np.testing.assert_allclose(got, _reference_attention(q, keys, values, start, visible, 0.25), rtol=1e-5, atol=1e-5)
 
 
@@ -70,12 +72,13 @@ def test_a_sliding_window_hides_the_cache_before_each_rows_first_position():
     keys = RNG.standard_normal((1, 40, hd), dtype=np.float32)
     values = RNG.standard_normal((1, 40, hd), dtype=np.float32)
     visible = np.tril(np.ones((n, n), dtype=bool))
-    keys_t = np.ascontiguousarray(keys.transpose(0, 2, 1))
+    keys_t, stored_values = _layer_cache(keys.transpose(0, 2, 1), values, np.float32)[:2]
     firsts = np.array([0, 11, 12, 29], dtype=np.int64)  # none, a window, the next row's, all but one slot
-    got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25), firsts, np.float32(0))
+    got = block_ops.attend(q, keys_t, stored_values, start, visible, np.float32(0.25), firsts, np.float32(0))
     want = _reference_attention(q, keys, values, start, visible, 0.25, firsts)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    whole = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.25), np.zeros(n, np.int64), np.float32(0))
+    no_window = np.zeros(n, np.int64)
+    whole = block_ops.attend(q, keys_t, stored_values, start, visible, np.float32(0.25), no_window, np.float32(0))
     np.testing.assert_array_equal(got[0], whole[0])  # first 0: no window, the same bits
     assert not np.allclose(got[1:], whole[1:])  # the windows hide something
 
@@ -151,22 +154,31 @@ def _plain_loop_attention(
 
 
 def _layer_cache(keys_t: np.ndarray, values: np.ndarray, dtype) -> tuple[np.ndarray, ...]:
-    """A layer's keys [n_kv, hd, capacity] and values [n_kv, capacity, hd] as a cache of
-    `dtype` holds them: (keys, values as the kernels take them; the values they hold
-    in float32; key scales, value scales [n_kv, capacity], ones but for int8). An
-    8-bit cache is written by block_ops.write_kv, as the model writes it."""
+    """A layer's keys [n_kv, hd, capacity] and values [n_kv, capacity, hd] stored as a
+    cache of `dtype` stores them (block_ops.write_kv, as the model does; capacity
+    rounded up to whole blocks): (keys, values as the kernels take them; the values
+    they hold as float32 [n_kv, hd, capacity] and [n_kv, capacity, hd]; key scales,
+    value scales [n_kv, capacity], ones but for int8)."""
     n_kv, hd, capacity = keys_t.shape
+    blocks = -(-capacity // block_ops.KEY_BLOCK)
+    rows = hd + (block_ops.SCALE_ROWS if dtype == np.int8 else 0)
+    kernel = {np.float32: np.float32, np.float16: np.uint16, np.int8: np.int8}[dtype]
+    k = np.zeros((n_kv, blocks, rows * block_ops.KEY_BLOCK), kernel)
+    v = np.zeros((n_kv, blocks * block_ops.KEY_BLOCK, hd), kernel)
+    block_ops.write_kv(k, v, 0, keys_t.transpose(2, 0, 1).astype(np.float32), values.transpose(1, 0, 2))
+    by_position = k.reshape(n_kv, blocks, rows, block_ops.KEY_BLOCK).transpose(0, 2, 1, 3).reshape(n_kv, rows, -1)
     ones = np.ones((n_kv, capacity), np.float32)
-    if dtype == np.float32:
-        return keys_t, values, keys_t, values, ones, ones
-    if dtype == np.float16:
-        k, v = keys_t.astype(np.float16), values.astype(np.float16)
-        return k.view(np.uint16), v.view(np.uint16), k.astype(np.float32), v.astype(np.float32), ones, ones
-    k8 = np.zeros((n_kv, hd + block_ops.SCALE_ROWS, capacity), np.int8)
-    v8 = np.zeros((n_kv, capacity, hd), np.int8)
-    block_ops.write_kv(k8, v8, 0, keys_t.transpose(2, 0, 1), values.transpose(1, 0, 2))
-    scales = k8[:, hd:].reshape(n_kv, -1).view(np.float32).reshape(n_kv, 2, capacity)
-    return k8, v8, k8[:, :hd].astype(np.float32), v8.astype(np.float32), scales[:, 0].copy(), scales[:, 1].copy()
+    if dtype == np.int8:
+        # A block's last 64 bytes: its 8 key scales, then its 8 value scales (float32).
+        scales = k[:, :, hd * block_ops.KEY_BLOCK :].copy().view(np.float32).reshape(n_kv, blocks, 2, -1)
+        scales = scales.transpose(0, 2, 1, 3).reshape(n_kv, 2, -1)
+        key_scales, value_scales = scales[:, 0, :capacity].copy(), scales[:, 1, :capacity].copy()
+    else:
+        key_scales = value_scales = ones
+    as_float = (
+        (lambda a: a.view(np.float16).astype(np.float32)) if dtype == np.float16 else (lambda a: a.astype(np.float32))
+    )
+    return k, v, as_float(by_position[:, :hd, :capacity]), as_float(v[:, :capacity]), key_scales, value_scales
 
 
 CACHE_DTYPES = [np.float32, np.float16, np.int8]
@@ -208,41 +220,51 @@ def test_an_8_bit_cache_stores_each_position_as_numpy_quantizes_it():
     v = RNG.standard_normal((n, n_kv, hd), dtype=np.float32)
     k[2, 1] = 0.0
     v[0, 2, 5] = 40.0  # an outlier takes the whole range
-    keys, values = _layer_cache(k.transpose(1, 2, 0), v.transpose(1, 0, 2), np.int8)[:2]
-    for x, quants, which in ((k, keys[:, :hd, :n].transpose(2, 0, 1), 0), (v, values[:, :n].transpose(1, 0, 2), 1)):
+    _, _, keys, values, key_scales, value_scales = _layer_cache(k.transpose(1, 2, 0), v.transpose(1, 0, 2), np.int8)
+    quantized = ((k, keys.transpose(2, 0, 1), key_scales.T), (v, values.transpose(1, 0, 2), value_scales.T))
+    for x, quants, scales in quantized:
         largest = np.maximum(np.abs(x).max(axis=-1, keepdims=True), np.float32(1e-30))
-        want = np.rint(x * (np.float32(127.0) / largest)).astype(np.int8)
+        want = np.rint(x * (np.float32(127.0) / largest))
         np.testing.assert_array_equal(quants, want)
-        scales = keys[:, hd:].reshape(n_kv, -1).view(np.float32).reshape(n_kv, 2, n)[:, which].T
         np.testing.assert_array_equal(scales[..., None], largest / np.float32(127.0))
         assert np.all(np.abs(quants * scales[..., None] - x) <= 0.5001 * scales[..., None])
-    assert not keys[:, :hd, 2][1].any()
+    assert not keys[1, :, 2].any()
 
 
 def test_an_8_bit_cache_keeps_its_scales_through_growth_and_moves(toy):
+    """The scales live in the keys' blocks: growing the cache keeps every stored
+    position's keys, values and scales, and moving slots (a tree's accepted path)
+    moves a position's scales with it, across blocks and lanes."""
     model, _ = toy
     cfg = model.config
-    cache = KVCache(cfg, 4, np.int8)
-    k = RNG.standard_normal((7, cfg.n_kv_heads, cfg.head_dim), dtype=np.float32)
-    v = RNG.standard_normal((7, cfg.n_kv_heads, cfg.head_dim), dtype=np.float32)
+    cache = KVCache(cfg, 6, np.int8)
+    assert cache.capacity == block_ops.KEY_BLOCK  # whole blocks
+    k = RNG.standard_normal((12, cfg.n_kv_heads, cfg.head_dim), dtype=np.float32)
+    v = RNG.standard_normal((12, cfg.n_kv_heads, cfg.head_dim), dtype=np.float32)
     for layer in range(cfg.n_layers):
-        block_ops.write_kv(cache.kernel_keys[layer], cache.kernel_values[layer], 0, k[:4], v[:4])
-    before = [cache.floats(layer, 4) for layer in range(cfg.n_layers)]
-    cache.reserve(7)
-    assert cache.capacity >= 7
+        block_ops.write_kv(cache.kernel_keys[layer], cache.kernel_values[layer], 0, k[:6], v[:6])
+    before = [cache.floats(layer, 6) for layer in range(cfg.n_layers)]
+    cache.reserve(12)
+    assert cache.capacity >= 12
     for layer in range(cfg.n_layers):
-        block_ops.write_kv(cache.kernel_keys[layer], cache.kernel_values[layer], 4, k[4:], v[4:])
-        keys, values = cache.floats(layer, 7)
-        np.testing.assert_array_equal(keys[..., :4], before[layer][0])  # the old positions' scales moved with them
-        np.testing.assert_array_equal(values[:, :4], before[layer][1])
+        block_ops.write_kv(cache.kernel_keys[layer], cache.kernel_values[layer], 6, k[6:], v[6:])
+        keys, values = cache.floats(layer, 12)
+        np.testing.assert_array_equal(keys[..., :6], before[layer][0])  # the old positions' scales moved with them
+        np.testing.assert_array_equal(values[:, :6], before[layer][1])
         np.testing.assert_allclose(keys.transpose(2, 0, 1), k, atol=np.abs(k).max() / 250)
         np.testing.assert_allclose(values.transpose(1, 0, 2), v, atol=np.abs(v).max() / 250)
-    moved = [cache.floats(layer, 7) for layer in range(cfg.n_layers)]
-    cache.move([5, 6], [2, 3])
+    moved = [cache.floats(layer, 12) for layer in range(cfg.n_layers)]
+    stored = cache.stored(12)
+    cache.move([10, 11], [2, 3])
     for layer in range(cfg.n_layers):
-        keys, values = cache.floats(layer, 7)
-        np.testing.assert_array_equal(keys[..., 2:4], moved[layer][0][..., 5:7])
-        np.testing.assert_array_equal(values[:, 2:4], moved[layer][1][:, 5:7])
+        keys, values = cache.floats(layer, 12)
+        np.testing.assert_array_equal(keys[..., 2:4], moved[layer][0][..., 10:12])
+        np.testing.assert_array_equal(values[:, 2:4], moved[layer][1][:, 10:12])
+        np.testing.assert_array_equal(np.delete(keys, [2, 3], -1), np.delete(moved[layer][0], [2, 3], -1))
+    (keys_before, values_before, scales_before), (keys_after, values_after, scales_after) = stored, cache.stored(12)
+    np.testing.assert_array_equal(keys_after[..., 2:4], keys_before[..., 10:12])  # the stored int8 values
+    np.testing.assert_array_equal(values_after[:, :, 2:4], values_before[:, :, 10:12])
+    np.testing.assert_array_equal(scales_after[..., 2:4], scales_before[..., 10:12])
     assert cache.all_keys.nbytes + cache.all_values.nbytes == cache.capacity * KVCache.bytes_per_position(cfg, np.int8)
 
 
