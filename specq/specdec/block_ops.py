@@ -186,12 +186,12 @@ def _scores(q, r, h, keys, end, raw, g):  # pragma: no cover - compiled
         vec.store_f32(raw[g], t0, _key_scaled(a0, flat, block + scales))
         t0 += KEY_BLOCK
     for t in range(t0, end):
-        at = (t // KEY_BLOCK) * stride + t % KEY_BLOCK
+        block, lane = (t // KEY_BLOCK) * stride, t % KEY_BLOCK
         total = np.float32(0.0)
         for i in range(hd):
-            total = vec.fma1(q[r, h, i], vec.as_f32(flat[at + i * KEY_BLOCK]), total)
+            total = vec.fma1(q[r, h, i], vec.as_f32(flat[block + i * KEY_BLOCK + lane]), total)
         if vec.scaled(keys):
-            total *= vec.load_scale(flat, at - t % KEY_BLOCK + scales + 4 * (t % KEY_BLOCK))
+            total *= vec.load_scale(flat, block + scales + 4 * lane)
         raw[g, t] = total
 
 
@@ -207,9 +207,9 @@ def _key_scaled(sums, flat, at):  # pragma: no cover - compiled
 
 @njit(inline="always")
 def _value_scaled(kept, group, slots, first, start, m, keys, hd):  # pragma: no cover - compiled
-    """An 8-bit cache's weights kept[g, t] times the value scale of slot slots[t]: a
-    block's eight at a time over the cache before the segment (slots first + t
-    there) when it starts a block, else and over the segment's own rows one at a
+    """An 8-bit cache's weights kept[g, t] times the value scale of slot slots[t].
+    Over the cache before the segment (slots first + t there), eight at a time with
+    one load of a block's scales when `first` starts a block; the rest one at a
     time; one multiply a weight either way."""
     stride = keys.shape[1]
     flat = keys.reshape(-1)

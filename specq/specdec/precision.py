@@ -5,8 +5,9 @@ them without importing the engine (numba, the kernels).
 "int16": each activation row quantized to 15 bits and multiplied as two int8 halves
 with integer dot products (int8.py): faster than f32 on several rows, and next-token
 predictions that agree with f32's (docs/performance.md).
-"int8": activations quantized to 8 bits: faster still, and outputs that differ from
-f32's near ties.
+"int8": activations quantized to 8 bits, and keys and values cached as 8 bits with a
+scale each (model.KVCache): faster still, half int16's cache memory, and outputs that
+differ from f32's near ties.
 """
 
 from specq.errors import ParameterError
