@@ -11,6 +11,14 @@ sequences) it prints each cache's median time, the ratio to the first cache name
 and the case's time over the 1-row step's with the same cache (the row-cost figures
 of docs/performance.md). The float32 variant compiles the integer block loop again
 for float32 caches (specq compiles it for float16 and 8-bit caches only).
+
+    python scripts/bench_kv_cache.py --growth --caches float16 --context 200
+
+--growth instead times decode rounds of 1, 8 and 32 sequences at context 8 and at
+--context, and attention alone (block_ops.attend_many, every layer, over the same
+caches): a round should grow with the context by what its attention does, and where
+it grew by more (storing keys with positions last, docs/performance.md), something
+else in the forward depends on the context.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import numpy as np
 from numba import njit
 from numba.typed import List
 
-from specq.specdec import int8_stack
+from specq.specdec import block_ops, int8_stack
 from specq.specdec.loader import default_model_path
 from specq.specdec.model import KVCache, LlamaModel, Segment
 
@@ -65,6 +73,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=200)
     parser.add_argument("--trials", type=int, default=15)
     parser.add_argument("--caches", default="float32,float16,int8", help="cache types, comma-separated")
+    parser.add_argument("--growth", action="store_true", help="rounds and attention alone, context 8 against --context")
     args = parser.parse_args()
     names = args.caches.split(",")
     if not names or any(n not in DTYPES for n in names):
@@ -76,6 +85,9 @@ def main() -> None:
             "(it needs Q4_1 block matrices, as the default model has)"
         )
     models = {name: with_caches(base, name) for name in names}
+    if args.growth:
+        growth(models, args.precision, args.context, args.trials)
+        return
     caches = {}
     for name, model in models.items():
         caches[name] = [model.new_cache(args.context + 8) for _ in range(max(s for _, s in CASES))]
@@ -112,6 +124,58 @@ def main() -> None:
         print(
             f"{args.precision}, context {args.context}, {case[0]} row(s) x {case[1]} sequence(s): " + "; ".join(parts)
         )
+
+
+def growth(models: dict[str, LlamaModel], precision: str, context: int, trials: int) -> None:
+    """The --growth figures (the module docstring), interleaved, medians."""
+    contexts, counts = (8, context), (1, 8, 32)
+    setups = {}
+    for name, model in models.items():
+        for n in counts:
+            for ctx in contexts:
+                caches = [model.new_cache(ctx + 8) for _ in range(n)]
+                for cache in caches:
+                    model.forward([Segment(cache, [5] * ctx, 0, all_logits=False)])
+                setups[(name, n, ctx)] = caches
+    rng = np.random.default_rng(0)
+
+    def round_time(name: str, n: int, ctx: int) -> float:
+        segments = [Segment(c, [7], ctx) for c in setups[(name, n, ctx)]]
+        t0 = time.perf_counter()
+        models[name].forward(segments)
+        return time.perf_counter() - t0
+
+    def attention_time(name: str, n: int, ctx: int) -> float:
+        model, caches = models[name], setups[(name, n, ctx)]
+        cfg = model.config
+        keys, values = List([c.kernel_keys for c in caches]), List([c.kernel_values for c in caches])
+        visible = List([np.ones((1, 1), np.bool_) for _ in caches])
+        q = rng.standard_normal((n, cfg.n_heads, cfg.head_dim)).astype(np.float32)
+        starts, bounds = np.full(n, ctx, np.int64), np.arange(n + 1, dtype=np.int64)
+        scale = np.float32(cfg.attention_scale)
+        t0 = time.perf_counter()
+        for layer in range(cfg.n_layers):
+            block_ops.attend_many(q, starts, bounds, visible, keys, values, layer, scale)
+        return time.perf_counter() - t0
+
+    kinds = {"round": round_time, "attention": attention_time}
+    for key in setups:  # compile and warm up
+        for fn in kinds.values():
+            fn(*key)
+    times: dict = {}
+    for _ in range(trials):
+        for key in setups:
+            for kind, fn in kinds.items():
+                times.setdefault((kind, *key), []).append(fn(*key))
+    ms = {key: statistics.median(t) * 1e3 for key, t in times.items()}
+    for name in models:
+        for n in counts:
+            a, b = (ms[("round", name, n, c)] for c in contexts)
+            x, y = (ms[("attention", name, n, c)] for c in contexts)
+            print(
+                f"{precision}, {name} cache, {n} sequence(s), context {contexts[0]} -> {context}: "
+                f"round {a:.2f} -> {b:.2f} ms (+{b - a:.2f}); attention alone {x:.2f} -> {y:.2f} ms (+{y - x:.2f})"
+            )
 
 
 if __name__ == "__main__":

@@ -207,6 +207,19 @@ def test_bench_kv_cache_on_a_toy(q4_model):
         if (rows, seqs) == ("1", "1"):
             assert all(float(p[4]) == 1.0 for p in parts)
     assert "--caches" in run_script("bench_kv_cache.py", "--caches", "float16,int4").stderr
+    out = ok(
+        run_script(
+            "bench_kv_cache.py", "--model", q4_model, "--growth", "--caches", "int8", "--context", "20", "--trials", "1"
+        )
+    )
+    figure = r"([\d.]+) -> ([\d.]+) ms \(\+(-?[\d.]+)\)"
+    lines = re.findall(
+        rf"^int16, int8 cache, (\d+) sequence\(s\), context 8 -> 20: round {figure}; attention alone {figure}$",
+        out,
+        re.M,
+    )
+    assert [int(line[0]) for line in lines] == [1, 8, 32], out
+    assert all(float(x) > 0 for line in lines for x in (line[1], line[2], line[4], line[5]))
 
 
 # --- replay_drafts.py ------------------------------------------------------------------
