@@ -18,6 +18,8 @@ the same bits: a request resumed on another machine continues exactly.
 
 from __future__ import annotations
 
+import functools
+
 import llvmlite.binding as llvm_binding
 from llvmlite import ir
 from numba import types
@@ -25,12 +27,15 @@ from numba.core import cgutils, config
 from numba.extending import intrinsic, models, register_model
 
 
-def cpu_features() -> set[str]:
+@functools.cache
+def cpu_features() -> frozenset[str]:
     """The features numba compiles for: NUMBA_CPU_FEATURES when set (a build for
-    another CPU), else the host's."""
+    another CPU), else the host's. Read once a process: asking LLVM took 0.35 ms, and
+    every product of a prefill asked (through int8.require), 17% of a 200-token
+    prefill's time, and the output head once a decode step."""
     if config.CPU_FEATURES:
-        return {f[1:] for f in config.CPU_FEATURES.split(",") if f.startswith("+")}
-    return {name for name, on in llvm_binding.get_host_cpu_features().items() if on}
+        return frozenset(f[1:] for f in config.CPU_FEATURES.split(",") if f.startswith("+"))
+    return frozenset(name for name, on in llvm_binding.get_host_cpu_features().items() if on)
 
 
 def has_avx2() -> bool:
