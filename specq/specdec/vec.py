@@ -493,25 +493,23 @@ def scaled(typingctx, array):  # pragma: no cover - compiled
     return types.boolean(array), lambda context, builder, sig, args: ir.Constant(ir.IntType(1), constant)
 
 
-@intrinsic
-def load_scale(typingctx, array, i):  # pragma: no cover - compiled
-    """The float32 stored in the four bytes at array[i:] (an 8-bit cache's scale,
-    kept among its int8 values; see model.KVCache)."""
+def _load_unaligned(result_type, llvm_type):
+    """An intrinsic loading `llvm_type` from the bytes at array[i:], on no alignment."""
 
-    def codegen(context, builder, sig, args):
-        return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], ir.FloatType()), align=1)
+    @intrinsic
+    def load(typingctx, array, i):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], llvm_type), align=1)
 
-    return types.float32(array, i), codegen
+        return result_type(array, i), codegen
+
+    return load
 
 
-@intrinsic
-def load_scales(typingctx, array, i):  # pragma: no cover - compiled
-    """Eight float32 stored in the 32 bytes at array[i:] (load_scale's vector form)."""
-
-    def codegen(context, builder, sig, args):
-        return builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], _VF), align=1)
-
-    return F32(array, i), codegen
+# The float32 stored in the four bytes at array[i:] (an 8-bit cache's scale, kept among
+# its int8 keys; see model.KVCache), and eight of them in the 32 bytes there.
+load_scale = _load_unaligned(types.float32, ir.FloatType())
+load_scales = _load_unaligned(F32, _VF)
 
 
 @intrinsic
