@@ -52,8 +52,8 @@ class StackedLayers:
     extra: tuple = ()  # arguments after the sizes (int8_stack: whether activations are split)
 
     def __reduce__(self) -> tuple:
-        """Pickled (model_cache) with its compiled functions and cache type named, not
-        serialized: they are code of this process, not data."""
+        """Pickled (model_cache) with its compiled functions named, not serialized:
+        they are code of this process, not data."""
         state = {f.name: getattr(self, f.name) for f in fields(self)}
         state["compiled"] = tuple((fn.py_func.__module__, fn.py_func.__name__) for fn in self.compiled)
         return (_rebuild, (state,))
