@@ -327,14 +327,15 @@ class KVCache:
         """Layer `layer`'s keys [Hkv, hd, end] and values [Hkv, end, hd] of positions
         below `end` as float32 (for BLAS): exact for float16, each int8 value times its
         scale for an 8-bit cache."""
-        hd = self._cfg.head_dim
-        blocks = self._blocks(self.keys[layer])[:, :, :hd, :]  # [Hkv, blocks, hd, 8]
-        keys = blocks.transpose(0, 2, 1, 3).reshape(blocks.shape[0], hd, -1)[:, :, :end]
-        values = self.values[layer][:, :end]
+        hd, n_blocks = self._cfg.head_dim, -(-end // block_ops.KEY_BLOCK)
+        blocks = self._blocks(self.keys[layer])[:, :n_blocks, :hd, :]  # [Hkv, blocks, hd, 8]
+        # One copy: the cast makes the transposed blocks contiguous, so the reshape is a view.
+        keys = blocks.transpose(0, 2, 1, 3).astype(np.float32).reshape(blocks.shape[0], hd, -1)[:, :, :end]
+        values = self.values[layer][:, :end].astype(np.float32, copy=False)
         if self.dtype != np.int8:
-            return keys.astype(np.float32, copy=False), values.astype(np.float32, copy=False)
-        scales = self._scales(self.keys[layer]).transpose(0, 2, 1, 3).reshape(blocks.shape[0], 2, -1)[..., :end]
-        return keys * scales[:, None, 0], values * scales[:, 1, :, None]
+            return keys, values
+        scales = self._scales(self.keys[layer])[:, :n_blocks].transpose(0, 2, 1, 3).reshape(blocks.shape[0], 2, -1)
+        return keys * scales[:, None, 0, :end], values * scales[:, 1, :end, None]
 
     def reserve(self, n_positions: int) -> None:
         if n_positions > self._cfg.context_length:
