@@ -48,10 +48,25 @@ def _can_make_namespaces() -> str | None:
     return None
 
 
+def _remove_leftovers() -> None:
+    """A run killed mid-test leaves its bridge holding 10.213.0.1/24 (and its route),
+    so the next run's hosts could not be reached: its links and namespaces go first."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        name = line.split(": ")[1].split("@")[0]
+        if name.startswith("sqbr") or (name.startswith("sq") and name.endswith("o")):
+            subprocess.run(["ip", "link", "del", name], capture_output=True)
+    spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in spaces.splitlines():
+        if line.startswith("sq"):
+            subprocess.run(["ip", "netns", "del", line.split()[0]], capture_output=True)
+
+
 class Network:
     """A bridge in this namespace and one namespace per host, each on its own veth pair."""
 
     def __init__(self) -> None:
+        _remove_leftovers()
         tag = uuid.uuid4().hex[:4]
         self.bridge = f"sqbr{tag}"
         self.tag = tag
@@ -133,8 +148,8 @@ def test_a_worker_cut_off_from_redis_for_a_minute(network, queue_env, tmp_path, 
     url = f"redis://{address}:6391/0"
     env = {**queue_env, "SPECQ_REDIS_URL": url, "SPECQ_LEASE_TTL_MS": str(int(LEASE_S * 1000))}
     client = redis.Redis.from_url(url, socket_timeout=5)
-    wait_until(lambda: _answers(client), 20, "redis in its namespace")
     try:
+        wait_until(lambda: _answers(client), 20, "redis in its namespace")
         n = 4
         path = write_prompts(tmp_path / "p.jsonl", n)
         common = ["--model", slow_model_path, "--max-tokens", "700", "--temperature", "0.8", "--seed", "9"]
