@@ -97,7 +97,9 @@ class Network:
         _ip("link", "set", f"sq{self.tag}{name}o", "up")
 
     def close(self) -> None:
-        for ns, _ in self.hosts.values():
+        for name, (ns, _) in self.hosts.items():
+            # The pair's outer end outlives a namespace that a stopping process still holds.
+            subprocess.run(["ip", "link", "del", f"sq{self.tag}{name}o"], capture_output=True)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
