@@ -23,7 +23,7 @@ from specq.specdec.acceptance import accept, accept_tree_greedy, resolve_rule
 from specq.specdec.adaptive import ROW_COSTS, choose_k
 from specq.specdec.completion_text import completion_text, final_text_so_far
 from specq.specdec.draft_costs import MeasuredCosts, RoundCosts
-from specq.specdec.model import LlamaModel, Segment, SegmentOutput
+from specq.specdec.model import KVCache, LlamaModel, Segment, SegmentOutput
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
 from specq.specdec.rng import uniform
 from specq.specdec.state import DecodeState, GenerationRequest, Metrics
@@ -78,8 +78,8 @@ class Engine:
 
     def kv_bytes(self, state: DecodeState) -> int:
         """The bytes of KV cache that decoding this request holds (the target's; a
-        draft model's cache comes on top)."""
-        return cache_positions(self.model, state.request) * self.model.kv_bytes_per_position
+        draft model's cache comes on top): what its cache allocates, whole blocks."""
+        return KVCache.capacity_for(cache_positions(self.model, state.request)) * self.model.kv_bytes_per_position
 
     def generate_many(
         self, states: Sequence[DecodeState], *, group_size: int, kv_budget: int | None = None

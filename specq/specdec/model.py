@@ -286,6 +286,11 @@ class KVCache:
         self.reserve(min(capacity, cfg.context_length))
 
     @staticmethod
+    def capacity_for(n_positions: int) -> int:
+        """The capacity a cache takes to hold n_positions: whole blocks of keys."""
+        return -(-n_positions // block_ops.KEY_BLOCK) * block_ops.KEY_BLOCK
+
+    @staticmethod
     def bytes_per_position(cfg: LlamaConfig, dtype: type) -> int:
         """What one position of a sequence's cache of `dtype` takes, every layer's."""
         dtype = np.dtype(dtype)
@@ -345,8 +350,7 @@ class KVCache:
         if n_positions <= self.capacity:
             return
         block = block_ops.KEY_BLOCK
-        wanted = min(max(n_positions, 2 * self.capacity), self._cfg.context_length)
-        new_cap = -(-wanted // block) * block  # whole blocks
+        new_cap = self.capacity_for(min(max(n_positions, 2 * self.capacity), self._cfg.context_length))
         cfg, old = self._cfg, self.capacity
         keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap // block, self._rows * block), dtype=self.dtype)
         values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, cfg.head_dim), dtype=self.dtype)

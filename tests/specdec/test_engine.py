@@ -15,7 +15,7 @@ from specq.errors import ModelFileError, ParameterError
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_engine, load_model_and_tokenizer
 from specq.specdec.matmul import BULK_ROWS
-from specq.specdec.model import Segment
+from specq.specdec.model import KVCache, Segment
 from specq.specdec.proposers import (
     DraftModelProposer,
     HybridProposer,
@@ -498,7 +498,10 @@ def test_a_kv_budget_bounds_the_requests_decoded_together(toy, monkeypatch):
     engine = Engine(model, tokenizer, NgramProposer())
     requests = [request(tokenizer, p, max_tokens=10 + 3 * i, k=2) for i, p in enumerate(PROMPTS * 2)]
     needs = [engine.kv_bytes(engine.start(r)) for r in requests]
-    assert needs[0] == (len(requests[0].prompt_ids) + 10 + 2 + 1) * model.kv_bytes_per_position
+    positions = KVCache.capacity_for(len(requests[0].prompt_ids) + 10 + 2 + 1)  # whole blocks of keys
+    assert needs[0] == positions * model.kv_bytes_per_position
+    cache = engine.session(engine.start(requests[0])).cache  # the figure is what the cache allocates
+    assert cache.all_keys.nbytes + cache.all_values.nbytes == needs[0]
     sizes = []
     original = engine_module.DecodeGroup.round
 
