@@ -7,8 +7,12 @@ two uses of a matrix the rest of the model streams through the caches (about 112
 quantized, 538 MB as float32). Each figure is the median over layers and
 repetitions, in microseconds.
 
+With --precision int16 or int8 the quantized column is the integer products
+(specq.specdec.int8, as those precisions run them) instead of the float32-activation
+kernels; G/s is multiply-adds per second (rows x outputs x inputs over the time).
+
 Usage:  python scripts/bench_qkernels.py [--model PATH] [--repeat 5] [--rows 1,2,3,4,5,8,16]
-                                         [--prefill 200] [--no-float]
+                                         [--prefill 200] [--no-float] [--precision int16]
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 import numpy as np
 from gguf import GGUFReader
 
+from specq.specdec.int8 import Int8Matrix, int8_matmul_t
 from specq.specdec.kernels import KERNEL_MAX_ROWS, matmul_t
 from specq.specdec.qkernels import QuantizedMatrix, qmatmul_t
 
@@ -95,36 +100,53 @@ def main() -> None:
     ap.add_argument("--rows", default="1,2,3,4,5,8,16")
     ap.add_argument("--prefill", type=int, default=200, help="rows of the prefill comparison (0: skip)")
     ap.add_argument("--no-float", action="store_true", help="skip the float32 kernel (saves 538 MB)")
+    ap.add_argument(
+        "--precision", choices=("f32", "int16", "int8"), default="f32", help="activations of the quantized products"
+    )
     args = ap.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
 
     t0 = time.perf_counter()
     layers, head = load(args.model or default_model())
+    quantized_product = qmatmul_t
+    if args.precision != "f32":
+        if args.prefill:
+            ap.error("--prefill compares the float32-activation kernels: give --prefill 0 with --precision")
+        split = args.precision == "int16"
+        f_layers, f_head = (None, None) if args.no_float else as_float(layers, head)
+        layers = [{k: Int8Matrix.from_quantized(w, split=split) for k, w in layer.items()} for layer in layers]
+        head = Int8Matrix.from_quantized(head, split=split)
+        quantized_product = int8_matmul_t
     load_s = time.perf_counter() - t0
     n_layers = len(layers)
     q_mb = (sum(w.nbytes for layer in layers for w in layer.values()) + head.nbytes) / 1e6
     print(f"{n_layers} layers; quantized matrices {q_mb:.1f} MB (repacked in {load_s:.1f} s)")
     shapes = {k: layers[0][k].shape for k in KINDS} | {"head": head.shape}
-    f_layers, f_head = (None, None) if args.no_float else as_float(layers, head)
+    if args.precision == "f32":
+        f_layers, f_head = (None, None) if args.no_float else as_float(layers, head)
     if f_layers is not None:
         f_mb = (sum(w.nbytes for layer in f_layers for w in layer.values()) + f_head.nbytes) / 1e6
         print(f"float32 copies {f_mb:.1f} MB")
 
     rng = np.random.default_rng(0)
     widths = sorted({s[1] for s in shapes.values()})
-    header = f"{'product':>8} {'shape':>11} {'type':>5} {'rows':>4} {'float32 us':>11} {'quant us':>9} {'speedup':>7}"
+    header = (
+        f"{'product':>8} {'shape':>11} {'type':>5} {'rows':>4} {'float32 us':>11} {'quant us':>9} {'speedup':>7} "
+        f"{'quant G/s':>9}"
+    )
     print(header)
     totals = []
     for n in rows:
         xs = {w: rng.standard_normal((n, w), dtype=np.float32) for w in widths}
-        quant = walk(qmatmul_t, layers, head, xs, args.repeat)
+        quant = walk(quantized_product, layers, head, xs, args.repeat)
         flt = walk(matmul_t, f_layers, f_head, xs, args.repeat) if f_layers is not None else None
         for kind in KINDS + ("head",):
             w = head if kind == "head" else layers[0][kind]
             f_us = flt[kind] if flt else float("nan")
             print(
                 f"{kind:>8} {'x'.join(map(str, w.shape)):>11} {w.type_name:>5} {n:>4} "
-                f"{f_us:>11.1f} {quant[kind]:>9.1f} {f_us / quant[kind]:>6.2f}x"
+                f"{f_us:>11.1f} {quant[kind]:>9.1f} {f_us / quant[kind]:>6.2f}x "
+                f"{n * w.shape[0] * w.shape[1] / quant[kind] / 1e3:>9.1f}"
             )
         totals.append((n, forward_ms(flt, n_layers) if flt else float("nan"), forward_ms(quant, n_layers)))
     print(f"\nwhole forward, matrix products only ({n_layers} layers x 4 products + head), ms:")

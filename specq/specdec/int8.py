@@ -72,7 +72,7 @@ if AVAILABLE:
         _drive_q4_1, _drive_q8_0v = _kernels.q4_1w_2x3, _kernels.q8_0vw_2x3
         _drive_q4_1s, _drive_q8_0vs = _kernels.q4_1sw_2x2, _kernels.q8_0vsw_2x2
     else:
-        _drive_q4_1 = _kernels.q4_1_2x3 if _32_REGISTERS else _kernels.q4_1_1x4
+        _drive_q4_1 = _kernels.q4_1_2x3 if _32_REGISTERS else _kernels.q4_1_1x3
         _drive_q8_0v = _kernels.q8_0v_2x3 if _32_REGISTERS else _kernels.q8_0v_1x4
         _drive_q4_1s = _kernels.q4_1s_2x2 if _32_REGISTERS else _kernels.q4_1s_1x2
         _drive_q8_0vs = _kernels.q8_0vs_2x2 if _32_REGISTERS else _kernels.q8_0vs_1x2

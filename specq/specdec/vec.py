@@ -154,6 +154,58 @@ def _width(lanes: int) -> dict:
 
         return I(I, B, B), codegen
 
+    # A block's sum against nibble weights (Q4_1's 0..15). Without VNNI, dot4 is three
+    # instructions, two of them multiplies (vpmaddubsw, then vpmaddwd by ones), and the
+    # multiplies bound the int8 products on AVX2 CPUs. Against nibbles a vpmaddubsw
+    # pair is at most 2 x 15 x 127 = 3,810, so a whole block (8 pairs to an int16
+    # lane) stays below 2**15: the pairs are added as int16 and widened once a block,
+    # the same integers for a third fewer instructions. With VNNI the sum is vpdpbusd's
+    # int32, as dot4. Exact only for weights below 16 and activations within +-127.
+    nibble_vnni = has_vnni() or lanes == 16  # 512-bit kernels run only with VNNI (int8.py)
+    S = I if nibble_vnni else Vec("i16", 2 * lanes)
+
+    @intrinsic
+    def nibble_zeros(typingctx):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            return ir.Constant(ints_t if nibble_vnni else words_t, [0] * (lanes if nibble_vnni else 2 * lanes))
+
+        return S(), codegen
+
+    @intrinsic
+    def nibble_dot4(typingctx, acc, nibbles, signed):  # pragma: no cover - compiled
+        def codegen(context, builder, sig, args):
+            if nibble_vnni:
+                return _dot4(builder, *args)
+            pairs = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _V16, [args[1], args[2]])
+            return builder.add(args[0], pairs)
+
+        return S(S, B, B), codegen
+
+    @intrinsic
+    def nibble_total(typingctx, acc):  # pragma: no cover - compiled
+        """The block's int32 sums, one per lane."""
+
+        def codegen(context, builder, sig, args):
+            if nibble_vnni:
+                return args[0]
+            return _call(builder, "llvm.x86.avx2.pmadd.wd", _V32, [args[0], ir.Constant(_V16, [1] * 16)])
+
+        return I(S), codegen
+
+    @intrinsic
+    def nibble_split_total(typingctx, high, low):  # pragma: no cover - compiled
+        """128 x high's sums + low's (combine7 of the two totals), with the scaling
+        folded into the widening where there is one: exact, |128 x 30,480 x 2| < 2**31."""
+
+        def codegen(context, builder, sig, args):
+            if nibble_vnni:
+                return builder.add(builder.shl(args[0], ir.Constant(ints_t, [7] * lanes)), args[1])
+            widen = "llvm.x86.avx2.pmadd.wd"
+            scaled = _call(builder, widen, _V32, [args[0], ir.Constant(_V16, [128] * 16)])
+            return builder.add(scaled, _call(builder, widen, _V32, [args[1], ir.Constant(_V16, [1] * 16)]))
+
+        return I(S, S), codegen
+
     @intrinsic
     def flip_sign_bits(typingctx, v):  # pragma: no cover - compiled
         """x + 128 as unsigned bytes, for signed bytes x (an xor of the top bit)."""
@@ -285,6 +337,10 @@ _PER_WIDTH = (
     "high_nibbles",
     "dot4",
     "flip_sign_bits",
+    "nibble_zeros",
+    "nibble_dot4",
+    "nibble_total",
+    "nibble_split_total",
     "load_i32",
     "sub_i32",
     "combine7",
@@ -308,6 +364,10 @@ _NARROW, _WIDE = _width(8), _width(16)
     high_nibbles,
     dot4,
     flip_sign_bits,
+    nibble_zeros,
+    nibble_dot4,
+    nibble_total,
+    nibble_split_total,
     load_i32,
     sub_i32,
     combine7,
@@ -328,6 +388,10 @@ _NARROW, _WIDE = _width(8), _width(16)
     high_nibbles_w,
     dot4_w,
     flip_sign_bits_w,
+    nibble_zeros_w,
+    nibble_dot4_w,
+    nibble_total_w,
+    nibble_split_total_w,
     load_i32_w,
     sub_i32_w,
     combine7_w,

@@ -76,6 +76,30 @@ def test_a_rows_bits_do_not_depend_on_the_rows_beside_it(type_name, n_out, n_in,
         np.testing.assert_array_equal(np.concatenate(parts).view(np.uint32), together)
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["int8", "int16"])
+def test_nibble_sums_at_their_bounds_stay_exact(split):
+    """Without VNNI a block's nibble products are added as int16 (vec.nibble_dot4): at
+    weights of 15 against activations at +-127 (or their split halves at their
+    extremes), every lane holds its largest sum, 16 x 15 x 127 = 30,480, where one
+    more pair would wrap. The reference's int64 sums say whether any did."""
+    n_out, n_in = 24, 128
+    ints = np.full((n_out, n_in // 32, 32), 15, np.uint8)
+    ints[1::2, 1] = 0  # some blocks of zeros among the full ones
+    rng = np.random.default_rng(4)
+    d = rng.uniform(0.01, 0.02, (n_out, n_in // 32)).astype(np.float32)
+    m = rng.uniform(-0.1, 0.1, (n_out, n_in // 32)).astype(np.float32)
+    w = int8.Int8Matrix.from_blocks("Q4_1", (n_out, n_in), ints, d, m, split=split)
+    x = np.ones((6, n_in), np.float32)
+    x[1] = -1.0  # every q at -L
+    x[2, ::2] = -1.0  # alternating signs
+    x[3] = np.linspace(-1.0, 1.0, n_in, dtype=np.float32)  # every split low half, from -64 to 63
+    x[4, :64] = 3.0  # a block's largest beside smaller ones
+    x[5] = rng.standard_normal(n_in).astype(np.float32)
+    got = int8.int8_matmul_t(x, w)
+    np.testing.assert_array_equal(got.view(np.uint32), int8.int8_matmul_t_reference(x, w).view(np.uint32))
+    assert got[0, 0] > 0 > got[1, 0]
+
+
 def test_selected_rows_give_the_bits_of_the_whole_product():
     w = int8.Int8Matrix.from_quantized(_matrix("Q8_0", 100, 64)[0])
     x = _activations(3, 64)
