@@ -78,6 +78,7 @@ if AVAILABLE:
         _drive_q8_0vs = _kernels.q8_0vs_2x2 if _32_REGISTERS else _kernels.q8_0vs_1x2
     _drive_q8_0 = _kernels.q8_0_2x3 if _32_REGISTERS else _kernels.q8_0_1x4
     _drive_q8_0s = _kernels.q8_0s_2x2 if _32_REGISTERS else _kernels.q8_0s_1x2
+    _drive_q8_0i = _kernels.q8_0i_1x3
     # The other formats' kernels (int8_codegen), chosen as for Q8_0. Without VNNI, the
     # sign trick, at 8 lanes only; with VNNI, x + 128, at 16 lanes with AVX-512.
     _drive_q8_m = _kernels.q8_m_2x3 if _32_REGISTERS else _kernels.q8_m_1x4
@@ -336,6 +337,14 @@ if AVAILABLE:
         return q, low
 
     @njit(nogil=True, cache=True)
+    def _whole(high, low):  # pragma: no cover - compiled
+        """A split activation's halves put back together: 128 high + low as int16."""
+        q = np.empty(high.size, dtype=np.int16)
+        for i in range(high.size):
+            q[i] = np.int16(high[i]) * np.int16(128) + np.int16(low[i])
+        return q
+
+    @njit(nogil=True, cache=True)
     def product_q8_0(x, quants, d, sums, n_out, n_threads, split):  # pragma: no cover - compiled
         n, n_in = x.shape
         q, low, xd, _ = _quantized(x, split)
@@ -345,7 +354,7 @@ if AVAILABLE:
         if split and _VNNI:
             _drive_q8_0vs(quants, d, sums, q, low, xd, flat, n, nb, n_in, n_out, n_threads)
         elif split:
-            _drive_q8_0s(quants, d, q, low, xd, flat, n, nb, n_in, n_out, n_threads)
+            _drive_q8_0i(quants, d, _whole(q, low), xd, flat, n, nb, n_in, n_out, n_threads)
         elif _VNNI:
             _drive_q8_0v(quants, d, sums, q, xd, flat, n, nb, n_in, n_out, n_threads)
         else:

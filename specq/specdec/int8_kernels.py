@@ -6,12 +6,12 @@ file is what it writes."""
 from numba import njit, prange
 
 from specq.specdec.vec import (  # noqa: F401 - each kernel family uses its own
-    broadcast4, broadcast4_w, broadcast_f32, broadcast_f32_w, combine7, combine7_w, dot4, dot4_w,
-    flip_sign_bits, fma, fma_w, high_nibbles, high_nibbles_w, load_bytes, load_bytes_w, load_f32,
-    load_f32_w, load_i32, load_i32_w, low_nibbles, low_nibbles_w, magnitudes, mul, mul_w,
-    nibble_dot4, nibble_dot4_w, nibble_split_total, nibble_split_total_w, nibble_total, nibble_total_w, nibble_zeros, nibble_zeros_w,
-    signs_of, store_f32, store_f32_w, sub_i32, sub_i32_w, to_float, to_float_w, zeros_f32,
-    zeros_f32_w, zeros_i32, zeros_i32_w,
+    broadcast4, broadcast4_w, broadcast_f32, broadcast_f32_w, broadcast_pairs, combine7, combine7_w, dot4,
+    dot4_w, flip_sign_bits, fma, fma_w, high_nibbles, high_nibbles_w, load_bytes, load_bytes_w,
+    load_f32, load_f32_w, load_i32, load_i32_w, low_nibbles, low_nibbles_w, madd16, magnitudes,
+    mul, mul_w, nibble_dot4, nibble_dot4_w, nibble_split_total, nibble_split_total_w, nibble_total, nibble_total_w,
+    nibble_zeros, nibble_zeros_w, pair_totals, signs_of, store_f32, store_f32_w, sub_i32, sub_i32_w,
+    to_float, to_float_w, widen_bytes, zeros_f32, zeros_f32_w, zeros_i32, zeros_i32_w,
 )
 
 
@@ -4209,6 +4209,282 @@ def q8_0vs_1x2(wq, wd, ws, xq, xl, xd, out, n, nb, n_in, n_out, n_slices):  # pr
                     _q8_0vs_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
                 elif step == 1 and g == 1:
                     _q8_0vs_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                r0 += g
+            c += step
+
+
+@njit(inline='always')
+def _q8_0i_1_1(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a0 = zeros_f32()
+    for b in range(nb):
+        w0 = c * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        s0 = zeros_i32()
+        t0 = zeros_i32()
+        wa = widen_bytes(wq, w0 * 256 + 0)
+        wb = widen_bytes(wq, w0 * 256 + 16)
+        xv = broadcast_pairs(xw, x0 + 0)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 32)
+        wb = widen_bytes(wq, w0 * 256 + 48)
+        xv = broadcast_pairs(xw, x0 + 4)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 64)
+        wb = widen_bytes(wq, w0 * 256 + 80)
+        xv = broadcast_pairs(xw, x0 + 8)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 96)
+        wb = widen_bytes(wq, w0 * 256 + 112)
+        xv = broadcast_pairs(xw, x0 + 12)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 128)
+        wb = widen_bytes(wq, w0 * 256 + 144)
+        xv = broadcast_pairs(xw, x0 + 16)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 160)
+        wb = widen_bytes(wq, w0 * 256 + 176)
+        xv = broadcast_pairs(xw, x0 + 20)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 192)
+        wb = widen_bytes(wq, w0 * 256 + 208)
+        xv = broadcast_pairs(xw, x0 + 24)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 224)
+        wb = widen_bytes(wq, w0 * 256 + 240)
+        xv = broadcast_pairs(xw, x0 + 28)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        dw = load_f32(wd, w0 * 8)
+        dx = broadcast_f32(xd, (r0 + 0) * nb + b)
+        a0 = fma(to_float(pair_totals(s0, t0)), mul(dw, dx), a0)
+    store_f32(out, (r0 + 0) * n_out + c * 8, a0)
+
+
+@njit(inline='always')
+def _q8_0i_1_2(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a0 = zeros_f32()
+    a1 = zeros_f32()
+    for b in range(nb):
+        w0 = c * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        s0 = zeros_i32()
+        t0 = zeros_i32()
+        x1 = (r0 + 1) * n_in + b * 32
+        s1 = zeros_i32()
+        t1 = zeros_i32()
+        wa = widen_bytes(wq, w0 * 256 + 0)
+        wb = widen_bytes(wq, w0 * 256 + 16)
+        xv = broadcast_pairs(xw, x0 + 0)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 0)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 32)
+        wb = widen_bytes(wq, w0 * 256 + 48)
+        xv = broadcast_pairs(xw, x0 + 4)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 4)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 64)
+        wb = widen_bytes(wq, w0 * 256 + 80)
+        xv = broadcast_pairs(xw, x0 + 8)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 8)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 96)
+        wb = widen_bytes(wq, w0 * 256 + 112)
+        xv = broadcast_pairs(xw, x0 + 12)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 12)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 128)
+        wb = widen_bytes(wq, w0 * 256 + 144)
+        xv = broadcast_pairs(xw, x0 + 16)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 16)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 160)
+        wb = widen_bytes(wq, w0 * 256 + 176)
+        xv = broadcast_pairs(xw, x0 + 20)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 20)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 192)
+        wb = widen_bytes(wq, w0 * 256 + 208)
+        xv = broadcast_pairs(xw, x0 + 24)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 24)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 224)
+        wb = widen_bytes(wq, w0 * 256 + 240)
+        xv = broadcast_pairs(xw, x0 + 28)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 28)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        dw = load_f32(wd, w0 * 8)
+        dx = broadcast_f32(xd, (r0 + 0) * nb + b)
+        a0 = fma(to_float(pair_totals(s0, t0)), mul(dw, dx), a0)
+        dx = broadcast_f32(xd, (r0 + 1) * nb + b)
+        a1 = fma(to_float(pair_totals(s1, t1)), mul(dw, dx), a1)
+    store_f32(out, (r0 + 0) * n_out + c * 8, a0)
+    store_f32(out, (r0 + 1) * n_out + c * 8, a1)
+
+
+@njit(inline='always')
+def _q8_0i_1_3(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+    a0 = zeros_f32()
+    a1 = zeros_f32()
+    a2 = zeros_f32()
+    for b in range(nb):
+        w0 = c * nb + b
+        x0 = (r0 + 0) * n_in + b * 32
+        s0 = zeros_i32()
+        t0 = zeros_i32()
+        x1 = (r0 + 1) * n_in + b * 32
+        s1 = zeros_i32()
+        t1 = zeros_i32()
+        x2 = (r0 + 2) * n_in + b * 32
+        s2 = zeros_i32()
+        t2 = zeros_i32()
+        wa = widen_bytes(wq, w0 * 256 + 0)
+        wb = widen_bytes(wq, w0 * 256 + 16)
+        xv = broadcast_pairs(xw, x0 + 0)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 0)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        xv = broadcast_pairs(xw, x2 + 0)
+        s2 = madd16(s2, wa, xv)
+        t2 = madd16(t2, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 32)
+        wb = widen_bytes(wq, w0 * 256 + 48)
+        xv = broadcast_pairs(xw, x0 + 4)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 4)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        xv = broadcast_pairs(xw, x2 + 4)
+        s2 = madd16(s2, wa, xv)
+        t2 = madd16(t2, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 64)
+        wb = widen_bytes(wq, w0 * 256 + 80)
+        xv = broadcast_pairs(xw, x0 + 8)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 8)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        xv = broadcast_pairs(xw, x2 + 8)
+        s2 = madd16(s2, wa, xv)
+        t2 = madd16(t2, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 96)
+        wb = widen_bytes(wq, w0 * 256 + 112)
+        xv = broadcast_pairs(xw, x0 + 12)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 12)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        xv = broadcast_pairs(xw, x2 + 12)
+        s2 = madd16(s2, wa, xv)
+        t2 = madd16(t2, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 128)
+        wb = widen_bytes(wq, w0 * 256 + 144)
+        xv = broadcast_pairs(xw, x0 + 16)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 16)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        xv = broadcast_pairs(xw, x2 + 16)
+        s2 = madd16(s2, wa, xv)
+        t2 = madd16(t2, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 160)
+        wb = widen_bytes(wq, w0 * 256 + 176)
+        xv = broadcast_pairs(xw, x0 + 20)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 20)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        xv = broadcast_pairs(xw, x2 + 20)
+        s2 = madd16(s2, wa, xv)
+        t2 = madd16(t2, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 192)
+        wb = widen_bytes(wq, w0 * 256 + 208)
+        xv = broadcast_pairs(xw, x0 + 24)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 24)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        xv = broadcast_pairs(xw, x2 + 24)
+        s2 = madd16(s2, wa, xv)
+        t2 = madd16(t2, wb, xv)
+        wa = widen_bytes(wq, w0 * 256 + 224)
+        wb = widen_bytes(wq, w0 * 256 + 240)
+        xv = broadcast_pairs(xw, x0 + 28)
+        s0 = madd16(s0, wa, xv)
+        t0 = madd16(t0, wb, xv)
+        xv = broadcast_pairs(xw, x1 + 28)
+        s1 = madd16(s1, wa, xv)
+        t1 = madd16(t1, wb, xv)
+        xv = broadcast_pairs(xw, x2 + 28)
+        s2 = madd16(s2, wa, xv)
+        t2 = madd16(t2, wb, xv)
+        dw = load_f32(wd, w0 * 8)
+        dx = broadcast_f32(xd, (r0 + 0) * nb + b)
+        a0 = fma(to_float(pair_totals(s0, t0)), mul(dw, dx), a0)
+        dx = broadcast_f32(xd, (r0 + 1) * nb + b)
+        a1 = fma(to_float(pair_totals(s1, t1)), mul(dw, dx), a1)
+        dx = broadcast_f32(xd, (r0 + 2) * nb + b)
+        a2 = fma(to_float(pair_totals(s2, t2)), mul(dw, dx), a2)
+    store_f32(out, (r0 + 0) * n_out + c * 8, a0)
+    store_f32(out, (r0 + 1) * n_out + c * 8, a1)
+    store_f32(out, (r0 + 2) * n_out + c * 8, a2)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def q8_0i_1x3(wq, wd, xw, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
+    groups = n_out // 8
+    for t in prange(n_slices):
+        last = (t + 1) * groups // n_slices
+        c = t * groups // n_slices
+        while c < last:
+            step = 1 if c + 1 <= last else 1
+            r0 = 0
+            while r0 < n:
+                g = min(3, n - r0)
+                if step == 1 and g == 3:
+                    _q8_0i_1_3(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out)
+                elif step == 1 and g == 2:
+                    _q8_0i_1_2(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out)
+                elif step == 1 and g == 1:
+                    _q8_0i_1_1(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out)
                 r0 += g
             c += step
 

@@ -430,6 +430,62 @@ def signs_of(typingctx, x, w):  # pragma: no cover - compiled
     return I8(I8, I8), codegen
 
 
+# 15-bit activations against 8-bit weights without VNNI (int8.py's Q8_0 at int16):
+# vpmaddwd multiplies int16 pairs into int32 exactly, 16 products an instruction with
+# no sign trick and no second widening, where the split halves take two vpmaddubsw,
+# two vpsignb and two vpmaddwd for 32. Each 32-bit lane holds two inputs of one output.
+I16 = Vec("i16", 16)
+
+
+@intrinsic
+def widen_bytes(typingctx, array, i):  # pragma: no cover - compiled
+    """The 16 int8 at array[i:] as int16 (vpmovsxbw): in Q8_0's layout 4 outputs x 4
+    inputs, so each 32-bit lane holds 2 inputs of one output."""
+
+    def codegen(context, builder, sig, args):
+        narrow = ir.VectorType(ir.IntType(8), 16)
+        return builder.sext(builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], narrow), align=1), _V16)
+
+    return I16(array, i), codegen
+
+
+@intrinsic
+def broadcast_pairs(typingctx, array, i):  # pragma: no cover - compiled
+    """The 4 int16 at array[i:] in every 64-bit lane (vpbroadcastq): inputs i, i+1
+    against a lane's first two weights, i+2, i+3 against the next lane's."""
+
+    def codegen(context, builder, sig, args):
+        word = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], ir.IntType(64)), align=2)
+        return builder.bitcast(_splat(builder, word, ir.VectorType(ir.IntType(64), 4)), _V16)
+
+    return I16(array, i), codegen
+
+
+@intrinsic
+def madd16(typingctx, acc, a, b):  # pragma: no cover - compiled
+    """acc + the sum of each 32-bit lane's two int16 products (vpmaddwd): exact while
+    no lane holds two products of -32768 x -32768."""
+
+    def codegen(context, builder, sig, args):
+        return builder.add(args[0], _call(builder, "llvm.x86.avx2.pmadd.wd", _V32, [args[1], args[2]]))
+
+    return I32(I32, I16, I16), codegen
+
+
+@intrinsic
+def pair_totals(typingctx, first, second):  # pragma: no cover - compiled
+    """Outputs 0..7's sums from two accumulators that hold each output's sum in two
+    lanes (outputs 0-3 in `first`, 4-7 in `second`, as widen_bytes lays them out):
+    vphaddd, then the halves' middle quarters swapped back into output order."""
+
+    def codegen(context, builder, sig, args):
+        pairs = _call(builder, "llvm.x86.avx2.phadd.d", _V32, [args[0], args[1]])  # 0 1 4 5 | 2 3 6 7
+        order = ir.Constant(ir.VectorType(_I32, 8), [0, 1, 4, 5, 2, 3, 6, 7])
+        return builder.shuffle_vector(pairs, ir.Constant(_V32, ir.Undefined), order)
+
+    return I32(I32, I32), codegen
+
+
 @intrinsic
 def splat_f32(typingctx, x):  # pragma: no cover - compiled
     def codegen(context, builder, sig, args):
