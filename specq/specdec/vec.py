@@ -444,7 +444,8 @@ def widen_bytes(typingctx, array, i):  # pragma: no cover - compiled
 
     def codegen(context, builder, sig, args):
         narrow = ir.VectorType(ir.IntType(8), 16)
-        return builder.sext(builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], narrow), align=1), _V16)
+        packed = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], narrow), align=1)
+        return builder.sext(packed, _V16)
 
     return I16(array, i), codegen
 
