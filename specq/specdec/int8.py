@@ -25,6 +25,12 @@ int16: L = 127 * 128, q split into two int8 halves, q = 128 high + low (high in
 product, and f32's next-token predictions at 99.91% of the bench mix's positions
 (with the float16 KV cache that goes with it), for about 1.6x int8's arithmetic.
 
+Without VNNI (AVX2's vpmaddubsw, which has no int32 accumulate) two kinds of product
+take a shorter road to the same integers: against 4-bit weights a block's pairs are
+added as int16 and widened once (vec.nibble_dot4), and int16's Q8_0 products multiply
+the whole 15-bit activations by the weights widened to int16 with vpmaddwd (the
+`q8_0i` kernels, vec.madd16) instead of summing the two halves by the sign trick.
+
 Formats. Besides the default model's Q4_1 and Q8_0, every GGUF type with integer
 weights in blocks of 32 is unpacked at load, without loss, into one of four formats
 (gguf_blocks.py): Q4_1 (4-bit q, d, m: also Q4_0 and Q4_K), Q8_0 (8-bit q, d: also
