@@ -83,14 +83,12 @@ if AVAILABLE:
         _drive_q4_1s = _kernels.q4_1s_2x2 if _32_REGISTERS else _kernels.q4_1s_1x2
         _drive_q8_0vs = _kernels.q8_0vs_2x2 if _32_REGISTERS else _kernels.q8_0vs_1x2
     _drive_q8_0 = _kernels.q8_0_2x3 if _32_REGISTERS else _kernels.q8_0_1x4
-    _drive_q8_0s = _kernels.q8_0s_2x2 if _32_REGISTERS else _kernels.q8_0s_1x2
-    _drive_q8_0i = _kernels.q8_0i_1x3
+    _drive_q8_0i, _drive_q8_mi, _drive_q8_hi = _kernels.q8_0i_1x3, _kernels.q8_mi_1x3, _kernels.q8_hi_1x2
     # The other formats' kernels (int8_codegen), chosen as for Q8_0. Without VNNI, the
-    # sign trick, at 8 lanes only; with VNNI, x + 128, at 16 lanes with AVX-512.
+    # sign trick (int8) or int16 products (int16), at 8 lanes only; with VNNI, x + 128,
+    # at 16 lanes with AVX-512.
     _drive_q8_m = _kernels.q8_m_2x3 if _32_REGISTERS else _kernels.q8_m_1x4
-    _drive_q8_ms = _kernels.q8_ms_2x2 if _32_REGISTERS else _kernels.q8_ms_1x2
     _drive_q8_h = _kernels.q8_h_2x2 if _32_REGISTERS else _kernels.q8_h_1x2
-    _drive_q8_hs = _kernels.q8_hs_1x2 if _32_REGISTERS else _kernels.q8_hs_1x1
     if _512:
         _drive_q8_mv, _drive_q8_mvs = _kernels.q8_mvw_2x3, _kernels.q8_mvsw_2x2
         _drive_q8_hv, _drive_q8_hvs = _kernels.q8_hvw_2x2, _kernels.q8_hvsw_1x2
@@ -382,9 +380,9 @@ if AVAILABLE:
                 _drive_q8_mvs(quants, d, m, sums, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
         elif split:
             if halves:
-                _drive_q8_hs(quants, d, m, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+                _drive_q8_hi(quants, d, m, _whole(q, low), xd, xs, flat, n, nb, n_in, n_out, n_threads)
             else:
-                _drive_q8_ms(quants, d, m, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
+                _drive_q8_mi(quants, d, m, _whole(q, low), xd, xs, flat, n, nb, n_in, n_out, n_threads)
         elif _VNNI:
             if halves:
                 _drive_q8_hv(quants, d, m, sums, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)

@@ -32,22 +32,22 @@ TARGET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "int8_kernels.
 
 # A kind ending in "s" is the split form (the int16 precision): each activation comes
 # as two int8 halves, high (xq) and low (xl), q = 128 high + low, and the kernel sums
-# both against the same weights, then combines the sums in int32.
+# both against the same weights, then combines the sums in int32. A kind ending in "i"
+# takes the int16 precision's activations whole, as int16 (xw), without VNNI.
 _ARGS = {
     "q4_1": "wq, wd, wm, xq, xd, xs",
     "q8_0": "wq, wd, xq, xd",
     "q8_0v": "wq, wd, ws, xq, xd",
     "q4_1s": "wq, wd, wm, xq, xl, xd, xs",
-    "q8_0s": "wq, wd, xq, xl, xd",
     "q8_0vs": "wq, wd, ws, xq, xl, xd",
     "q8_0i": "wq, wd, xw, xd",
+    "q8_mi": "wq, wd, wm, xw, xd, xs",
+    "q8_hi": "wq, wd, wm, xw, xd, xs",
     "q8_m": "wq, wd, wm, xq, xd, xs",
     "q8_mv": "wq, wd, wm, ws, xq, xd, xs",
-    "q8_ms": "wq, wd, wm, xq, xl, xd, xs",
     "q8_mvs": "wq, wd, wm, ws, xq, xl, xd, xs",
     "q8_h": "wq, wd, wm, xq, xd, xs",
     "q8_hv": "wq, wd, wm, ws, xq, xd, xs",
-    "q8_hs": "wq, wd, wm, xq, xl, xd, xs",
     "q8_hvs": "wq, wd, wm, ws, xq, xl, xd, xs",
 }
 _SIGNATURES = {
@@ -58,8 +58,6 @@ _SIGNATURES = {
     "int64, int64)",
     "q4_1s": "void(uint8[::1], float32[::1], float32[::1], int8[::1], int8[::1], float32[::1], float32[::1], "
     "float32[::1], int64, int64, int64, int64, int64)",
-    "q8_0s": "void(int8[::1], float32[::1], int8[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, "
-    "int64, int64)",
     "q8_0vs": "void(int8[::1], float32[::1], int32[::1], int8[::1], int8[::1], float32[::1], float32[::1], int64, "
     "int64, int64, int64, int64)",
     "q8_0i": "void(int8[::1], float32[::1], int16[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)",
@@ -81,13 +79,7 @@ FAMILIES = (
     ("q4_1", 16, ((2, 3),)),
     ("q8_0v", 16, ((2, 3),)),
     ("q4_1s", 8, SPLIT_BLOCKINGS),
-    ("q8_0s", 8, SPLIT_BLOCKINGS),
     ("q8_0vs", 8, SPLIT_BLOCKINGS),
-    # Q8_0 against whole 15-bit activations (the int16 precision without VNNI): int16
-    # products (vec.madd16), half the instructions of the split halves' sign trick;
-    # the output head 1.4x to 1.5x faster at 5 and 32 rows on znver3 (one by four
-    # rows no faster).
-    ("q8_0i", 8, ((1, 3),)),
     ("q4_1s", 16, ((2, 2),)),
     ("q8_0vs", 16, ((2, 2),)),
     # The formats other GGUF types are unpacked into (int8.py). They compile on first
@@ -95,33 +87,42 @@ FAMILIES = (
     ("q8_m", 8, BLOCKINGS),
     ("q8_mv", 8, BLOCKINGS),
     ("q8_mv", 16, ((2, 3),)),
-    ("q8_ms", 8, SPLIT_BLOCKINGS),
     ("q8_mvs", 8, SPLIT_BLOCKINGS),
     ("q8_mvs", 16, ((2, 2),)),
     # Two sums per output and row where the others keep one: half the rows at a time.
     ("q8_h", 8, SPLIT_BLOCKINGS),
     ("q8_hv", 8, SPLIT_BLOCKINGS),
     ("q8_hv", 16, ((2, 2),)),
-    ("q8_hs", 8, ((1, 2), (1, 1))),
     ("q8_hvs", 8, ((1, 2), (1, 1))),
     ("q8_hvs", 16, ((1, 2),)),
+    # 8-bit weights against whole 15-bit activations (the int16 precision without
+    # VNNI): int16 products (vec.madd16), half the instructions of the split halves'
+    # sign trick, which these replaced. On znver3 the Q8_0 output head 1.1x faster at
+    # 1 row, 1.4x to 1.5x at 5 and 32 (one by four rows no faster); Q8_M and Q8_H 1.4x
+    # at 1 row, 1.6x to 1.7x at 5.
+    ("q8_0i", 8, ((1, 3),)),
+    ("q8_mi", 8, ((1, 3),)),
+    ("q8_hi", 8, ((1, 2),)),  # two sums per output and row: fewer rows
 )
-_EAGER = ("q4_1", "q8_0", "q8_0v", "q4_1s", "q8_0s", "q8_0vs")  # compiled at import on every AVX2 CPU
+_EAGER = ("q4_1", "q8_0", "q8_0v", "q4_1s", "q8_0vs")  # compiled at import on every AVX2 CPU
 
 
 def _name(kind: str, lanes: int) -> str:
     return kind if lanes == 8 else f"{kind}w"
 
 
-def _micro_int16(nr: int) -> list[str]:
-    """Q8_0 weights against int16 activations, one output group by nr rows: per vector
-    of the block (4 inputs of 8 outputs), its two halves widened to int16 and each
-    row's 4 inputs broadcast; every output's sum in two lanes until vec.pair_totals."""
+def _micro_int16(kind: str, nr: int) -> list[str]:
+    """8-bit weights (Q8_0, Q8_M, Q8_H) against int16 activations, one output group by
+    nr rows: per vector of the block (4 inputs of 8 outputs), its two halves widened
+    to int16 and each row's 4 inputs broadcast; every output's sum in two lanes until
+    vec.pair_totals. The epilogue is _micro's, in the same order."""
+    family = kind[:-1]
+    with_min, parts = family != "q8_0", 2 if family == "q8_h" else 1
     lines = [
         "",
         "",
         "@njit(inline='always')",
-        f"def _q8_0i_1_{nr}({_ARGS['q8_0i']}, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled",
+        f"def _{kind}_1_{nr}({_ARGS[kind]}, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled",
     ]
     add = lines.append
     for r in range(nr):
@@ -130,27 +131,37 @@ def _micro_int16(nr: int) -> list[str]:
     add("        w0 = c * nb + b")
     for r in range(nr):
         add(f"        x{r} = (r0 + {r}) * n_in + b * 32")
-        add(f"        s{r} = zeros_i32()")
-        add(f"        t{r} = zeros_i32()")
+        for k in range(parts):
+            add(f"        s{r}_{k} = zeros_i32()")
+            add(f"        t{r}_{k} = zeros_i32()")
     for v in range(8):
+        k = v * parts // 8  # vectors 4..7 hold inputs 16..31, a Q8_H block's second half
         add(f"        wa = widen_bytes(wq, w0 * 256 + {32 * v})")
         add(f"        wb = widen_bytes(wq, w0 * 256 + {32 * v + 16})")
         for r in range(nr):
             add(f"        xv = broadcast_pairs(xw, x{r} + {4 * v})")
-            add(f"        s{r} = madd16(s{r}, wa, xv)")
-            add(f"        t{r} = madd16(t{r}, wb, xv)")
-    add("        dw = load_f32(wd, w0 * 8)")
+            add(f"        s{r}_{k} = madd16(s{r}_{k}, wa, xv)")
+            add(f"        t{r}_{k} = madd16(t{r}_{k}, wb, xv)")
+    for k in range(parts):
+        add(f"        dw{k} = load_f32(wd, {'w0 * 8' if parts == 1 else f'(w0 * 2 + {k}) * 8'})")
+    if with_min:
+        add("        mw = load_f32(wm, w0 * 8)")
     for r in range(nr):
         add(f"        dx = broadcast_f32(xd, (r0 + {r}) * nb + b)")
-        add(f"        a{r} = fma(to_float(pair_totals(s{r}, t{r})), mul(dw, dx), a{r})")
+        if with_min:
+            add(f"        sx = broadcast_f32(xs, (r0 + {r}) * nb + b)")
+        for k in range(parts):
+            add(f"        a{r} = fma(to_float(pair_totals(s{r}_{k}, t{r}_{k})), mul(dw{k}, dx), a{r})")
+        if with_min:
+            add(f"        a{r} = fma(mw, sx, a{r})")
     for r in range(nr):
         add(f"    store_f32(out, (r0 + {r}) * n_out + c * 8, a{r})")
     return lines
 
 
 def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
-    if kind == "q8_0i":
-        return _micro_int16(nr)
+    if kind.endswith("i"):
+        return _micro_int16(kind, nr)
     w = "" if lanes == 8 else "_w"  # the intrinsics' suffix for this width (vec.py)
     split = kind.endswith("s")
     base = kind[:-1] if split else kind
