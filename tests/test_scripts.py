@@ -173,21 +173,41 @@ def test_bench_draft_costs_on_a_toy(q4_model, tmp_path):
 def test_bench_qkernels_on_a_toy(q4_model):
     out = ok(run_script("bench_qkernels.py", "--model", q4_model, "--repeat", "1", "--rows", "1,2", "--prefill", "8"))
     assert out.startswith("2 layers; quantized matrices")
-    rows = re.findall(
-        r"^ *(qkv|out|gate_up|down|head) +(\d+)x(\d+) +(\w+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+)x$", out, re.M
-    )
-    assert [(kind, int(n)) for kind, *_, n, _, _, _ in rows] == [
+    rows = _product_rows(out)
+    assert [(kind, int(n)) for kind, *_, n, _, _, _, _ in rows] == [
         (kind, n) for n in (1, 2) for kind in ("qkv", "out", "gate_up", "down", "head")
     ], out
     types = {kind: t for kind, _, _, t, *_ in rows}
     assert types == {"qkv": "Q4_1", "out": "Q4_1", "gate_up": "Q4_1", "down": "Q4_1", "head": "Q8_0"}
-    assert all(float(f) > 0 and float(q) > 0 for *_, f, q, _ in rows)
+    assert all(float(f) > 0 and float(q) > 0 and float(g) > 0 for *_, f, q, _, g in rows)
     assert "whole forward, matrix products only (2 layers x 4 products + head)" in out
     assert re.search(r"^prefill of 8 rows, matrix products of a whole forward:", out, re.M)
     assert (
         len(re.findall(r"^  (quant, one call|quant, chunks of \d+|BLAS float32 \(x @ w\.T\)) +[\d.]+ ms", out, re.M))
         == 3
     )
+
+
+def _product_rows(out: str) -> list[tuple[str, ...]]:
+    """(kind, n_out, n_in, type, rows, float32 us, quantized us, speedup, G/s) per product line."""
+    return re.findall(
+        r"^ *(qkv|out|gate_up|down|head) +(\d+)x(\d+) +(\w+) +(\d+) +([\d.na]+) +([\d.]+) +([\d.na]+)x +([\d.]+)$",
+        out,
+        re.M,
+    )
+
+
+@needs_int8
+def test_bench_qkernels_times_the_integer_products(q4_model):
+    args = ("bench_qkernels.py", "--model", q4_model, "--repeat", "1", "--rows", "3", "--precision", "int16")
+    out = ok(run_script(*args, "--prefill", "0", "--no-float"))
+    rows = _product_rows(out)
+    assert [kind for kind, *_ in rows] == ["qkv", "out", "gate_up", "down", "head"], out
+    # No float32 copies: that column is empty; the integer products' times and rates are not.
+    assert all(f == "nan" and float(q) > 0 and float(g) > 0 for *_, f, q, _, g in rows)
+    # The prefill comparison is the float32-activation kernels': refused, not silently skipped.
+    refused = run_script(*args)
+    assert refused.returncode == 2 and "--prefill 0" in refused.stderr
 
 
 # --- bench_kv_cache.py -----------------------------------------------------------------

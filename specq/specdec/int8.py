@@ -27,9 +27,10 @@ product, and f32's next-token predictions at 99.91% of the bench mix's positions
 
 Without VNNI (AVX2's vpmaddubsw, which has no int32 accumulate) two kinds of product
 take a shorter road to the same integers: against 4-bit weights a block's pairs are
-added as int16 and widened once (vec.nibble_dot4), and int16's Q8_0 products multiply
-the whole 15-bit activations by the weights widened to int16 with vpmaddwd (the
-`q8_0i` kernels, vec.madd16) instead of summing the two halves by the sign trick.
+added as int16 and widened once (vec.nibble_dot4), and int16's products against 8-bit
+weights (Q8_0, Q8_M, Q8_H) multiply the whole 15-bit activations by the weights
+widened to int16 with vpmaddwd (the `q8_0i`, `q8_mi` and `q8_hi` kernels,
+vec.madd16) instead of summing the two halves by the sign trick.
 
 Formats. Besides the default model's Q4_1 and Q8_0, every GGUF type with integer
 weights in blocks of 32 is unpacked at load, without loss, into one of four formats
