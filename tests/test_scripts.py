@@ -210,6 +210,18 @@ def test_bench_qkernels_times_the_integer_products(q4_model):
     assert refused.returncode == 2 and "--prefill 0" in refused.stderr
 
 
+# --- bench_prefill.py ------------------------------------------------------------------
+
+
+def test_bench_prefill_on_a_toy(q4_model):
+    out = ok(run_script("bench_prefill.py", "--model", q4_model, "--precision", "f32", "--lengths", "12,40"))
+    lines = re.findall(r"^ +(\d+) tokens: +([\d.]+) ms +([\d.]+) tokens/s$", out, re.M)
+    assert [int(n) for n, _, _ in lines] == [12, 40], out
+    assert all(float(ms) > 0 and float(rate) > 0 for _, ms, rate in lines)
+    refused = run_script("bench_prefill.py", "--model", q4_model, "--lengths", "0")
+    assert refused.returncode == 2 and "lengths must be" in refused.stderr
+
+
 # --- bench_kv_cache.py -----------------------------------------------------------------
 
 
