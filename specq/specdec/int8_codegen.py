@@ -126,7 +126,7 @@ def _micro_int16(kind: str, nr: int) -> list[str]:
     ]
     add = lines.append
     for r in range(nr):
-        add(f"    a{r} = zeros_f32()")
+        add(f"    a0{r} = zeros_f32()")
     add("    for b in range(nb):")
     add("        w0 = c * nb + b")
     for r in range(nr):
@@ -142,21 +142,39 @@ def _micro_int16(kind: str, nr: int) -> list[str]:
             add(f"        xv = broadcast_pairs(xw, x{r} + {4 * v})")
             add(f"        s{r}_{k} = madd16(s{r}_{k}, wa, xv)")
             add(f"        t{r}_{k} = madd16(t{r}_{k}, wb, xv)")
-    for k in range(parts):
-        add(f"        dw{k} = load_f32(wd, {'w0 * 8' if parts == 1 else f'(w0 * 2 + {k}) * 8'})")
-    if with_min:
-        add("        mw = load_f32(wm, w0 * 8)")
-    for r in range(nr):
-        add(f"        dx = broadcast_f32(xd, (r0 + {r}) * nb + b)")
-        if with_min:
-            add(f"        sx = broadcast_f32(xs, (r0 + {r}) * nb + b)")
-        for k in range(parts):
-            add(f"        a{r} = fma(to_float(pair_totals(s{r}_{k}, t{r}_{k})), mul(dw{k}, dx), a{r})")
-        if with_min:
-            add(f"        a{r} = fma(mw, sx, a{r})")
-    for r in range(nr):
-        add(f"    store_f32(out, (r0 + {r}) * n_out + c * 8, a{r})")
+    _epilogue(add, "", 8, 1, nr, parts, with_min, lambda o, r, k: f"pair_totals(s{r}_{k}, t{r}_{k})")
     return lines
+
+
+def _scale_at(o: int, k: int, parts: int, lanes: int) -> str:
+    """Where output group o's d (or ws) of scale k begins in its flat array."""
+    return f"w{o} * {lanes}" if parts == 1 else f"(w{o} * {parts} + {k}) * {lanes}"
+
+
+def _epilogue(add, w: str, lanes: int, no: int, nr: int, parts: int, with_min: bool, total) -> None:
+    """Per block, the float step every micro-kernel ends with, in the order the module
+    docstring gives (the bits depend on it), then the outputs' stores after the last
+    block. total(o, r, k): the int32 sums of output group o, row r and scale k; the
+    float accumulators are a{o}{r}, the weights' block index w{o}."""
+
+    for o in range(no):
+        for k in range(parts):
+            add(f"        dw{o}{'_' * k}{k or ''} = load_f32{w}(wd, {_scale_at(o, k, parts, lanes)})")
+        if with_min:
+            add(f"        mw{o} = load_f32{w}(wm, w{o} * {lanes})")
+    for r in range(nr):
+        add(f"        dx = broadcast_f32{w}(xd, (r0 + {r}) * nb + b)")
+        if with_min:
+            add(f"        sx = broadcast_f32{w}(xs, (r0 + {r}) * nb + b)")
+        for o in range(no):
+            for k in range(parts):
+                dw = f"dw{o}{'_' * k}{k or ''}"
+                add(f"        a{o}{r} = fma{w}(to_float{w}({total(o, r, k)}), mul{w}({dw}, dx), a{o}{r})")
+            if with_min:
+                add(f"        a{o}{r} = fma{w}(mw{o}, sx, a{o}{r})")
+    for o in range(no):
+        for r in range(nr):
+            add(f"    store_f32{w}(out, (r0 + {r}) * n_out + (c + {o}) * {lanes}, a{o}{r})")
 
 
 def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
@@ -174,9 +192,6 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
 
     def acc(total: str, o: int, r: int, k: int = 0) -> str:  # the integer sum of scale k
         return f"{total}{o}{r}" if k == 0 else f"{total}{o}{r}_{k}"
-
-    def at(o: int, k: int) -> str:  # where output group o's (d or ws) of scale k begin
-        return f"w{o} * {lanes}" if parts == 1 else f"(w{o} * {parts} + {k}) * {lanes}"
 
     lines = [
         "",
@@ -237,7 +252,7 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
                         add(f"        {s_} = dot4{w}({s_}, xv, q{o})")
         for o in range(no):
             for k in range(parts):
-                add(f"        ws{o} = load_i32{w}(ws, {at(o, k)})")
+                add(f"        ws{o} = load_i32{w}(ws, {_scale_at(o, k, parts, lanes)})")
                 for r in range(nr):
                     for total, _ in halves:
                         add(f"        {acc(total, o, r, k)} = sub_i32{w}({acc(total, o, r, k)}, ws{o})")
@@ -258,24 +273,7 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
             for r in range(nr):
                 for k in range(parts):
                     add(f"        {acc('s', o, r, k)} = combine7{w}({acc('s', o, r, k)}, {acc('t', o, r, k)})")
-    for o in range(no):
-        for k in range(parts):
-            add(f"        dw{o}{'_' * k}{k or ''} = load_f32{w}(wd, {at(o, k)})")
-        if with_min:
-            add(f"        mw{o} = load_f32{w}(wm, w{o} * {lanes})")
-    for r in range(nr):
-        add(f"        dx = broadcast_f32{w}(xd, (r0 + {r}) * nb + b)")
-        if with_min:
-            add(f"        sx = broadcast_f32{w}(xs, (r0 + {r}) * nb + b)")
-        for o in range(no):
-            for k in range(parts):
-                dw = f"dw{o}{'_' * k}{k or ''}"
-                add(f"        a{o}{r} = fma{w}(to_float{w}({acc('s', o, r, k)}), mul{w}({dw}, dx), a{o}{r})")
-            if with_min:
-                add(f"        a{o}{r} = fma{w}(mw{o}, sx, a{o}{r})")
-    for o in range(no):
-        for r in range(nr):
-            add(f"    store_f32{w}(out, (r0 + {r}) * n_out + (c + {o}) * {lanes}, a{o}{r})")
+    _epilogue(add, w, lanes, no, nr, parts, with_min, lambda o, r, k: acc("s", o, r, k))
     return lines
 
 

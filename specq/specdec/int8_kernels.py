@@ -8981,7 +8981,7 @@ def q8_hvsw_1x2(wq, wd, wm, ws, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slice
 
 @njit(inline='always')
 def _q8_0i_1_1(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
-    a0 = zeros_f32()
+    a00 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
         x0 = (r0 + 0) * n_in + b * 32
@@ -9029,14 +9029,14 @@ def _q8_0i_1_1(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover
         t0_0 = madd16(t0_0, wb, xv)
         dw0 = load_f32(wd, w0 * 8)
         dx = broadcast_f32(xd, (r0 + 0) * nb + b)
-        a0 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a0)
-    store_f32(out, (r0 + 0) * n_out + c * 8, a0)
+        a00 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a00)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
 
 
 @njit(inline='always')
 def _q8_0i_1_2(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
-    a0 = zeros_f32()
-    a1 = zeros_f32()
+    a00 = zeros_f32()
+    a01 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
         x0 = (r0 + 0) * n_in + b * 32
@@ -9111,18 +9111,18 @@ def _q8_0i_1_2(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover
         t1_0 = madd16(t1_0, wb, xv)
         dw0 = load_f32(wd, w0 * 8)
         dx = broadcast_f32(xd, (r0 + 0) * nb + b)
-        a0 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a0)
+        a00 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a00)
         dx = broadcast_f32(xd, (r0 + 1) * nb + b)
-        a1 = fma(to_float(pair_totals(s1_0, t1_0)), mul(dw0, dx), a1)
-    store_f32(out, (r0 + 0) * n_out + c * 8, a0)
-    store_f32(out, (r0 + 1) * n_out + c * 8, a1)
+        a01 = fma(to_float(pair_totals(s1_0, t1_0)), mul(dw0, dx), a01)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
 
 
 @njit(inline='always')
 def _q8_0i_1_3(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
-    a0 = zeros_f32()
-    a1 = zeros_f32()
-    a2 = zeros_f32()
+    a00 = zeros_f32()
+    a01 = zeros_f32()
+    a02 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
         x0 = (r0 + 0) * n_in + b * 32
@@ -9224,14 +9224,14 @@ def _q8_0i_1_3(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover
         t2_0 = madd16(t2_0, wb, xv)
         dw0 = load_f32(wd, w0 * 8)
         dx = broadcast_f32(xd, (r0 + 0) * nb + b)
-        a0 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a0)
+        a00 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a00)
         dx = broadcast_f32(xd, (r0 + 1) * nb + b)
-        a1 = fma(to_float(pair_totals(s1_0, t1_0)), mul(dw0, dx), a1)
+        a01 = fma(to_float(pair_totals(s1_0, t1_0)), mul(dw0, dx), a01)
         dx = broadcast_f32(xd, (r0 + 2) * nb + b)
-        a2 = fma(to_float(pair_totals(s2_0, t2_0)), mul(dw0, dx), a2)
-    store_f32(out, (r0 + 0) * n_out + c * 8, a0)
-    store_f32(out, (r0 + 1) * n_out + c * 8, a1)
-    store_f32(out, (r0 + 2) * n_out + c * 8, a2)
+        a02 = fma(to_float(pair_totals(s2_0, t2_0)), mul(dw0, dx), a02)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 2) * n_out + (c + 0) * 8, a02)
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -9257,7 +9257,7 @@ def q8_0i_1x3(wq, wd, xw, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no 
 
 @njit(inline='always')
 def _q8_mi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
-    a0 = zeros_f32()
+    a00 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
         x0 = (r0 + 0) * n_in + b * 32
@@ -9304,18 +9304,18 @@ def _q8_mi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
         s0_0 = madd16(s0_0, wa, xv)
         t0_0 = madd16(t0_0, wb, xv)
         dw0 = load_f32(wd, w0 * 8)
-        mw = load_f32(wm, w0 * 8)
+        mw0 = load_f32(wm, w0 * 8)
         dx = broadcast_f32(xd, (r0 + 0) * nb + b)
         sx = broadcast_f32(xs, (r0 + 0) * nb + b)
-        a0 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a0)
-        a0 = fma(mw, sx, a0)
-    store_f32(out, (r0 + 0) * n_out + c * 8, a0)
+        a00 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a00)
+        a00 = fma(mw0, sx, a00)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
 
 
 @njit(inline='always')
 def _q8_mi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
-    a0 = zeros_f32()
-    a1 = zeros_f32()
+    a00 = zeros_f32()
+    a01 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
         x0 = (r0 + 0) * n_in + b * 32
@@ -9389,24 +9389,24 @@ def _q8_mi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
         s1_0 = madd16(s1_0, wa, xv)
         t1_0 = madd16(t1_0, wb, xv)
         dw0 = load_f32(wd, w0 * 8)
-        mw = load_f32(wm, w0 * 8)
+        mw0 = load_f32(wm, w0 * 8)
         dx = broadcast_f32(xd, (r0 + 0) * nb + b)
         sx = broadcast_f32(xs, (r0 + 0) * nb + b)
-        a0 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a0)
-        a0 = fma(mw, sx, a0)
+        a00 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a00)
+        a00 = fma(mw0, sx, a00)
         dx = broadcast_f32(xd, (r0 + 1) * nb + b)
         sx = broadcast_f32(xs, (r0 + 1) * nb + b)
-        a1 = fma(to_float(pair_totals(s1_0, t1_0)), mul(dw0, dx), a1)
-        a1 = fma(mw, sx, a1)
-    store_f32(out, (r0 + 0) * n_out + c * 8, a0)
-    store_f32(out, (r0 + 1) * n_out + c * 8, a1)
+        a01 = fma(to_float(pair_totals(s1_0, t1_0)), mul(dw0, dx), a01)
+        a01 = fma(mw0, sx, a01)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
 
 
 @njit(inline='always')
 def _q8_mi_1_3(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
-    a0 = zeros_f32()
-    a1 = zeros_f32()
-    a2 = zeros_f32()
+    a00 = zeros_f32()
+    a01 = zeros_f32()
+    a02 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
         x0 = (r0 + 0) * n_in + b * 32
@@ -9507,22 +9507,22 @@ def _q8_mi_1_3(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
         s2_0 = madd16(s2_0, wa, xv)
         t2_0 = madd16(t2_0, wb, xv)
         dw0 = load_f32(wd, w0 * 8)
-        mw = load_f32(wm, w0 * 8)
+        mw0 = load_f32(wm, w0 * 8)
         dx = broadcast_f32(xd, (r0 + 0) * nb + b)
         sx = broadcast_f32(xs, (r0 + 0) * nb + b)
-        a0 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a0)
-        a0 = fma(mw, sx, a0)
+        a00 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a00)
+        a00 = fma(mw0, sx, a00)
         dx = broadcast_f32(xd, (r0 + 1) * nb + b)
         sx = broadcast_f32(xs, (r0 + 1) * nb + b)
-        a1 = fma(to_float(pair_totals(s1_0, t1_0)), mul(dw0, dx), a1)
-        a1 = fma(mw, sx, a1)
+        a01 = fma(to_float(pair_totals(s1_0, t1_0)), mul(dw0, dx), a01)
+        a01 = fma(mw0, sx, a01)
         dx = broadcast_f32(xd, (r0 + 2) * nb + b)
         sx = broadcast_f32(xs, (r0 + 2) * nb + b)
-        a2 = fma(to_float(pair_totals(s2_0, t2_0)), mul(dw0, dx), a2)
-        a2 = fma(mw, sx, a2)
-    store_f32(out, (r0 + 0) * n_out + c * 8, a0)
-    store_f32(out, (r0 + 1) * n_out + c * 8, a1)
-    store_f32(out, (r0 + 2) * n_out + c * 8, a2)
+        a02 = fma(to_float(pair_totals(s2_0, t2_0)), mul(dw0, dx), a02)
+        a02 = fma(mw0, sx, a02)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
+    store_f32(out, (r0 + 2) * n_out + (c + 0) * 8, a02)
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -9548,7 +9548,7 @@ def q8_mi_1x3(wq, wd, wm, xw, xd, xs, out, n, nb, n_in, n_out, n_slices):  # pra
 
 @njit(inline='always')
 def _q8_hi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
-    a0 = zeros_f32()
+    a00 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
         x0 = (r0 + 0) * n_in + b * 32
@@ -9597,20 +9597,20 @@ def _q8_hi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
         s0_1 = madd16(s0_1, wa, xv)
         t0_1 = madd16(t0_1, wb, xv)
         dw0 = load_f32(wd, (w0 * 2 + 0) * 8)
-        dw1 = load_f32(wd, (w0 * 2 + 1) * 8)
-        mw = load_f32(wm, w0 * 8)
+        dw0_1 = load_f32(wd, (w0 * 2 + 1) * 8)
+        mw0 = load_f32(wm, w0 * 8)
         dx = broadcast_f32(xd, (r0 + 0) * nb + b)
         sx = broadcast_f32(xs, (r0 + 0) * nb + b)
-        a0 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a0)
-        a0 = fma(to_float(pair_totals(s0_1, t0_1)), mul(dw1, dx), a0)
-        a0 = fma(mw, sx, a0)
-    store_f32(out, (r0 + 0) * n_out + c * 8, a0)
+        a00 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a00)
+        a00 = fma(to_float(pair_totals(s0_1, t0_1)), mul(dw0_1, dx), a00)
+        a00 = fma(mw0, sx, a00)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
 
 
 @njit(inline='always')
 def _q8_hi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
-    a0 = zeros_f32()
-    a1 = zeros_f32()
+    a00 = zeros_f32()
+    a01 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
         x0 = (r0 + 0) * n_in + b * 32
@@ -9688,20 +9688,20 @@ def _q8_hi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
         s1_1 = madd16(s1_1, wa, xv)
         t1_1 = madd16(t1_1, wb, xv)
         dw0 = load_f32(wd, (w0 * 2 + 0) * 8)
-        dw1 = load_f32(wd, (w0 * 2 + 1) * 8)
-        mw = load_f32(wm, w0 * 8)
+        dw0_1 = load_f32(wd, (w0 * 2 + 1) * 8)
+        mw0 = load_f32(wm, w0 * 8)
         dx = broadcast_f32(xd, (r0 + 0) * nb + b)
         sx = broadcast_f32(xs, (r0 + 0) * nb + b)
-        a0 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a0)
-        a0 = fma(to_float(pair_totals(s0_1, t0_1)), mul(dw1, dx), a0)
-        a0 = fma(mw, sx, a0)
+        a00 = fma(to_float(pair_totals(s0_0, t0_0)), mul(dw0, dx), a00)
+        a00 = fma(to_float(pair_totals(s0_1, t0_1)), mul(dw0_1, dx), a00)
+        a00 = fma(mw0, sx, a00)
         dx = broadcast_f32(xd, (r0 + 1) * nb + b)
         sx = broadcast_f32(xs, (r0 + 1) * nb + b)
-        a1 = fma(to_float(pair_totals(s1_0, t1_0)), mul(dw0, dx), a1)
-        a1 = fma(to_float(pair_totals(s1_1, t1_1)), mul(dw1, dx), a1)
-        a1 = fma(mw, sx, a1)
-    store_f32(out, (r0 + 0) * n_out + c * 8, a0)
-    store_f32(out, (r0 + 1) * n_out + c * 8, a1)
+        a01 = fma(to_float(pair_totals(s1_0, t1_0)), mul(dw0, dx), a01)
+        a01 = fma(to_float(pair_totals(s1_1, t1_1)), mul(dw0_1, dx), a01)
+        a01 = fma(mw0, sx, a01)
+    store_f32(out, (r0 + 0) * n_out + (c + 0) * 8, a00)
+    store_f32(out, (r0 + 1) * n_out + (c + 0) * 8, a01)
 
 
 @njit(parallel=True, cache=True, nogil=True)
