@@ -25,12 +25,17 @@ def main() -> None:
     p.add_argument("--lengths", default="100,400,1000")
     p.add_argument("--trials", type=int, default=4)
     args = p.parse_args()
-    lengths = [int(n) for n in args.lengths.split(",")]
+    try:
+        lengths = [int(n) for n in args.lengths.split(",")]
+    except ValueError:
+        p.error(f"--lengths takes comma-separated token counts, not {args.lengths!r}")
+    if args.trials < 2:  # before the model loads: a mistake costs no wait
+        p.error("--trials must be at least 2 (the second fastest is printed)")
     model = LlamaModel.load(args.model or default_model_path(), args.precision)
     vocab = model.config.vocab_size
     too_long = [n for n in lengths if n < 1 or n > model.config.context_length]
-    if too_long or args.trials < 2:
-        p.error(f"lengths must be 1..{model.config.context_length} and --trials at least 2")
+    if too_long:
+        p.error(f"lengths must be 1..{model.config.context_length}, not {too_long}")
     prompts = {n: [(i * 7919) % (vocab - 1) + 1 for i in range(n)] for n in lengths}
     first = lengths[0]  # a warm-up: the prompt path's first call compiles and allocates
     model.forward([Segment(model.new_cache(first), prompts[first], 0, all_logits=False)])

@@ -220,6 +220,9 @@ def test_bench_prefill_on_a_toy(q4_model):
     assert all(float(ms) > 0 and float(rate) > 0 for _, ms, rate in lines)
     refused = run_script("bench_prefill.py", "--model", q4_model, "--lengths", "0")
     assert refused.returncode == 2 and "lengths must be" in refused.stderr
+    for bad in (("--lengths", "ten"), ("--trials", "1")):
+        refused = run_script("bench_prefill.py", "--model", q4_model, *bad)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr and bad[0] in refused.stderr
 
 
 # --- bench_kv_cache.py -----------------------------------------------------------------
