@@ -18,8 +18,10 @@ kernel for each product and row.
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -40,6 +42,12 @@ from specq.specdec.qkernels import QuantizedMatrix
 # Query rows per block of a prompt's attention: 32 to 256 measured, 64 the fastest
 # from 100 to 2,000 rows on the 2-core AMD EPYC.
 _ATTENTION_BLOCK = 64
+# At the integer precisions a segment shorter than this runs in the compiled stack,
+# prompts too: their products are the int8 kernels either way, and the stack's
+# attention on numba's threads beat BLAS's blocks on one thread from 50 to 2,000
+# rows (a prefill 1.0x to 1.2x faster). Beyond about 1,000 rows the blocks shared by
+# two threads are the faster (_attention_workers), so longer prompts take them.
+_INTEGER_STACK_ROWS = 1024
 # The KV cache each precision keeps (KVCache): f32's is float32 (HuggingFace parity);
 # the integer precisions' smaller ones, whose quality docs/performance.md measures.
 KV_TYPES = {"f32": np.float32, "int16": np.float16, "int8": np.int8}
@@ -205,6 +213,23 @@ def _blas_controller():
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()
+
+
+@functools.cache
+def _attention_pool(pid: int, threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="specq-attention")
+
+
+def _attention_workers() -> ThreadPoolExecutor | None:
+    """Threads for a prompt's attention at the integer precisions, as many as
+    numba's products use (none with one): there BLAS runs on one thread, so that
+    its pool and numba's do not spin against each other, and the attention's
+    blocks of rows would otherwise take one core. One pool a process: a forked
+    worker gets its own."""
+    from numba import config
+
+    threads = config.NUMBA_NUM_THREADS
+    return _attention_pool(os.getpid(), threads) if threads > 1 else None
 
 
 def _blas_threads(n: int):
@@ -602,7 +627,8 @@ class LlamaModel:
         x = embed(w.token_embedding, ids)  # [rows, d]
         if cfg.gemma:  # as llama.cpp: times sqrtf(d_model), in float32
             x = x * np.sqrt(np.float32(cfg.d_model))
-        if self._stack is not None and all(seg.n < BULK_ROWS for seg in segments):
+        stack_rows = _INTEGER_STACK_ROWS if self.precision in INTEGER else BULK_ROWS
+        if self._stack is not None and all(seg.n < stack_rows for seg in segments):
             x = self._stack.run(
                 x, segments, positions, self._rope.cos, self._rope.sin, cfg.n_heads, cfg.d_ffn, cfg.rms_eps
             )
@@ -612,7 +638,7 @@ class LlamaModel:
             # (an int8 prefill of 100 tokens: 363 tokens/s so, 1,500 with BLAS on one
             # thread, docs/performance.md).
             with _blas_threads(1):
-                x = self._blocks(segments, x, positions, bounds)
+                x = self._blocks(segments, x, positions, bounds, _attention_workers())
         else:
             x = self._blocks(segments, x, positions, bounds)
 
@@ -637,11 +663,17 @@ class LlamaModel:
         ]
 
     def _blocks(
-        self, segments: Sequence[Segment], x: np.ndarray, positions: np.ndarray, bounds: np.ndarray
+        self,
+        segments: Sequence[Segment],
+        x: np.ndarray,
+        positions: np.ndarray,
+        bounds: np.ndarray,
+        workers: ThreadPoolExecutor | None = None,
     ) -> np.ndarray:
         """The blocks, one numpy or numba call at a time: any weight types, any
         number of segments, BLAS for prompts. Gives a row the same bits as
-        layer_stack does."""
+        layer_stack does. `workers`: threads that share a prompt's attention, each
+        with single-threaded BLAS (the caller limits BLAS)."""
         cfg, w = self.config, self.weights
         hd, n_q, n_kv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
         plan = RowPlan([s.n for s in segments])  # a prompt's rows by BLAS, the others by the kernels
@@ -663,7 +695,9 @@ class LlamaModel:
             attn = np.empty((x.shape[0], n_q * hd), dtype=np.float32)  # [rows, Hq * hd]
             for s_idx, seg in enumerate(segments):
                 rows = slice(bounds[s_idx], bounds[s_idx + 1])
-                attn[rows] = self._attend(seg, visible[s_idx], layer_idx, q[rows], k[rows], v[rows], positions[rows])
+                attn[rows] = self._attend(
+                    seg, visible[s_idx], layer_idx, q[rows], k[rows], v[rows], positions[rows], workers
+                )
             y = plan.linear(attn, lw.w_out)  # [rows, d]
             if lw.post_attn_norm is not None:
                 y = block_ops.rms_norm(y, lw.post_attn_norm, cfg.rms_eps)
@@ -686,6 +720,7 @@ class LlamaModel:
         k: np.ndarray,
         v: np.ndarray,
         positions: np.ndarray,
+        workers: ThreadPoolExecutor | None = None,
     ) -> np.ndarray:
         """Attention of the segment's rows over its cache; q [n, Hq, hd], k and v
         [n, Hkv, hd], visible [n, n] (Segment.visible), positions [n] the rows'.
@@ -716,7 +751,8 @@ class LlamaModel:
             )
         # BLAS multiplies float32: a float16 or 8-bit cache is widened first.
         cache_k, cache_v = seg.cache.floats(layer, end)
-        return self._attend_prompt(seg, visible, q * scale, cache_k, cache_v, np.minimum(firsts, seg.start))
+        firsts = np.minimum(firsts, seg.start)
+        return self._attend_prompt(seg, visible, q * scale, cache_k, cache_v, firsts, workers)
 
     def _attend_prompt(
         self,
@@ -726,9 +762,12 @@ class LlamaModel:
         cache_k: np.ndarray,
         cache_v: np.ndarray,
         firsts: np.ndarray,
+        workers: ThreadPoolExecutor | None = None,
     ) -> np.ndarray:
         """_attend for a long segment, whose keys and values are in the cache already;
-        q_scaled [n, Hq, hd] is q over sqrt(hd); row i sees the cache from firsts[i]."""
+        q_scaled [n, Hq, hd] is q over sqrt(hd); row i sees the cache from firsts[i].
+        With `workers`, the blocks of rows are shared among its threads: each block
+        is the same calls with the same shapes either way, so the same bits."""
         cfg = self.config
         n = seg.n
         group, n_kv, hd = cfg.n_heads // cfg.n_kv_heads, cfg.n_kv_heads, cfg.head_dim
@@ -736,11 +775,12 @@ class LlamaModel:
         # that one batched product per kv head serves all of its query heads.
         q_scaled = q_scaled.transpose(1, 0, 2).reshape(n_kv, group, n, hd)
         out = np.empty((n, cfg.n_heads * hd), dtype=np.float32)
+
         # Blocks of query rows, each against only the keys it can see (the cache and
         # the segment up to its last row): half the work of the whole n x T square,
         # and scores small enough to stay in cache. 3.7x faster at 1,000 rows, 3x
         # at 2,000, where attention had been three quarters of a prefill.
-        for r0 in range(0, n, _ATTENTION_BLOCK):
+        def attend_block(r0: int) -> None:
             r1 = min(n, r0 + _ATTENTION_BLOCK)
             rows, seen = r1 - r0, seg.start + r1
             qg = q_scaled[:, :, r0:r1].reshape(n_kv, group * rows, hd)
@@ -761,4 +801,15 @@ class LlamaModel:
             scores /= scores.sum(axis=-1, keepdims=True)
             block = scores.reshape(n_kv, group * rows, seen) @ cache_v[:, :seen]  # [Hkv, G*rows, hd]
             out[r0:r1] = block.reshape(cfg.n_heads, rows, hd).transpose(1, 0, 2).reshape(rows, -1)
+
+        starts = range(0, n, _ATTENTION_BLOCK)
+        if workers is None or len(starts) < 2:
+            for r0 in starts:
+                attend_block(r0)
+        else:
+            # The last blocks see the most keys: handed out first, they leave the
+            # short ones to even out the threads' ends. numpy and BLAS release the
+            # GIL, so the threads run side by side (1.4x a 1,000-token prefill's
+            # attention on two cores, docs/performance.md).
+            list(workers.map(attend_block, reversed(starts)))
         return out
