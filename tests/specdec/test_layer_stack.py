@@ -2,8 +2,8 @@
 
 A forward of short segments (decode steps, verifications, a batched round) runs all
 blocks in one numba call (layer_stack); a forward holding a prompt of BULK_ROWS rows
-or more and every model with non-Q4_1 blocks keep the Python loop
-(LlamaModel._blocks). Plain decoding, verification and batched rounds only agree
+or more (at int16 and int8: of 1,024 rows or more) and every model with non-Q4_1
+blocks keep the Python loop (LlamaModel._blocks). Plain decoding, verification and batched rounds only agree
 bit for bit if the two do.
 """
 
@@ -145,3 +145,71 @@ def test_models_with_other_block_types_keep_the_loop(toy_model_file):
         assert model._stack is None
     q4 = LlamaModel.load(toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"))
     assert q4.dequantized()._stack is None
+
+
+@pytest.fixture(params=["int16", "int8"])
+def integer_model(q4_model, request) -> LlamaModel:
+    if not int8.AVAILABLE:
+        pytest.skip("the integer precisions need AVX2")
+    return q4_model.at_precision(request.param)
+
+
+def _prefilled(model: LlamaModel, tokens: list[int], cuts: list[int]):
+    """(last row's logits, the cache's contents) after prefilling `tokens` in
+    segments ending at `cuts`, one forward each."""
+    cache = model.new_cache(len(tokens))
+    start = 0
+    for end in [*cuts, len(tokens)]:
+        out = model.forward([Segment(cache, tokens[start:end], start, all_logits=False)])[0]
+        start = end
+    return out.logits[-1], cache.stored(len(tokens))
+
+
+def test_integer_prompts_run_in_the_stack_and_give_the_bits_of_any_split(integer_model, monkeypatch):
+    """At int16 and int8 a prompt of BULK_ROWS rows or more runs in the stack too
+    (products are the int8 kernels anyway; the stack's attention beats BLAS's blocks
+    on one thread): so a prompt prefilled whole, or in pieces as a resumed request
+    rebuilds its cache, gets the same bits."""
+    calls = []
+    real = type(integer_model._stack).run
+
+    def counting(self, *args, **kwargs):
+        calls.append(args[1][0].n)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(integer_model._stack), "run", counting)
+    prompt = [(7 * i + 3) % 300 for i in range(BULK_ROWS + 40)]
+    whole, whole_cache = _prefilled(integer_model, prompt, [])
+    assert calls == [len(prompt)]
+    pieces, pieces_cache = _prefilled(integer_model, prompt, [BULK_ROWS - 1, BULK_ROWS + 10])
+    np.testing.assert_array_equal(whole.view(np.uint32), pieces.view(np.uint32))
+    for a, b in zip(whole_cache, pieces_cache, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_long_integer_prompt_shares_its_attention_among_threads_with_the_same_bits(integer_model, monkeypatch):
+    """A prompt too long for the stack goes through the Python loop with BLAS on one
+    thread, its attention's blocks of rows shared by a pool of threads: the same
+    calls on the same shapes as in one thread, so the same bits."""
+    import concurrent.futures
+
+    from specq.specdec import model as model_module
+
+    monkeypatch.setattr(model_module, "_INTEGER_STACK_ROWS", BULK_ROWS)
+    prompt = [(11 * i + 5) % 300 for i in range(300)]  # five blocks of 64 rows
+    used = []
+
+    class Counting(concurrent.futures.ThreadPoolExecutor):
+        def map(self, fn, *iterables, **kwargs):
+            used.append(1)
+            return super().map(fn, *iterables, **kwargs)
+
+    with Counting(2) as pool:
+        monkeypatch.setattr(model_module, "_attention_workers", lambda: pool)
+        shared, shared_cache = _prefilled(integer_model, prompt, [])
+    assert len(used) == len(integer_model.weights.layers)  # once a layer
+    monkeypatch.setattr(model_module, "_attention_workers", lambda: None)
+    alone, alone_cache = _prefilled(integer_model, prompt, [])
+    np.testing.assert_array_equal(shared.view(np.uint32), alone.view(np.uint32))
+    for a, b in zip(shared_cache, alone_cache, strict=True):
+        np.testing.assert_array_equal(a, b)
