@@ -45,8 +45,9 @@ _ATTENTION_BLOCK = 64
 # At the integer precisions a segment shorter than this runs in the compiled stack,
 # prompts too: their products are the int8 kernels either way, and the stack's
 # attention on numba's threads beat BLAS's blocks on one thread from 50 to 2,000
-# rows (a prefill 1.0x to 1.2x faster). Beyond about 1,000 rows the blocks shared by
-# two threads are the faster (_attention_workers), so longer prompts take them.
+# rows (a prefill 1.06x to 1.18x faster from 100 to 1,000 tokens). From about 1,000
+# rows BLAS's blocks shared by two threads (_attention_workers) are as fast or
+# faster, so longer prompts take those.
 _INTEGER_STACK_ROWS = 1024
 # The KV cache each precision keeps (KVCache): f32's is float32 (HuggingFace parity);
 # the integer precisions' smaller ones, whose quality docs/performance.md measures.
@@ -809,7 +810,9 @@ class LlamaModel:
         else:
             # The last blocks see the most keys: handed out first, they leave the
             # short ones to even out the threads' ends. numpy and BLAS release the
-            # GIL, so the threads run side by side (1.4x a 1,000-token prefill's
-            # attention on two cores, docs/performance.md).
+            # GIL, so the threads run side by side: 1.6x on 1,000 rows' attention, a
+            # 2,000 to 4,000-token prefill 1.3x to 1.5x faster. Not below: numba's
+            # OpenMP threads spin for a while after each product and hold a core
+            # (docs/performance.md), so shorter prompts run in the stack.
             list(workers.map(attend_block, reversed(starts)))
         return out
