@@ -572,13 +572,15 @@ class LlamaModel:
         token after token i of that segment. A row's bits never depend on the other
         segments, so callers may group segments as they like.
 
-        Segments of BULK_ROWS rows or more (prompts) get a forward of their own,
-        before the others: their products are BLAS's, the other rows' numba's, and
-        within one forward the two thread pools would take turns 120 times (once a
-        product), each turn costing a spin against the other on two cores. Apart,
-        they take turns twice.
+        Segments too long for the compiled stack (prompts of BULK_ROWS rows or more;
+        at int16 and int8, of _INTEGER_STACK_ROWS) get a forward of their own, before
+        the others: their products or attention are BLAS's, the other rows' numba's,
+        and within one forward the two thread pools would take turns 120 times (once
+        a product), each turn costing a spin against the other on two cores. Apart,
+        they take turns twice. A shorter prompt joins the others' stack call, which
+        reads the weights once for all of them.
         """
-        bulk = [i for i, seg in enumerate(segments) if seg.n >= BULK_ROWS]
+        bulk = [i for i, seg in enumerate(segments) if seg.n >= self._stack_rows]
         if not bulk or len(bulk) == len(segments):
             return self._forward(segments)
         outputs: list = [None] * len(segments)
@@ -586,6 +588,11 @@ class LlamaModel:
             for i, out in zip(group, self._forward([segments[i] for i in group])):
                 outputs[i] = out
         return outputs
+
+    @property
+    def _stack_rows(self) -> int:
+        """Segments shorter than this run in the compiled stack, where there is one."""
+        return _INTEGER_STACK_ROWS if self._stack is not None and self.precision in INTEGER else BULK_ROWS
 
     def head_logits(self, hidden: np.ndarray, plan: RowPlan | None = None) -> np.ndarray:
         """[rows, vocab]: the output head on final-normed rows, by default through the
@@ -628,8 +635,7 @@ class LlamaModel:
         x = embed(w.token_embedding, ids)  # [rows, d]
         if cfg.gemma:  # as llama.cpp: times sqrtf(d_model), in float32
             x = x * np.sqrt(np.float32(cfg.d_model))
-        stack_rows = _INTEGER_STACK_ROWS if self.precision in INTEGER else BULK_ROWS
-        if self._stack is not None and all(seg.n < stack_rows for seg in segments):
+        if self._stack is not None and all(seg.n < self._stack_rows for seg in segments):
             x = self._stack.run(
                 x, segments, positions, self._rope.cos, self._rope.sin, cfg.n_heads, cfg.d_ffn, cfg.rms_eps
             )

@@ -213,3 +213,32 @@ def test_a_long_integer_prompt_shares_its_attention_among_threads_with_the_same_
     np.testing.assert_array_equal(shared.view(np.uint32), alone.view(np.uint32))
     for a, b in zip(shared_cache, alone_cache, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_an_integer_prompt_joins_the_rounds_stack_call_with_the_bits_of_each_alone(integer_model, monkeypatch):
+    """A forward holding a prompt (below 1,024 rows) and a decode step runs both in
+    one stack call, reading the weights once, and each gets its bits alone."""
+    prompt = [(5 * i + 2) % 300 for i in range(BULK_ROWS + 10)]
+    prefix = TOKENS[:9]
+
+    def segments():
+        step_cache = integer_model.new_cache(16)
+        integer_model.forward([Segment(step_cache, prefix, 0)])
+        prompt_cache = integer_model.new_cache(len(prompt))
+        return [Segment(prompt_cache, prompt, 0, all_logits=False), Segment(step_cache, TOKENS[9:10], len(prefix))]
+
+    alone = [integer_model.forward([seg])[0] for seg in segments()]
+    calls = []
+    real = type(integer_model._stack).run
+
+    def counting(self, *args, **kwargs):
+        calls.append([seg.n for seg in args[1]])
+        return real(self, *args, **kwargs)
+
+    round_segments = segments()
+    monkeypatch.setattr(type(integer_model._stack), "run", counting)
+    together = integer_model.forward(round_segments)
+    assert calls == [[len(prompt), 1]]
+    for a, b in zip(together, alone, strict=True):
+        np.testing.assert_array_equal(a.logits.view(np.uint32), b.logits.view(np.uint32))
+        np.testing.assert_array_equal(a.hidden.view(np.uint32), b.hidden.view(np.uint32))
