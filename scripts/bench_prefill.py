@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from specq.errors import SpecqError
 from specq.specdec.loader import default_model_path
 from specq.specdec.model import LlamaModel, Segment
 
@@ -26,12 +27,15 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=4)
     args = p.parse_args()
     try:
-        lengths = [int(n) for n in args.lengths.split(",")]
+        lengths = list(dict.fromkeys(int(n) for n in args.lengths.split(",")))  # each once
     except ValueError:
         p.error(f"--lengths takes comma-separated token counts, not {args.lengths!r}")
     if args.trials < 2:  # before the model loads: a mistake costs no wait
         p.error("--trials must be at least 2 (the second fastest is printed)")
-    model = LlamaModel.load(args.model or default_model_path(), args.precision)
+    try:
+        model = LlamaModel.load(args.model or default_model_path(), args.precision)
+    except SpecqError as exc:  # a missing or unreadable file, a precision this CPU lacks
+        p.error(str(exc))
     vocab = model.config.vocab_size
     too_long = [n for n in lengths if n < 1 or n > model.config.context_length]
     if too_long:

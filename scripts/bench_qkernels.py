@@ -104,14 +104,21 @@ def main() -> None:
         "--precision", choices=("f32", "int16", "int8"), default="f32", help="activations of the quantized products"
     )
     args = ap.parse_args()
-    rows = [int(r) for r in args.rows.split(",")]
+    # A mistake ends here, in one line, before the model's load.
+    try:
+        rows = [int(r) for r in args.rows.split(",")]
+    except ValueError:
+        ap.error(f"--rows takes comma-separated row counts, not {args.rows!r}")
+    if args.precision != "f32" and args.prefill:
+        ap.error("--prefill compares the float32-activation kernels: give --prefill 0 with --precision")
+    path = args.model or default_model()
+    if not os.path.isfile(path):
+        ap.error(f"model file not found: {path}")
 
     t0 = time.perf_counter()
-    layers, head = load(args.model or default_model())
+    layers, head = load(path)
     quantized_product = qmatmul_t
     if args.precision != "f32":
-        if args.prefill:
-            ap.error("--prefill compares the float32-activation kernels: give --prefill 0 with --precision")
         split = args.precision == "int16"
         f_layers, f_head = (None, None) if args.no_float else as_float(layers, head)
         layers = [{k: Int8Matrix.from_quantized(w, split=split) for k, w in layer.items()} for layer in layers]

@@ -213,7 +213,7 @@ def test_bench_qkernels_times_the_integer_products(q4_model):
 # --- bench_prefill.py ------------------------------------------------------------------
 
 
-def test_bench_prefill_on_a_toy(q4_model):
+def test_bench_prefill_on_a_toy(q4_model, tmp_path):
     out = ok(run_script("bench_prefill.py", "--model", q4_model, "--precision", "f32", "--lengths", "12,40"))
     lines = re.findall(r"^ +(\d+) tokens: +([\d.]+) ms +([\d.]+) tokens/s$", out, re.M)
     assert [int(n) for n, _, _ in lines] == [12, 40], out
@@ -223,6 +223,18 @@ def test_bench_prefill_on_a_toy(q4_model):
     for bad in (("--lengths", "ten"), ("--trials", "1")):
         refused = run_script("bench_prefill.py", "--model", q4_model, *bad)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr and bad[0] in refused.stderr
+    missing = run_script("bench_prefill.py", "--model", str(tmp_path / "none.gguf"), "--lengths", "12")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr and "model file not found" in missing.stderr
+    # A length given twice is timed once.
+    out = ok(run_script("bench_prefill.py", "--model", q4_model, "--precision", "f32", "--lengths", "12,12"))
+    assert len(re.findall(r"^ +12 tokens:", out, re.M)) == 1, out
+
+
+def test_bench_qkernels_refuses_mistakes_before_loading(tmp_path):
+    missing = str(tmp_path / "none.gguf")
+    for bad, named in ((("--rows", "ten"), "--rows"), (("--model", missing), "model file not found")):
+        refused = run_script("bench_qkernels.py", *bad)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr and named in refused.stderr
 
 
 # --- bench_kv_cache.py -----------------------------------------------------------------
