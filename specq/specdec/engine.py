@@ -51,6 +51,11 @@ class Engine:
         self.tokenizer = tokenizer
         self.proposer = proposer
         self.costs = costs
+        # The prompt rows a round takes, shared by the prompts being prefilled (in
+        # the order they joined), so that a long prompt cannot stall the requests
+        # decoding beside it: pieces where the model gives them the whole prompt's
+        # bits, else None (every prompt whole, in the round it joins).
+        self.prefill_rows = model.prompt_piece_rows
 
     def start(self, request: GenerationRequest) -> DecodeState:
         """A fresh state for `request`, validated against this model."""
@@ -173,13 +178,25 @@ class DecodeGroup:
         return {key: session.state for key, session in self.sessions.items()}
 
     def round(self) -> list[tuple[Hashable, DecodeState]]:
-        """One round for every request; finished ones stay until dropped."""
-        active = [(key, s) for key, s in self.sessions.items() if not s.state.finished]
+        """One round for every request but finished ones (they stay until dropped)
+        and prompts waiting for prompt rows (Engine.prefill_rows); returns the state
+        of each request that took part, unchanged for a prompt not yet prefilled
+        to its end."""
+        live = [(key, s) for key, s in self.sessions.items() if not s.state.finished]
         costs = self.engine.costs
         # Each request's plain round is one row (a prefill's are timed apart, below).
         # A request alone drafts by the lone figures (DecodeSession.step).
-        round_costs = costs.for_round(len(active), len(active)) if costs and len(active) > 1 else None
-        planned = [session.plan(round_costs) for _, session in active]
+        round_costs = costs.for_round(len(live), len(live)) if costs and len(live) > 1 else None
+        prompt_rows = self.engine.prefill_rows
+        active, planned = [], []
+        for key, session in live:
+            p = session.plan(round_costs, prompt_rows)
+            if p is None:  # a prompt waiting for a round with prompt rows to spare
+                continue
+            if p.prefill and prompt_rows is not None:
+                prompt_rows -= p.segment.n
+            active.append((key, session))
+            planned.append(p)
         t0 = perf_counter()
         outputs = self.engine.model.forward([p.segment for p in planned])
         self.engine.record(planned, perf_counter() - t0)
@@ -209,6 +226,9 @@ class DecodeSession:
         self.cache = self.model.new_cache(cache_positions(self.model, req))
         self.proposer = engine.proposer.session()
         self.last_hidden: np.ndarray | None = None
+        # A prompt prefilled in pieces: the rows in the cache, and the pieces' time.
+        self.prefilled = 0
+        self._prefill_s = 0.0
         if state.output_ids and not state.finished:
             self._resume_prefill()
 
@@ -221,23 +241,42 @@ class DecodeSession:
         # with medians and the slope, lone requests drafting by timings measured
         # 1.206x against 1.208x (docs/performance.md). Switching needs the toy-model
         # tests that count on a lone request drafting to ask for the constants.
-        planned = self.plan()
-        t0 = perf_counter()
-        out = self.model.forward([planned.segment])[0]
-        forward_s = perf_counter() - t0
-        self.engine.record([planned], forward_s)
-        return self.finish(planned, out, forward_s)
+        # A prompt's pieces follow one another here: alone, nobody waits for them.
+        while True:
+            planned = self.plan()
+            t0 = perf_counter()
+            out = self.model.forward([planned.segment])[0]
+            forward_s = perf_counter() - t0
+            self.engine.record([planned], forward_s)
+            state = self.finish(planned, out, forward_s)
+            if not self.prefilling:
+                return state
 
-    def plan(self, round_costs: RoundCosts | None = None) -> PlannedRound:
+    @property
+    def prefilling(self) -> bool:
+        """The prompt is not yet in the cache to its end (no token emitted yet)."""
+        return not self.state.output_ids and not self.state.finished
+
+    def plan(self, round_costs: RoundCosts | None = None, prompt_rows: int | None = None) -> PlannedRound | None:
         """Propose, and lay out this round's rows for the target forward. The
         forward itself may be shared with other sessions' rounds (run_many), whose
-        measured costs `round_costs` gives."""
+        measured costs `round_costs` gives, and whose prompts share `prompt_rows`
+        (default: Engine.prefill_rows); None if this request's prompt has no rows
+        left to take this round."""
         state = self.state
         assert not state.finished, "a round of a finished request"
         req = state.request
         if not state.output_ids:
-            # The prefill forward over the prompt emits output token 0.
-            segment = Segment(self.cache, req.prompt_ids, 0, all_logits=False)
+            # The prefill: the prompt's next piece (or all of it); the last piece's
+            # forward emits output token 0.
+            end = len(req.prompt_ids)
+            piece = self.engine.prefill_rows
+            if piece is not None:
+                take = piece if prompt_rows is None else min(piece, prompt_rows)
+                if take <= 0:
+                    return None
+                end = min(end, self.prefilled + take)
+            segment = Segment(self.cache, req.prompt_ids[self.prefilled : end], self.prefilled, all_logits=False)
             return PlannedRound(Draft(), segment, 0.0, prefill=True)
         ids = state.all_ids
         k = self._draft_budget(round_costs)
@@ -269,9 +308,14 @@ class DecodeSession:
         return PlannedRound(draft, segment, perf_counter() - t0, asked=k > 0)
 
     def finish(self, planned: PlannedRound, out: SegmentOutput, forward_s: float) -> DecodeState:
-        """Accept and commit, given the target's output for the planned rows."""
+        """Accept and commit, given the target's output for the planned rows (a
+        prompt's piece before its last commits nothing)."""
         state = self.state
         req = state.request
+        if planned.prefill and planned.segment.start + planned.segment.n < len(req.prompt_ids):
+            self.prefilled += planned.segment.n  # a piece before the prompt's last
+            self._prefill_s += forward_s
+            return state
         draft = planned.draft
         n_out = len(state.output_ids)
         t0 = perf_counter()
@@ -297,7 +341,7 @@ class DecodeSession:
             verify_s=0.0 if n_out == 0 else verify_s,
         )
         if n_out == 0:
-            metrics = replace(metrics, prefill_seconds=metrics.prefill_seconds + verify_s)
+            metrics = replace(metrics, prefill_seconds=metrics.prefill_seconds + self._prefill_s + verify_s)
         self.state = replace(
             self._commit(new_tokens, metrics),
             acceptance=state.acceptance.after_round(draft.depth, n_accepted),

@@ -49,6 +49,9 @@ class Owned:
     # The settle being written (new state, payload, decode state): replayed if Redis
     # went away before it answered.
     settling: tuple[str, str, DecodeState] | None = None
+    # Seconds of the rounds since it joined with no token yet: a prompt prefilled in
+    # pieces waits several rounds for its first token.
+    waited: float = 0.0
 
 
 def progress_deltas(old: DecodeState, new: DecodeState) -> dict[str, float]:
@@ -234,15 +237,18 @@ class BatchRunner:
             return
         round_s = time.perf_counter() - t0
         now = time.monotonic()
+        for rid, n in before.items():
+            if n == 0:  # in its prefill (a piece, or waiting for one)
+                self.owned[rid].waited += round_s
         for rid, state in results:
             owned = self.owned[rid]
-            self._observe_latency(before[rid], len(state.output_ids), round_s)
+            self._observe_latency(before[rid], state, round_s, owned.waited)
             if state.finished:
                 self.pending_counts.observe("request_duration_seconds", state.metrics.decode_seconds)
                 payload = result_payload(self.engine, rid, state, self.runtime.worker_id)
                 written = self._settle(rid, RequestState.COMPLETED, payload, state)
                 self.summary["completed" if written else "lost"] += 1
-            elif (
+            elif state is not owned.written and (  # a prompt's early pieces change nothing to write
                 len(state.output_ids) - len(owned.written.output_ids) >= self.config.checkpoint_tokens
                 or now - owned.written_at >= self.config.checkpoint_seconds
             ):
@@ -269,12 +275,15 @@ class BatchRunner:
             self.runtime.renew_all(LEASE_TTL_MS)
             self._last_renew = now
 
-    def _observe_latency(self, n_before: int, n_after: int, round_s: float) -> None:
-        """A prefill round gives the time to first token; later rounds give each token
-        they emitted the round's time divided among them. With batching, a round's
-        time is that of the shared forward."""
+    def _observe_latency(self, n_before: int, state: DecodeState, round_s: float, waited: float) -> None:
+        """The prefill's last round gives the time to first token (every round since
+        the request joined); later rounds give each token they emitted the round's
+        time divided among them. With batching, a round's time is that of the
+        shared forward."""
+        n_after = len(state.output_ids)
         if n_before == 0:
-            self.pending_counts.observe("time_to_first_token_seconds", round_s)
+            if n_after or state.finished:
+                self.pending_counts.observe("time_to_first_token_seconds", waited)
         elif n_after > n_before:
             n_new = n_after - n_before
             self.pending_counts.observe("inter_token_latency_seconds", round_s / n_new, n_new)
@@ -288,10 +297,9 @@ class BatchRunner:
         states = {rid: self.group.drop(rid) for rid in list(self.group.sessions)}
         blamed = False
         for rid, state in states.items():
-            solo = DecodeGroup(self.engine)
             try:
-                solo.add(rid, state)
-                solo.round()
+                # Its own round, a whole prefill (every piece) if it was in one.
+                self.engine.session(state).step()
             except Exception as solo_exc:
                 if isinstance(solo_exc, JobTimeoutException):
                     raise
