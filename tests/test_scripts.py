@@ -215,19 +215,50 @@ def test_bench_qkernels_times_the_integer_products(q4_model):
 
 def test_bench_prefill_on_a_toy(q4_model, tmp_path):
     out = ok(run_script("bench_prefill.py", "--model", q4_model, "--precision", "f32", "--lengths", "12,40"))
-    lines = re.findall(r"^ +(\d+) tokens: +([\d.]+) ms +([\d.]+) tokens/s$", out, re.M)
+    lines = re.findall(r"^ +(\d+) tokens, +whole: +([\d.]+) ms +([\d.]+) tokens/s$", out, re.M)
     assert [int(n) for n, _, _ in lines] == [12, 40], out
     assert all(float(ms) > 0 and float(rate) > 0 for _, ms, rate in lines)
+    args = ("--model", q4_model, "--precision", "f32", "--lengths", "40", "--pieces", "0,16,64")
+    out = ok(run_script("bench_prefill.py", *args))
+    hows = re.findall(r"^ +40 tokens, +(.+?): +[\d.]+ ms", out, re.M)
+    assert hows == ["whole", "pieces of 16"], out  # 64 rows hold all 40: the whole prompt, timed once
     refused = run_script("bench_prefill.py", "--model", q4_model, "--lengths", "0")
     assert refused.returncode == 2 and "lengths must be" in refused.stderr
-    for bad in (("--lengths", "ten"), ("--trials", "1")):
+    for bad in (("--lengths", "ten"), ("--trials", "1"), ("--pieces", "x"), ("--pieces", "-3")):
         refused = run_script("bench_prefill.py", "--model", q4_model, *bad)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr and bad[0] in refused.stderr
     missing = run_script("bench_prefill.py", "--model", str(tmp_path / "none.gguf"), "--lengths", "12")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr and "model file not found" in missing.stderr
     # A length given twice is timed once.
     out = ok(run_script("bench_prefill.py", "--model", q4_model, "--precision", "f32", "--lengths", "12,12"))
-    assert len(re.findall(r"^ +12 tokens:", out, re.M)) == 1, out
+    assert len(re.findall(r"^ +12 tokens,", out, re.M)) == 1, out
+
+
+# --- bench_stall.py -------------------------------------------------------------------
+
+
+@needs_int8
+def test_bench_stall_on_a_toy(q4_model):
+    base = ("--model", q4_model, "--batch", "2", "--prompt", "90", "--trials", "1")
+    out = ok(run_script("bench_stall.py", *base, "--pieces", "16,32"))
+    lines = re.findall(
+        r"^ +(.+?): round before +([\d.]+) ms, longest round +([\d.]+) ms, others +([\d.]+) tokens/s, "
+        r"time to first token +([\d.]+) ms$",
+        out,
+        re.M,
+    )
+    assert [name for name, *_ in lines] == ["pieces of 16", "pieces of 32", "whole"], out
+    assert all(float(v) > 0 for _, *figures in lines for v in figures), out
+    for bad, named in (
+        (("--pieces", "x"), "--pieces"),
+        (("--pieces", "2000"), "below 1024"),
+        (("--batch", "0"), "--batch"),
+        (("--prompt", "600"), "--prompt"),
+    ):
+        refused = run_script("bench_stall.py", *base, *bad)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr and named in refused.stderr, bad
+    at_f32 = run_script("bench_stall.py", *base, "--precision", "f32", "--pieces", "16")
+    assert at_f32.returncode == 2 and "change their bits" in at_f32.stderr
 
 
 def test_bench_qkernels_refuses_mistakes_before_loading(tmp_path):

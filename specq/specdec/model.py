@@ -50,11 +50,13 @@ _ATTENTION_BLOCK = 64
 # faster, so longer prompts take those.
 _INTEGER_STACK_ROWS = 1024
 # Where pieces of a prompt give the bits of the whole (the integer precisions' stack),
-# the engine prefills in pieces of at most this many rows, a round's worth. Pieces
-# are also faster than whole prompts there: on a 2-core AMD EPYC (Zen 4, AVX-512),
-# int16, pieces of 128 to 256 rows prefilled 400 to 4,000 tokens 1.05x to 1.27x
-# faster than one forward each (the whole prompt's activations outgrow the caches;
-# past 1,024 rows BLAS's attention loses to the stack's over pieces), 512 in between.
+# the engine prefills in pieces of at most this many rows, a round's worth. On a
+# 2-core AMD EPYC (Zen 4), int16, 31 requests decoding while a 2,000-token prompt
+# joined (scripts/bench_stall.py): the longest round 463 ms in pieces of 256 against
+# 3,082 ms whole, 264 ms at 128 and 861 ms at 512, with about the same work done a
+# second (the prompt's time to first token 2.96 s, 3.25 s at 128). A prompt alone
+# prefilled about as fast in pieces as whole, 0.87x to 1.27x over runs from 400 to
+# 4,000 tokens (scripts/bench_prefill.py --pieces); 256 keeps most prompts whole.
 PREFILL_PIECE_ROWS = 256
 # The KV cache each precision keeps (KVCache): f32's is float32 (HuggingFace parity);
 # the integer precisions' smaller ones, whose quality docs/performance.md measures.
