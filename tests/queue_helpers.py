@@ -86,7 +86,7 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str, interva
 N_REQUESTS = 5
 
 
-def setup_batch(client, tmp_path, model_path, *, temperature=0.0, max_tokens=40, batch_id="b1"):
+def setup_batch(client, tmp_path, model_path, *, temperature=0.0, max_tokens=40, batch_id="b1", precision="f32"):
     path = write_prompts(tmp_path / "p.jsonl", N_REQUESTS)
     config = BatchConfig(
         model_path=model_path,
@@ -96,6 +96,7 @@ def setup_batch(client, tmp_path, model_path, *, temperature=0.0, max_tokens=40,
         batch_size=3,
         checkpoint_tokens=4,
         checkpoint_seconds=60,
+        precision=precision,
     )
     submit(client, str(path), config, model_file=model_path, batch_id=batch_id, queue="unused")
     loaded = load_for_batch(config)

@@ -11,7 +11,10 @@ import time
 import pytest
 from queue_helpers import N_REQUESTS, outputs, setup_batch, stop_after_rounds
 
+from specq.queue.histograms import field
 from specq.requests.config import BatchConfig
+from specq.specdec import int8
+from specq.specdec import model as model_module
 from specq.specdec.gguf_file import GGUFFile
 from specq.worker.batch_runner import BatchRunner
 from specq.worker.context import WorkerContext, load_for_batch
@@ -54,6 +57,34 @@ def test_interrupted_and_resumed_elsewhere_equals_uninterrupted(
     results = {r: json.loads(raw) for r, raw in zip(store.request_ids(), store.results(store.request_ids()))}
     assert any(results[r]["metrics"]["resume_prefills"] >= 1 for r in checkpointed)
     assert store.stats()["tokens"] == sum(len(s.output_ids) for s in alone.values())
+
+
+@pytest.mark.skipif(not int8.AVAILABLE, reason="the integer precisions need AVX2")
+@pytest.mark.parametrize("stop_at", [1, 2, 4])
+def test_prompts_in_pieces_stopped_mid_prefill_resume_elsewhere_exactly(
+    client, tmp_path, toy_model_file, monkeypatch, stop_at
+):
+    """At int16 a prompt goes in a piece a round, the round's prompts sharing the
+    rows (made 8 here, so that the toy prompts take several rounds): a runner asked to
+    stop after a few rounds hands requests back mid-prefill, with nothing committed,
+    and another finishes them as lone decodes do. Each request's time to first token
+    is observed once, when its prefill ends, not once a piece."""
+    monkeypatch.setattr(model_module, "PREFILL_PIECE_ROWS", 8)
+    path = toy_model_file(quiet_end=True, tensor_type="Q4_1", embedding_type="Q8_0")
+    store, config, loaded, alone = setup_batch(client, tmp_path, path, precision="int16")
+    assert loaded.engine.prefill_rows == 8
+    assert all(len(store.spec(r)["request"]["prompt_ids"]) > 8 for r in store.request_ids())
+    first = BatchRunner(store, config, loaded, WorkerContext("w1"), deadline=time.monotonic() + 600)
+    stop_after_rounds(first, stop_at)
+    summary = first.run()
+    assert summary["handed_back"] == config.batch_size
+    first_tokens = field("time_to_first_token_seconds", "count")
+    assert store.stats().get(first_tokens, 0) < config.batch_size, "some request must be stopped mid-prefill"
+    second = BatchRunner(store, config, loaded, WorkerContext("w2"), deadline=time.monotonic() + 600)
+    second.run()
+    assert outputs(store) == {r: list(s.output_ids) for r, s in alone.items()}
+    # One first token a request, whichever runner gave it.
+    assert store.stats()[first_tokens] == N_REQUESTS
 
 
 def test_a_runner_that_lost_its_leases_writes_nothing(client, tmp_path, long_model_path):
