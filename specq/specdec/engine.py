@@ -22,7 +22,7 @@ from specq.errors import ParameterError
 from specq.specdec.acceptance import accept, accept_tree_greedy, resolve_rule
 from specq.specdec.adaptive import ROW_COSTS, choose_k
 from specq.specdec.completion_text import completion_text, final_text_so_far
-from specq.specdec.draft_costs import MeasuredCosts, RoundCosts
+from specq.specdec.draft_costs import MeasuredCosts, RoundCosts, prior_round_costs
 from specq.specdec.model import KVCache, LlamaModel, Segment, SegmentOutput
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
 from specq.specdec.rng import uniform
@@ -186,7 +186,11 @@ class DecodeGroup:
         costs = self.engine.costs
         # Each request's plain round is one row (a prefill's are timed apart, below).
         # A request alone drafts by the lone figures (DecodeSession.step).
-        round_costs = costs.for_round(len(live), len(live)) if costs and len(live) > 1 else None
+        round_costs = None
+        if costs and len(live) > 1:
+            round_costs = costs.for_round(len(live), len(live)) or prior_round_costs(
+                len(live), ROW_COSTS[self.engine.model.precision], self.engine.proposer.draft_cost
+            )
         prompt_rows = self.engine.prefill_rows
         active, planned = [], []
         for key, session in live:

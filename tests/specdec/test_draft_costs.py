@@ -13,7 +13,7 @@ from model_helpers import random_recurrent_head
 
 from specq.errors import ModelFileError
 from specq.specdec.adaptive import AcceptanceStats
-from specq.specdec.draft_costs import MAX_ROWS, REFIT_EVERY, MeasuredCosts, RoundCosts
+from specq.specdec.draft_costs import MAX_ROWS, REFIT_EVERY, MeasuredCosts, RoundCosts, prior_round_costs
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.proposers import DraftModelProposer, NoProposer, RecurrentHeadProposer
@@ -140,6 +140,43 @@ def test_greedy_requests_draft_by_the_costs_and_emit_the_same_tokens(toy, reques
                 assert 1 <= s.metrics.drafted_per_position[0] <= 1 + s.metrics.target_forwards // 14
     assert (requests, requests) in dear.asked, "the round's rows and requests were asked about"
     assert drafted["cheap"] > drafted["lone"] > drafted["dear"] > drafted["hopeless"] == 0
+
+
+class Untimed(MeasuredCosts):
+    """Timings that never say enough (a group's first rounds; rounds with prompt
+    pieces, which are not timed)."""
+
+    def for_round(self, rows: int, requests: int) -> RoundCosts | None:
+        return None
+
+
+def test_until_timed_a_group_decides_by_the_constant_row_cost_over_a_share(toy, monkeypatch):
+    """Without timings, a greedy request sharing its round decides by
+    prior_round_costs, not by the lone figures: the round taken as one step plus the
+    precision's constant row cost for each other request. At f32 (0.40 a row) with
+    drafts costing 0.05 of a step, a draft in a round of 16 costs more than the
+    request's share, so nobody drafts, not even to explore; in a round of 2 drafts
+    still pay; by the lone figures all 16 drafted."""
+    from specq.specdec import engine as engine_module
+
+    prior = prior_round_costs(8, 0.2, 0.05)
+    assert prior.row == pytest.approx(0.2 / 0.3) and prior.draft == pytest.approx(0.05 / 0.3)
+    assert prior_round_costs(28, 0.2, 0.0).row == pytest.approx(0.875)
+    model, tokenizer = toy
+    assert model.precision == "f32"
+    proposer = DraftModelProposer(model, draft_cost=0.05)
+    plain = Engine(model, tokenizer, NoProposer()).run(_request(tokenizer, max_tokens=20))
+
+    def drafted(n: int) -> int:
+        engine = Engine(model, tokenizer, proposer, Untimed())
+        states = engine.run_many([_request(tokenizer, max_tokens=20)] * n, group_size=n)
+        assert all(s.output_ids == plain.output_ids for s in states)
+        return sum(s.metrics.drafted for s in states)
+
+    assert drafted(16) == 0
+    assert drafted(2) > 0
+    monkeypatch.setattr(engine_module, "prior_round_costs", lambda *args: None)
+    assert drafted(16) >= 16
 
 
 def test_a_request_alone_drafts_by_the_lone_figures(toy):
