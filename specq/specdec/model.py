@@ -55,7 +55,7 @@ _INTEGER_STACK_ROWS = 1024
 # joined (scripts/bench_stall.py): the longest round 463 ms in pieces of 256 against
 # 3,082 ms whole, 264 ms at 128 and 861 ms at 512, with about the same work done a
 # second (the prompt's time to first token 2.96 s, 3.25 s at 128). A prompt alone
-# prefilled about as fast in pieces as whole, 0.87x to 1.27x over runs from 400 to
+# prefilled about as fast in pieces as whole, 0.85x to 1.27x over runs from 400 to
 # 4,000 tokens (scripts/bench_prefill.py --pieces); 256 keeps most prompts whole.
 PREFILL_PIECE_ROWS = 256
 # The KV cache each precision keeps (KVCache): f32's is float32 (HuggingFace parity);
