@@ -45,6 +45,9 @@ STORE_SOCKET_TIMEOUT_S = max(0.5, min(5.0, LEASE_TTL_MS / 1000 / 4))
 # RQ's worker TTL sets its blocking dequeue (TTL - 15 s) and its socket timeout (TTL
 # - 5 s): 60 s bounds how long a worker idles on a connection that a partition cut.
 RQ_WORKER_TTL_S = 60
+# How often the thread that listens for RQ's worker commands wakes: the longest a
+# teardown waits for it (SpecqWorker.subscribe).
+PUBSUB_POLL_S = 1.0
 
 log = logging.getLogger("specq.worker")
 
@@ -65,6 +68,22 @@ class SpecqWorker(SimpleWorker):
     def _stop_signal(self, signum: int, frame: FrameType | None) -> None:
         self.runtime.stop_requested.set()
         self.request_stop(signum, frame)
+
+    def subscribe(self) -> None:
+        """RQ's subscription to this worker's command channel, its listening thread
+        polling every second instead of every 60. Once the subscription is gone (an
+        unsubscribe, or a Redis restart that dropped it) the thread waits a whole
+        poll for it to come back, and RQ's teardown joins that thread with no time
+        limit (redis-py 8's `PubSubWorkerThread.stop`): a worker asked to stop after
+        Redis had restarted hung up to 60 s, past any `docker stop` grace (a stack
+        dump of such a worker: the main thread in `stop`'s join, the thread in
+        `get_message`'s wait)."""
+        self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=PUBSUB_POLL_S, daemon=True, exception_handler=self._pubsub_exception_handler
+        )
 
 
 class Heartbeat(threading.Thread):
