@@ -52,7 +52,7 @@ def main() -> None:
         p.error(f"--prompt must leave room for a few tokens in the context ({context})")
     engine = Engine(model, tokenizer, NoProposer())
     if sizes and engine.prefill_rows is None:
-        p.error(f"at {args.precision} prompts go whole: pieces would change their bits")
+        p.error(f"this model's prompts go whole at {args.precision}: pieces would change their bits")
     if any(n >= 1024 for n in sizes):  # the stack's rows (model._INTEGER_STACK_ROWS)
         p.error("--pieces must be below 1024 rows")
     sizes = sizes or ([engine.prefill_rows] if engine.prefill_rows else [])
@@ -64,9 +64,11 @@ def main() -> None:
     def trial(piece: int | None, seed: int) -> dict[str, float]:
         engine.prefill_rows = piece
         group = DecodeGroup(engine)
+        # Enough tokens to decode through the prompt's pieces (at least a row a round)
+        # and no more: a cache is allocated for all of them, 23 KB a position at int16.
+        budget = min(context - SHORT_PROMPT - 1, args.prompt + 16)
         for i in range(args.batch):
-            room = context - SHORT_PROMPT - 1
-            group.add(i, engine.start(GenerationRequest(ids(SHORT_PROMPT, seed + i), max_tokens=room, k=1)))
+            group.add(i, engine.start(GenerationRequest(ids(SHORT_PROMPT, seed + i), max_tokens=budget, k=1)))
         while any(not s.state.output_ids for s in group.sessions.values()):
             group.round()
         before = []

@@ -184,12 +184,14 @@ class DecodeGroup:
         to its end."""
         live = [(key, s) for key, s in self.sessions.items() if not s.state.finished]
         costs = self.engine.costs
-        # Each request's plain round is one row (a prefill's are timed apart, below).
-        # A request alone drafts by the lone figures (DecodeSession.step).
+        # Each decoding request's plain round is one row; prompts being prefilled
+        # have no such round (and rounds with their rows are not timed, below). A
+        # request alone drafts by the lone figures (DecodeSession.step).
+        n = sum(1 for _, s in live if not s.prefilling)
         round_costs = None
-        if costs and len(live) > 1:
-            round_costs = costs.for_round(len(live), len(live)) or prior_round_costs(
-                len(live), ROW_COSTS[self.engine.model.precision], self.engine.proposer.draft_cost
+        if costs and n > 1:
+            round_costs = costs.for_round(n, n) or prior_round_costs(
+                n, ROW_COSTS[self.engine.model.precision], self.engine.proposer.draft_cost
             )
         prompt_rows = self.engine.prefill_rows
         active, planned = [], []

@@ -174,3 +174,34 @@ def test_f32_prefills_every_prompt_whole(q4_path, monkeypatch):
     recorder = Recorder(model, monkeypatch)
     engine.run_many(requests, group_size=2)
     assert recorder.rounds[0] == [(70, False), (30, False)]
+
+
+def test_a_rounds_costs_are_those_of_its_decoding_requests_not_of_prompts_waiting(integer):
+    """A round's draft costs are asked for the requests decoding in it: prompts still
+    going in have no plain round to share, and counting them made a few decoding
+    requests look like many (and draft as if in a large round)."""
+    from specq.specdec.draft_costs import MeasuredCosts
+
+    class Asked(MeasuredCosts):
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked: list[tuple[int, int]] = []
+
+        def for_round(self, rows: int, requests: int):
+            self.asked.append((rows, requests))
+            return None
+
+    model, tokenizer = integer
+    costs = Asked()
+    engine = Engine(model, tokenizer, NgramProposer(), costs)
+    group = DecodeGroup(engine)
+    for i in range(4):
+        group.add(i, engine.start(GenerationRequest(prompt_ids=prompt(40, 20 + i), max_tokens=30, k=2)))
+    seen = set()
+    while not all(s.state.finished for s in group.sessions.values()):
+        decoding = sum(1 for s in group.sessions.values() if s.state.output_ids and not s.state.finished)
+        before = len(costs.asked)
+        group.round()
+        assert costs.asked[before:] == ([(decoding, decoding)] if decoding > 1 else [])
+        seen.add(decoding)
+    assert {2, 3} <= seen, "rounds with prompts still waiting beside two or three decoding requests"
