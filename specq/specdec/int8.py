@@ -47,8 +47,13 @@ broadcast of 4 bytes: no horizontal sums):
          holds input 4v + p (low nibble) and input 16 + 4v + p (high nibble)
     Q8_* quants [n_out/lanes, blocks, 8, 4 lanes] int8: byte 4 * lane + p of vector v
          is input 4v + p
-    d (and m) float32 [n_out/lanes, blocks, lanes] (Q8_H's d [n_out/lanes, blocks, 2,
-         lanes]), exact: fp16 scales, or a K-quant's products of two of them
+    d (and m) [n_out/lanes, blocks, lanes] (Q8_H's d [n_out/lanes, blocks, 2, lanes]):
+         float16 held as uint16 bits where every one of them is a float16 (the files'
+         own Q4_1, Q8_0 and Q5_0 scales), else float32 (a K-quant's products of two
+         of them). Exact either way; the kernels widen float16 as they load it
+         (vcvtph2ps). A one-row step streams every weight byte once from memory, and
+         float32 scales were a third of a Q4_1 matrix's bytes: float16 made the
+         layers' products of one row 1.18x faster (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -113,8 +118,8 @@ class Int8Matrix:
     type_name: str  # its format, one of FORMATS
     shape: tuple[int, int]
     quants: np.ndarray  # flat: Q4_1 uint8, the others int8
-    d: np.ndarray  # flat float32
-    m: np.ndarray  # flat float32 (Q4_1, Q8_M and Q8_H; empty for Q8_0)
+    d: np.ndarray  # flat, float16 bits (uint16) or float32 (the module docstring)
+    m: np.ndarray  # flat, d's dtype (Q4_1, Q8_M and Q8_H; empty for Q8_0)
     sums: np.ndarray  # flat int32 (Q8_*): 128 * the sum of each output's block (Q8_H: half block) of weights
     lanes: int = 8
     split: bool = False  # activations as two int8 halves (the int16 precision; module docstring)
@@ -167,6 +172,7 @@ class Int8Matrix:
         d, m = per_lane(d.astype(np.float32)), per_lane(m.astype(np.float32))
         if type_name not in _MIN:
             m = np.empty(0, np.float32)
+        d, m = _narrowed(d, m)
         if type_name == "Q4_1":
             low = ints[:, :, :16].reshape(groups, lanes, nb, 4, 4).transpose(0, 2, 3, 1, 4)
             high = ints[:, :, 16:].reshape(groups, lanes, nb, 4, 4).transpose(0, 2, 3, 1, 4)
@@ -203,7 +209,8 @@ class Int8Matrix:
         """d (or m) per output and block, [n_out, blocks]; Q8_H's d [n_out, blocks, 2]."""
         lanes = self.lanes
         groups, nb = self.n_padded // lanes, self.shape[1] // BLOCK
-        a = getattr(self, which).reshape(groups, nb, -1, lanes).transpose(0, 3, 1, 2).reshape(groups * lanes, nb, -1)
+        a = widened(getattr(self, which))
+        a = a.reshape(groups, nb, -1, lanes).transpose(0, 3, 1, 2).reshape(groups * lanes, nb, -1)
         a = a[: self.shape[0]]
         return a if a.shape[2] == 2 else a[:, :, 0]
 
@@ -233,6 +240,20 @@ class Int8Matrix:
             self.lanes,
             self.split,
         )
+
+
+def _narrowed(d: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """d and m (float32) as float16 bits when each of them is a float16, else as
+    they are: both in one dtype, so a format's kernel has two variants, not four."""
+    halves = d.astype(np.float16), m.astype(np.float16)
+    if all(np.array_equal(h.astype(np.float32), a, equal_nan=True) for h, a in zip(halves, (d, m))):
+        return halves[0].view(np.uint16), halves[1].view(np.uint16)
+    return d, m
+
+
+def widened(scales: np.ndarray) -> np.ndarray:
+    """Block scales as float32, from the float16 bits they may be held as."""
+    return scales.view(np.float16).astype(np.float32) if scales.dtype == np.uint16 else scales
 
 
 # The largest integer an activation is rounded to: 127 (int8), or 127 * 128 (int16,

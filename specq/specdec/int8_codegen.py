@@ -277,6 +277,17 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
     return lines
 
 
+def _scale_variants(kind: str) -> str:
+    """The kind's eager signatures: its weights' scales (wd, and wm where it has one)
+    as float32 or as float16 bits (int8.Int8Matrix.d)."""
+    signature = _SIGNATURES[kind]
+    types = signature[len("void(") : -1].split(", ")
+    names = _ARGS[kind].split(", ")
+    halves = [("uint16[::1]" if name in ("wd", "wm") else t) for name, t in zip(names, types)]
+    narrow = "void(" + ", ".join(halves + types[len(names) :]) + ")"
+    return f'["{signature}", "{narrow}"]'
+
+
 def _driver(kind: str, lanes: int, no: int, nr: int) -> list[str]:
     """Each thread takes a slice of the output groups (`lanes` outputs each); in it,
     NO groups at a time (single ones for the slice's remainder), and for those all
@@ -285,7 +296,7 @@ def _driver(kind: str, lanes: int, no: int, nr: int) -> list[str]:
     args, name = _ARGS[kind], _name(kind, lanes)
     # 256-bit drivers compile at import (every CPU with AVX2 runs them); 512-bit ones
     # on first use, which only a CPU with AVX-512 VNNI reaches (int8.py).
-    signature = f'"{_SIGNATURES[kind]}", ' if lanes == 8 and kind in _EAGER else ""
+    signature = f"{_scale_variants(kind)}, " if lanes == 8 and kind in _EAGER else ""
     lines = [
         "",
         "",

@@ -46,7 +46,9 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
         return None
     if len({w.split for w in matrices if isinstance(w, Int8Matrix)}) > 1:
         return None
-    if any(w.type_name != "Q4_1" for w in matrices):
+    # The Q4_1 loop's signature takes float16 scales, which every Q4_1 file has; Q4_1
+    # matrices unpacked from Q4_K have float32 ones and take the mixed loop.
+    if any(w.type_name != "Q4_1" or w.d.dtype != np.uint16 for w in matrices):
         return _build_mixed(layers)
     stacked = {
         k: tuple(np.stack([getattr(getattr(lw, k), part) for lw in layers]) for part in ("quants", "d", "m"))
@@ -74,7 +76,7 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
 
 # Format codes: int8.FORMATS's indices, then the 2-byte float types (half.TYPES).
 _CODES = (*int8.FORMATS, *half.TYPES)
-_NO_F32, _NO_I32 = np.empty(0, np.float32), np.empty(0, np.int32)
+_NO_F32, _NO_U16, _NO_I32 = np.empty(0, np.float32), np.empty(0, np.uint16), np.empty(0, np.int32)
 
 
 def _unpadded(w: Int8Matrix | HalfMatrix) -> bool:
@@ -89,10 +91,18 @@ def _laid_end_to_end(matrices: list[Int8Matrix | HalfMatrix]) -> tuple[np.ndarra
     (or F16/BF16 weights) as bytes, d, m, sums), matrix i's arrays from offsets[i]
     to offsets[i + 1]."""
     codes = np.array([_CODES.index(w.type_name) for w in matrices], np.int64)
+    scaled = [w for w in matrices if isinstance(w, Int8Matrix)]
+    # One dtype for every matrix's scales: float16 bits where all are, else float32.
+    narrow = all(w.d.dtype == np.uint16 for w in scaled)
+
+    def scales(a: np.ndarray) -> np.ndarray:
+        return a if narrow else int8.widened(a)
+
+    none = _NO_U16 if narrow else _NO_F32
     parts = [
-        (w.bits.view(np.uint8).reshape(-1), _NO_F32, _NO_F32, _NO_I32)
+        (w.bits.view(np.uint8).reshape(-1), none, none, _NO_I32)
         if isinstance(w, HalfMatrix)
-        else (w.quants.view(np.uint8), w.d, w.m, w.sums)
+        else (w.quants.view(np.uint8), scales(w.d), scales(w.m), w.sums)
         for w in matrices
     ]
     offsets = np.zeros((len(matrices) + 1, 4), np.int64)
@@ -124,7 +134,7 @@ def _build_mixed(layers) -> tuple[StackedLayers, tuple]:
     return stack, views
 
 
-_Q = (types.uint8[:, ::1], types.float32[:, ::1], types.float32[:, ::1])  # per kind: quants, d, m
+_Q = (types.uint8[:, ::1], types.uint16[:, ::1], types.uint16[:, ::1])  # per kind: quants, d, m (float16 bits)
 WEIGHTS = types.Tuple((*NORMS, *_Q, *_Q, *_Q, *_Q))  # the norms, then each kind's quants, d and m
 SIZES = types.Tuple((*SIZE_TYPES, types.boolean))  # layer_stack's, and whether activations are split
 # The caches are float16 or 8-bit (model.KVCache) at the integer precisions.

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from model_helpers import assert_stack_equals_python_loop
 
-from specq.specdec import int8
+from specq.specdec import int8, int8_stack
 from specq.specdec.engine import Engine
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.model import LlamaModel, Segment
@@ -37,6 +37,12 @@ CASES = {
     "q5_0": (dict(seed=21, tensor_type="Q5_0", embedding_type="Q8_0"), {"Q8_0"}),
     "q5_1": (dict(seed=22, tensor_type="Q5_1", embedding_type="Q8_0"), {"Q8_M"}),
     "q6_k": (dict(seed=23, tensor_type="Q6_K", **K_SHAPE), {"Q8_H"}),
+    # Q4_1 matrices with the file's float16 scales beside ones unpacked from Q4_K,
+    # whose scales are float32: one loop takes both (int8_stack._laid_end_to_end).
+    "q4_1_q4_k": (
+        dict(seed=29, tensor_type="Q4_1", tensor_types={"blk.1.ffn_down.weight": "Q4_K"}, **K_SHAPE),
+        {"Q4_1"},
+    ),
     "q4_k_m_mix": (
         dict(seed=24, tensor_type="Q4_K", embedding_type="Q6_K", tensor_types=MIX, **K_SHAPE),
         {"Q4_1", "Q8_H", "Q8_M"},
@@ -69,6 +75,22 @@ def test_every_matrix_stays_in_blocks_on_the_int8_kernels(case):
     assert not np.array_equal(got, want)  # integer activations: another computation
     assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
     assert (got.argmax(-1) == want.argmax(-1)).all()
+
+
+def test_scales_of_two_widths_share_the_mixed_loop_as_float32(toy_model_file):
+    model = LlamaModel.load(toy_model_file(**CASES["q4_1_q4_k"][0]), "int16")
+    assert model._stack.compiled[0] is int8_stack._run_mixed  # the Q4_1 loop takes float16 scales only
+    # One dtype a kind: layer 1's ffn_down is Q4_K's, so every ffn_down has float32 scales.
+    dtypes = {k: {getattr(lw, k).d.dtype for lw in model.weights.layers} for k in MATRICES}
+    assert dtypes == {
+        "w_qkv": {np.dtype(np.uint16)},
+        "w_out": {np.dtype(np.uint16)},
+        "w_gate_up": {np.dtype(np.uint16)},
+        "w_down": {np.dtype(np.float32)},
+    }
+    plain = LlamaModel.load(toy_model_file(**CASES["q4_0"][0]), "int16")  # Q4_0's d and -8 d: float16
+    assert plain._stack.compiled[0] is int8_stack._run
+    assert {getattr(lw, k).d.dtype for lw in plain.weights.layers for k in MATRICES} == {np.dtype(np.uint16)}
 
 
 def test_the_compiled_block_loop_gives_the_python_loops_bits(case):

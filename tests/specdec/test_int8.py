@@ -7,14 +7,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
+from block_helpers import random_tensor
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 from model_helpers import assert_stack_equals_python_loop
 
-from specq.specdec import int8, int8_codegen
+from specq.specdec import gguf_blocks, int8, int8_codegen
 from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.qkernels import QuantizedMatrix
 
@@ -100,6 +102,31 @@ def test_nibble_sums_at_their_bounds_stay_exact(split):
     assert got[0, 0] > 0 > got[1, 0]
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["int8", "int16"])
+@pytest.mark.parametrize("lanes", sorted({8, int8.LANES}))
+@pytest.mark.parametrize("type_name", ["Q4_1", "Q8_0", "Q5_1", "Q6_K", "Q4_K"])
+def test_scales_held_as_float16_give_the_bits_of_float32_ones(type_name, lanes, split):
+    """The files' own scales are float16 and are held so (a third of a Q4_1
+    matrix's bytes saved); a K-quant's products of two scales are not and stay
+    float32. Either way a product has the bits it has with every scale as float32."""
+    if type_name in ("Q4_1", "Q8_0"):
+        w = int8.Int8Matrix.from_quantized(_matrix(type_name, 48, 256)[0], lanes, split)
+    else:
+        bm = gguf_blocks.unpack(type_name, random_tensor(type_name, 48, 256), (48, 256))
+        w = int8.Int8Matrix.from_blocks(bm.type_name, bm.shape, bm.ints, bm.d, bm.m, lanes, split)
+    narrow = type_name in ("Q4_1", "Q8_0", "Q5_1")  # Q5_1's d and m are float16 too
+    assert (w.d.dtype, w.m.dtype) == ((np.uint16,) * 2 if narrow else (np.float32,) * 2)
+    wide = replace(w, d=int8.widened(w.d), m=int8.widened(w.m))
+    assert wide.d.dtype == np.float32 and np.array_equal(wide.block_scales(), w.block_scales())
+    if lanes != int8.LANES:
+        return  # this CPU's kernels read only its own lanes' layout
+    x = _activations(7, 256)
+    np.testing.assert_array_equal(int8.int8_matmul_t(x, w).view(np.uint32), int8.int8_matmul_t(x, wide).view(np.uint32))
+    np.testing.assert_array_equal(
+        int8.int8_matmul_t(x, w).view(np.uint32), int8.int8_matmul_t_reference(x, wide).view(np.uint32)
+    )
+
+
 def test_selected_rows_give_the_bits_of_the_whole_product():
     w = int8.Int8Matrix.from_quantized(_matrix("Q8_0", 100, 64)[0])
     x = _activations(3, 64)
@@ -141,7 +168,7 @@ for t, n_out, n_in in [("Q4_1", 96, 64), ("Q8_0", 40, 64)]:
         w = int8.Int8Matrix.from_quantized(_matrix(t, n_out, n_in)[0], split=split)
         print(int8.int8_matmul_t(_activations(5, n_in), w).view(np.uint32).tobytes().hex())
 from specq.specdec import gguf_blocks
-from test_gguf_blocks import random_tensor
+from block_helpers import random_tensor
 for t in ("Q5_1", "Q6_K"):  # the Q8_M and Q8_H formats' kernels
     for split in (False, True):
         bm = gguf_blocks.unpack(t, random_tensor(t, 40, 256), (40, 256))
