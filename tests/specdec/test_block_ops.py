@@ -184,18 +184,23 @@ def _layer_cache(keys_t: np.ndarray, values: np.ndarray, dtype) -> tuple[np.ndar
 CACHE_DTYPES = [np.float32, np.float16, np.int8]
 
 
+@pytest.mark.parametrize("n_q", [9, 12], ids=["groups_of_3", "groups_of_4"])
 @pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
-@pytest.mark.parametrize("hd,start,n", [(64, 200, 1), (64, 37, 5), (16, 9, 5), (24, 3, 2), (72, 61, 3)])
-def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache_dtype):
+@pytest.mark.parametrize("hd,start,n", [(64, 200, 1), (64, 37, 5), (16, 9, 5), (24, 3, 2), (72, 61, 3), (32, 5, 6)])
+def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache_dtype, n_q):
     """Scores and weighted sums kept in registers (block_ops._scores, _weighted_values)
     do each fused multiply-add of the plain loops in the same order: the same bits,
     for positions and head widths in the blocked part, the vector remainder and the
     scalar one. A float16 cache (its uint16 bits) gives the bits of its values
     widened to float32: the vector and the scalar conversions are both exact. An
     8-bit cache gives the bits of its int8 values as floats, each score times its
-    key's scale and each weight times its value's, in vectors and alone alike."""
+    key's scale and each weight times its value's, in vectors and alone alike.
+    Three query heads of a kv head take their weighted sums together where the
+    width is a multiple of 32 (_weighted_values3), a fourth alone; a last block of
+    positions cut by the segment's end is computed whole, its other lanes holding
+    random keys (the capacity's)."""
     n_kv, capacity = 3, start + n + 7
-    q = RNG.standard_normal((n, 9, hd), dtype=np.float32)
+    q = RNG.standard_normal((n, n_q, hd), dtype=np.float32)
     keys_t, values, keys_f32, values_f32, key_scales, value_scales = _layer_cache(
         RNG.standard_normal((n_kv, hd, capacity), dtype=np.float32),
         RNG.standard_normal((n_kv, capacity, hd), dtype=np.float32),
