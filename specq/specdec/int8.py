@@ -49,8 +49,8 @@ broadcast of 4 bytes: no horizontal sums):
          is input 4v + p
     d (and m) [n_out/lanes, blocks, lanes] (Q8_H's d [n_out/lanes, blocks, 2, lanes]):
          float16 held as uint16 bits where every one of them is a float16 (the files'
-         own Q4_1, Q8_0 and Q5_0 scales), else float32 (a K-quant's products of two
-         of them). Exact either way; the kernels widen float16 as they load it
+         own scales: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), else float32 (a K-quant's
+         products of two of them). Exact either way; the kernels widen float16 as they load it
          (vcvtph2ps). A one-row step streams every weight byte once from memory, and
          float32 scales were a third of a Q4_1 matrix's bytes: float16 made the
          layers' products of one row 1.18x faster (docs/performance.md).
