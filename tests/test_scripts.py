@@ -268,6 +268,36 @@ def test_bench_qkernels_refuses_mistakes_before_loading(tmp_path):
         assert refused.returncode == 2 and "Traceback" not in refused.stderr and named in refused.stderr
 
 
+# --- bench_scales.py, bench_attention.py -------------------------------------------------
+
+
+@needs_int8
+def test_bench_scales_on_a_toy(q4_model):
+    for extra in ((), ("--cached",)):
+        out = ok(run_script("bench_scales.py", "--model", q4_model, "--rows", "1,3", "--trials", "1", *extra))
+        timed = r"float32 scales ([\d.]+) ms, float16 scales ([\d.]+) ms, ([\d.]+)x$"
+        lines = re.findall(r"^(\d+) row\(s\): " + timed, out, re.M)
+        assert [int(r) for r, *_ in lines] == [1, 3], out
+        assert all(float(v) > 0 for _, *figures in lines for v in figures), out
+        assert ("from cache" if extra else "from memory") in out
+    assert "--rows" in run_script("bench_scales.py", "--rows", "0").stderr
+
+
+@needs_int8
+def test_bench_attention_against_an_earlier_copy(q4_model, tmp_path):
+    copy = tmp_path / "block_ops_copy.py"
+    copy.write_text((ROOT / "specq" / "specdec" / "block_ops.py").read_text())
+    args = ("--model", q4_model, "--cases", "2x8,3x20", "--trials", "1")
+    out = ok(run_script("bench_attention.py", *args, "--against", copy, timeout=300))
+    timed = r"\d+ layers: against ([\d.]+) ms, now ([\d.]+) ms"
+    lines = re.findall(r"^(\d+) sequence\(s\), context (\d+) to (\d+), " + timed, out, re.M)
+    assert [(int(n), int(a), int(b)) for n, a, b, *_ in lines] == [(2, 8, 15), (3, 20, 27)], out
+    assert "against / now" in out
+    for bad, named in ((("--cases", "32"), "--cases"), (("--against", tmp_path / "missing.py"), "no file")):
+        result = run_script("bench_attention.py", *bad)
+        assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr
+
+
 # --- bench_kv_cache.py -----------------------------------------------------------------
 
 

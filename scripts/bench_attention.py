@@ -1,0 +1,94 @@
+"""Attention alone (block_ops.attend_many over every layer) for S sequences of one row
+each, their contexts spread over a block of positions (c to c + 7, so that rows end
+anywhere in a block, as in decode rounds), at int16's float16 cache; with --against,
+another copy of block_ops (an earlier commit's) interleaved in the same process, its
+outputs checked bit for bit against this one's.
+
+    python scripts/bench_attention.py --cases 1x200,32x50,32x200,32x500
+    git show 556218f:specq/specdec/block_ops.py > /tmp/block_ops_before.py
+    python scripts/bench_attention.py --against /tmp/block_ops_before.py
+    python scripts/bench_attention.py --model toy.gguf --cases 2x8 --trials 1   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import time
+
+import numpy as np
+from numba.typed import List
+
+from specq.specdec import block_ops
+from specq.specdec.loader import default_model_path
+from specq.specdec.model import LlamaModel, Segment
+
+
+def _module(path: str):
+    spec = importlib.util.spec_from_file_location("block_ops_against", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cases(text: str) -> list[tuple[int, int]]:
+    cases = []
+    for part in text.split(","):
+        seqs, _, context = part.partition("x")
+        if not (seqs.isdigit() and context.isdigit() and int(seqs) > 0):
+            raise ValueError(part)
+        cases.append((int(seqs), int(context)))
+    return cases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument(
+        "--cases", default="1x200,32x50,32x100,32x200,32x500", help="SEQUENCESxCONTEXT, comma-separated"
+    )
+    parser.add_argument("--trials", type=int, default=21)
+    parser.add_argument("--against", default=None, help="another block_ops.py to time beside this one")
+    args = parser.parse_args()
+    try:
+        cases = _cases(args.cases)
+    except ValueError as e:
+        parser.error(f"--cases: {e} is not SEQUENCESxCONTEXT (e.g. 32x200)")
+    modules = {"now": block_ops}
+    if args.against and not os.path.isfile(args.against):
+        parser.error(f"--against: no file {args.against}")
+    if args.against:
+        modules = {"against": _module(args.against), "now": block_ops}
+    model = LlamaModel.load(args.model or default_model_path(), "int16")
+    cfg = model.config
+    scale = np.float32(cfg.attention_scale)
+    rng = np.random.default_rng(0)
+    for n, context in cases:
+        lengths = [context + j % 8 for j in range(n)]
+        caches = [model.new_cache(length + 8) for length in lengths]
+        for cache, length in zip(caches, lengths):
+            model.forward([Segment(cache, [5 + i % 7 for i in range(length)], 0, all_logits=False)])
+        keys, values = List([c.kernel_keys for c in caches]), List([c.kernel_values for c in caches])
+        visible = List([np.ones((1, 1), np.bool_) for _ in caches])
+        q = rng.standard_normal((n, cfg.n_heads, cfg.head_dim)).astype(np.float32)
+        starts, bounds = np.array(lengths, np.int64), np.arange(n + 1, dtype=np.int64)
+        outputs = [m.attend_many(q, starts, bounds, visible, keys, values, 0, scale) for m in modules.values()]
+        assert all(np.array_equal(o.view(np.uint32), outputs[0].view(np.uint32)) for o in outputs), "bits differ"
+        times: dict[str, list[float]] = {name: [] for name in modules}
+        for _ in range(args.trials):
+            for name, module in modules.items():
+                t0 = time.perf_counter()
+                for layer in range(cfg.n_layers):
+                    module.attend_many(q, starts, bounds, visible, keys, values, layer, scale)
+                times[name].append(time.perf_counter() - t0)
+        parts = [f"{name} {statistics.median(t) * 1e3:.3f} ms" for name, t in times.items()]
+        if args.against:
+            ratio = statistics.median(a / b for a, b in zip(times["against"], times["now"]))
+            parts.append(f"against / now {ratio:.3f} (median of pairs)")
+        print(f"{n} sequence(s), context {context} to {context + 7}, {cfg.n_layers} layers: " + ", ".join(parts))
+
+
+if __name__ == "__main__":
+    main()
