@@ -21,6 +21,7 @@ import time
 import numpy as np
 from numba.typed import List
 
+from specq.errors import SpecqError
 from specq.specdec import block_ops
 from specq.specdec.loader import default_model_path
 from specq.specdec.model import LlamaModel, Segment
@@ -60,8 +61,14 @@ def main() -> None:
     if args.against and not os.path.isfile(args.against):
         parser.error(f"--against: no file {args.against}")
     if args.against:
-        modules = {"against": _module(args.against), "now": block_ops}
-    model = LlamaModel.load(args.model or default_model_path(), "int16")
+        against = _module(args.against)
+        if not callable(getattr(against, "attend_many", None)):
+            parser.error(f"--against: {args.against} has no attend_many (a block_ops.py is wanted)")
+        modules = {"against": against, "now": block_ops}
+    try:
+        model = LlamaModel.load(args.model or default_model_path(), "int16")
+    except SpecqError as exc:  # a missing or unreadable file, a CPU without AVX2
+        parser.error(str(exc))
     cfg = model.config
     scale = np.float32(cfg.attention_scale)
     rng = np.random.default_rng(0)

@@ -21,6 +21,7 @@ import time
 import numpy as np
 from numba import config, njit
 
+from specq.errors import SpecqError
 from specq.specdec import int8
 from specq.specdec.loader import default_model_path
 from specq.specdec.model import LlamaModel
@@ -53,8 +54,11 @@ def main() -> None:
         counts = []
     if not counts or min(counts) < 1:
         parser.error("--rows: a comma-separated list of positive row counts")
-    int8.require()
-    model = LlamaModel.load(args.model or default_model_path(), "int16")
+    try:
+        int8.require()
+        model = LlamaModel.load(args.model or default_model_path(), "int16")
+    except SpecqError as exc:  # a missing or unreadable file, a CPU without AVX2
+        parser.error(str(exc))
     stack = model._stack
     if stack is None or stack.arrays[1].dtype != np.uint16:
         raise SystemExit(f"{model.path}: no Q4_1 layer stack with float16 scales (the default model has one)")

@@ -281,6 +281,8 @@ def test_bench_scales_on_a_toy(q4_model):
         assert all(float(v) > 0 for _, *figures in lines for v in figures), out
         assert ("from cache" if extra else "from memory") in out
     assert "--rows" in run_script("bench_scales.py", "--rows", "0").stderr
+    missing = run_script("bench_scales.py", "--model", "/nonexistent.gguf")
+    assert missing.returncode != 0 and "not found" in missing.stderr and "Traceback" not in missing.stderr
 
 
 @needs_int8
@@ -293,7 +295,14 @@ def test_bench_attention_against_an_earlier_copy(q4_model, tmp_path):
     lines = re.findall(r"^(\d+) sequence\(s\), context (\d+) to (\d+), " + timed, out, re.M)
     assert [(int(n), int(a), int(b)) for n, a, b, *_ in lines] == [(2, 8, 15), (3, 20, 27)], out
     assert "against / now" in out
-    for bad, named in ((("--cases", "32"), "--cases"), (("--against", tmp_path / "missing.py"), "no file")):
+    other = tmp_path / "other.py"
+    other.write_text("x = 1\n")
+    for bad, named in (
+        (("--cases", "32"), "--cases"),
+        (("--against", tmp_path / "missing.py"), "no file"),
+        (("--against", other), "no attend_many"),
+        (("--model", "/nonexistent.gguf"), "not found"),
+    ):
         result = run_script("bench_attention.py", *bad)
         assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr
 
