@@ -16,6 +16,7 @@ import argparse
 import importlib.util
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -30,6 +31,9 @@ from specq.specdec.model import LlamaModel, Segment
 def _module(path: str):
     spec = importlib.util.spec_from_file_location("block_ops_against", path)
     module = importlib.util.module_from_spec(spec)
+    # numba's cache, loading the module's compiled functions on a second run, imports
+    # the module by name: without this entry that import failed (ModuleNotFoundError).
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 

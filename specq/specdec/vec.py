@@ -726,3 +726,35 @@ def lane_sum(typingctx, a, b, c, d):  # pragma: no cover - compiled
         return total
 
     return types.int32(I32, I32, I32, I32), codegen
+
+
+@intrinsic
+def touch(typingctx, array, i):  # pragma: no cover - compiled
+    """Reads the cache line holding array[i] and nothing else: one load, kept by an
+    empty asm statement that takes its byte (a value nothing uses would be dropped).
+    A loop of these over a region asks for all its lines at once: attention's own
+    loops, one load among several multiply-adds that wait on each other, kept too
+    few in flight to stream the cache from memory (block_ops._warm)."""
+
+    def codegen(context, builder, sig, args):
+        byte_t = ir.IntType(8)
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        value = builder.load(builder.bitcast(builder.gep(data, [args[1]]), byte_t.as_pointer()), align=1)
+        builder.asm(ir.FunctionType(ir.VoidType(), [byte_t]), "", "r", [value], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(array, i), codegen
+
+
+@intrinsic
+def silu_gated(typingctx, g, e, u):  # pragma: no cover - compiled
+    """(g u) / (1 + e) per lane, each step rounded once, as block_ops.silu_gate's
+    scalar remainder computes it (a true division, not a reciprocal's estimate).
+    numba left that loop scalar (one vdivss an element): 42 of the 56 us of a
+    32-row SwiGLU."""
+
+    def codegen(context, builder, sig, args):
+        one = ir.Constant(_VF, [1.0] * 8)
+        return builder.fdiv(builder.fmul(args[0], args[2]), builder.fadd(one, args[1]))
+
+    return F32(F32, F32, F32), codegen

@@ -36,6 +36,25 @@ def test_rms_norm_rope_and_gate_match_their_formulas():
     np.testing.assert_allclose(block_ops.silu_gate(gate_up, 10), g / (1 + np.exp(-g)) * u, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("d_ffn", [8, 21, 1536])
+def test_the_gate_rounds_as_its_formula_in_the_vector_body_and_the_remainder(d_ffn):
+    """silu_gate computes (gate up) / (1 + exp(-gate)), each step rounded once (the
+    order the loop had), in its 8-wide vector body and in its scalar remainder alike:
+    the same (gate, up) pairs in both give the same bits."""
+    pairs = RNG.standard_normal((2, 8)).astype(np.float32) * np.float32(30.0)
+    pairs[0, :3] = [-120.0, 95.0, 0.0]  # e at exp's clamp (exp(88)), e flushed to 0, e = 1
+    gate = np.resize(pairs[0], d_ffn).astype(np.float32)
+    up = np.resize(pairs[1], d_ffn).astype(np.float32)
+    got = block_ops.silu_gate(np.concatenate([gate, up])[None, :], d_ffn)[0]
+    e = -gate
+    block_ops.exp_inplace(e, d_ffn, np.empty(d_ffn, np.int32))
+    want = (gate * up) / (np.float32(1.0) + e)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    tail = d_ffn % 8
+    if tail and d_ffn > 8:  # a remainder lane has the bits of the body lane with its values
+        np.testing.assert_array_equal(got[d_ffn - tail :].view(np.uint32), got[:tail].view(np.uint32))
+
+
 def _reference_attention(q, keys, values, start, visible, scale, firsts=None):
     n, n_q, hd = q.shape
     group = n_q // keys.shape[0]
