@@ -291,6 +291,9 @@ def test_bench_attention_against_an_earlier_copy(q4_model, tmp_path):
     copy.write_text((ROOT / "specq" / "specdec" / "block_ops.py").read_text())
     args = ("--model", q4_model, "--cases", "2x8,3x20", "--trials", "1")
     out = ok(run_script("bench_attention.py", *args, "--against", copy, timeout=300))
+    # Again: the copy's compiled code now comes from numba's cache, which imports the
+    # copy by its module name (a ModuleNotFoundError before the script registered it).
+    out = ok(run_script("bench_attention.py", *args, "--against", copy, timeout=300))
     timed = r"\d+ layers: against ([\d.]+) ms, now ([\d.]+) ms"
     lines = re.findall(r"^(\d+) sequence\(s\), context (\d+) to (\d+), " + timed, out, re.M)
     assert [(int(n), int(a), int(b)) for n, a, b, *_ in lines] == [(2, 8, 15), (3, 20, 27)], out
@@ -305,6 +308,39 @@ def test_bench_attention_against_an_earlier_copy(q4_model, tmp_path):
     ):
         result = run_script("bench_attention.py", *bad)
         assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr
+
+
+# --- bench_forwards.py -----------------------------------------------------------------
+
+
+@needs_int8
+def test_bench_forwards_on_a_toy(q4_model):
+    out = ok(run_script("bench_forwards.py", "--model", q4_model, "--context", "8", "--trials", "1"))
+    timed = r"now ([\d.]+) ms \(([\d.]+)x its 1 row\)"
+    lines = re.findall(r"^context 8, (\d+) row\(s\) x (\d+) sequence\(s\): " + timed + "$", out, re.M)
+    assert [(int(r), int(s)) for r, s, *_ in lines] == [(1, 1), (5, 1), (1, 8), (1, 32)], out
+    assert all(float(ms) > 0 for *_, ms, _ in lines) and float(lines[0][3]) == 1.0, out
+    for bad, named in (
+        (("--against", "no-such-commit"), "not a commit"),
+        (("--context", "0"), "--context"),
+        (("--model", "/nonexistent.gguf"), "not found"),
+    ):
+        result = run_script("bench_forwards.py", *bad)
+        assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bench_forwards_exports_a_commit_as_a_package_of_another_name():
+    """--against imports another commit's specq beside this one: every import of
+    specq inside the copy must name the copy, or the two codes would mix."""
+    spec = importlib.util.spec_from_file_location("bench_forwards", ROOT / "scripts" / "bench_forwards.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    package = module.export("HEAD") / module.PACKAGE
+    sources = {p.relative_to(package): p.read_text() for p in package.rglob("*.py")}
+    assert Path("specdec") / "model.py" in sources and Path("__init__.py") in sources
+    assert "from specq_against.specdec" in sources[Path("specdec") / "model.py"]
+    for path, text in sources.items():
+        assert not re.search(r"^\s*(from|import) specq\b(?!_against)", text, re.M), path
 
 
 # --- bench_kv_cache.py -----------------------------------------------------------------

@@ -1,0 +1,134 @@
+"""Whole forwards of this checkout against another commit's, interleaved in one process:
+a 1-row step, a 5-row verification and decode rounds of 8 and 32 sequences, every
+sequence at the same context. The machine is shared and its speed moves by a fifth
+within minutes, so two processes run one after the other compare the machine's
+moments as much as the code; here each trial times the two codes back to back and
+the ratio is the median of those pairs.
+
+    python scripts/bench_forwards.py --against HEAD~1
+    python scripts/bench_forwards.py --against 8344c64 --context 500 --trials 21
+    python scripts/bench_forwards.py --model toy.gguf --context 8 --trials 1   # this code alone, a smoke run
+
+The other commit's `specq` package is exported (git archive) into a directory of
+the temporary folder as a package named `specq_against`, kept there so that numba's
+cache of its compiled code serves the next run (the first compiles it, a few
+minutes). Both codes load the same model file at int16 and must give the same
+logits, bit for bit, in every case, unless --allow-different-bits (a change that
+means to round differently).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import re
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from specq.errors import SpecqError
+from specq.specdec import model as this_model
+from specq.specdec.loader import default_model_path
+
+CASES = [(1, 1), (5, 1), (1, 8), (1, 32)]  # (rows of each sequence, sequences)
+PACKAGE = "specq_against"
+
+
+def export(rev: str) -> Path:
+    """A directory holding `rev`'s specq package as specq_against (made once a commit)."""
+    repo = Path(__file__).resolve().parent.parent
+    found = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=repo, capture_output=True)
+    if found.returncode:
+        raise ValueError(f"{rev} is not a commit of {repo}")
+    sha = found.stdout.decode().strip()
+    root = Path(tempfile.gettempdir()) / f"specq-against-{sha[:12]}"
+    if not (root / PACKAGE / "__init__.py").exists():
+        archive = subprocess.run(["git", "archive", sha, "specq"], cwd=repo, capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(root / "export", filter="data")
+        for path in (root / "export" / "specq").rglob("*.py"):
+            text = path.read_text()
+            path.write_text(re.sub(r"\bspecq(?=[.\s])", PACKAGE, text))
+        (root / "export" / "specq").rename(root / PACKAGE)
+    return root
+
+
+def exported(rev: str):
+    """The model module of `rev`'s specq, imported as specq_against."""
+    sys.path.insert(0, str(export(rev)))
+    return importlib.import_module(f"{PACKAGE}.specdec.model")
+
+
+def setups(module, path: str, context: int):
+    """The model at int16 and, per case, a fresh copy of its prefilled caches' contents
+    for each trial (caches_for) and the segments that time it."""
+    model = module.LlamaModel.load(path, "int16")
+    most = max(s for _, s in CASES)
+    caches = [model.new_cache(context + 8) for _ in range(most)]
+    for cache in caches:
+        model.forward([module.Segment(cache, [5 + i % 7 for i in range(context)], 0, all_logits=False)])
+
+    def segments(rows: int, seqs: int):
+        if seqs == 1:
+            return [module.Segment(caches[0], [7] * rows, context)]
+        return [module.Segment(c, [7], context) for c in caches[:seqs]]
+
+    return model, segments
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", default=None, help="a commit (or branch, tag) to time beside this checkout")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--context", type=int, default=200)
+    parser.add_argument("--trials", type=int, default=15)
+    parser.add_argument("--allow-different-bits", action="store_true")
+    args = parser.parse_args()
+    if args.context < 1 or args.trials < 1:
+        parser.error("--context and --trials must be at least 1")
+    path = args.model or default_model_path()
+    modules = {"now": this_model}
+    try:
+        if args.against:
+            modules = {"against": exported(args.against), "now": this_model}
+        runs = {name: setups(module, path, args.context) for name, module in modules.items()}
+    except (ValueError, subprocess.CalledProcessError) as exc:
+        parser.error(f"--against: {exc}")
+    except SpecqError as exc:  # a missing or unreadable model, a CPU without AVX2
+        parser.error(str(exc))
+
+    def timed(name: str, case: tuple[int, int]) -> tuple[float, np.ndarray]:
+        model, segments = runs[name]
+        segs = segments(*case)
+        t0 = time.perf_counter()
+        outputs = model.forward(segs)
+        return time.perf_counter() - t0, np.concatenate([o.logits for o in outputs])
+
+    for case in CASES:  # compile, warm up, and compare the bits
+        logits = [timed(name, case)[1] for name in runs]
+        if not args.allow_different_bits and not all(np.array_equal(lg, logits[0]) for lg in logits):
+            raise SystemExit(f"{case[0]} row(s) x {case[1]} sequence(s): the two codes' logits differ")
+    times = {(name, case): [] for name in runs for case in CASES}
+    for _ in range(args.trials):
+        for case in CASES:
+            for name in runs:
+                times[(name, case)].append(timed(name, case)[0])
+    for case in CASES:
+        median = {name: statistics.median(times[(name, case)]) * 1e3 for name in runs}
+        one = {name: statistics.median(times[(name, CASES[0])]) * 1e3 for name in runs}
+        parts = [f"{name} {median[name]:.2f} ms ({median[name] / one[name]:.2f}x its 1 row)" for name in runs]
+        if args.against:
+            pairs = zip(times[("against", case)], times[("now", case)])
+            parts.append(f"against / now {statistics.median(a / b for a, b in pairs):.3f} (median of pairs)")
+        print(f"context {args.context}, {case[0]} row(s) x {case[1]} sequence(s): " + ", ".join(parts))
+
+
+if __name__ == "__main__":
+    main()
