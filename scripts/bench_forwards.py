@@ -57,6 +57,7 @@ def export(rev: str) -> Path:
             text = path.read_text()
             path.write_text(re.sub(r"\bspecq(?=[.\s])", PACKAGE, text))
         (root / "export" / "specq").rename(root / PACKAGE)
+        (root / "export").rmdir()
     return root
 
 
