@@ -1,9 +1,9 @@
 """Whole forwards of this checkout against another commit's, interleaved in one process:
-a 1-row step, a 5-row verification and decode rounds of 8 and 32 sequences, every
-sequence at the same context. The machine is shared and its speed moves by a fifth
-within minutes, so two processes run one after the other compare the machine's
-moments as much as the code; here each trial times the two codes back to back and
-the ratio is the median of those pairs.
+a 1-row step, a 5-row verification, decode rounds of 8 and 32 sequences (every
+sequence at the same context) and a prompt's piece of 64 rows. The machine is
+shared and its speed moves by a fifth within minutes, so two processes run one
+after the other compare the machine's moments as much as the code; here each trial
+times the two codes back to back and the ratio is the median of those pairs.
 
     python scripts/bench_forwards.py --against HEAD~1
     python scripts/bench_forwards.py --against 8344c64 --context 500 --trials 21
@@ -37,7 +37,9 @@ from specq.errors import SpecqError
 from specq.specdec import model as this_model
 from specq.specdec.loader import default_model_path
 
-CASES = [(1, 1), (5, 1), (1, 8), (1, 32)]  # (rows of each sequence, sequences)
+# (rows of each sequence, sequences): a step, a verification, decode rounds, and a
+# prompt's piece of 64 rows after the context (a chunked prefill's forward).
+CASES = [(1, 1), (5, 1), (1, 8), (1, 32), (64, 1)]
 PACKAGE = "specq_against"
 
 
@@ -72,7 +74,7 @@ def setups(module, path: str, context: int):
     for each trial (caches_for) and the segments that time it."""
     model = module.LlamaModel.load(path, "int16")
     most = max(s for _, s in CASES)
-    caches = [model.new_cache(context + 8) for _ in range(most)]
+    caches = [model.new_cache(context + max(r for r, _ in CASES)) for _ in range(most)]
     for cache in caches:
         model.forward([module.Segment(cache, [5 + i % 7 for i in range(context)], 0, all_logits=False)])
 
