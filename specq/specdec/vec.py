@@ -748,9 +748,9 @@ def lane_sum(typingctx, a, b, c, d):  # pragma: no cover - compiled
 def touch(typingctx, array, i):  # pragma: no cover - compiled
     """Reads the cache line holding array[i] and nothing else: one load, kept by an
     empty asm statement that takes its byte (a value nothing uses would be dropped).
-    A loop of these over a region asks for all its lines at once: attention's own
-    loops, one load among several multiply-adds that wait on each other, kept too
-    few in flight to stream the cache from memory (block_ops._warm)."""
+    A loop of these asks for all of a region's lines at once, which attention's own
+    loops, a load among multiply-adds that wait on each other, never had in flight
+    (block_ops._warm)."""
 
     def codegen(context, builder, sig, args):
         byte_t = ir.IntType(8)
