@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import io
 import re
 import statistics
@@ -64,8 +65,16 @@ def export(rev: str) -> Path:
 
 
 def exported(rev: str):
-    """The model module of `rev`'s specq, imported as specq_against."""
-    sys.path.insert(0, str(export(rev)))
+    """The model module of `rev`'s specq, imported as specq_against: the package from
+    its folder (sys.path stays as it is), its modules then found under its name, as
+    numba's cache finds them again."""
+    folder = export(rev) / PACKAGE
+    spec = importlib.util.spec_from_file_location(
+        PACKAGE, folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[PACKAGE] = package
+    spec.loader.exec_module(package)
     return importlib.import_module(f"{PACKAGE}.specdec.model")
 
 
