@@ -27,6 +27,13 @@ from specq.specdec import vec
 # their order the same for every row (see the module docstring).
 _FAST = {"nnan", "ninf", "contract", "reassoc", "nsz", "arcp"}
 
+# Attention (below, with its exp) computes every score and weighted sum as a sequence
+# of multiply-adds in a fixed order, with positions (not the head dimension) as the vector lanes, so it
+# needs no 'reassoc'; without it, a position's score has the same bits in the
+# vectorized body and in the loop's scalar remainder (both fuse each step into one
+# fma under 'contract').
+_ORDERED = {"nnan", "ninf", "contract"}
+
 
 # Explicit signatures, as in kernels.py: compiled at import (and cached beside this
 # file), not inside the first request's decode time, where lazy compilation cost
@@ -46,35 +53,50 @@ def rms_norm(x, weight, eps):  # pragma: no cover - compiled
     return out
 
 
+# The rotation's roundings, in the order the scalar loop's fast-math contraction
+# gave them and the vector body repeats (a test pins both to this formula):
+#     even = fma(x0, c, -(x1 s)),  odd = fma(x0, s, x1 c)
+# Compiled without reassociation, so that LLVM cannot choose another order.
 @njit(
     "float32[:, :, ::1](float32[:, :, :], float32[:, ::1], float32[:, ::1], int64[::1])",
-    fastmath=_FAST,
+    fastmath=_ORDERED,
     cache=True,
     nogil=True,
 )
 def rope(x, cos, sin, positions):  # pragma: no cover - compiled
     """x [n, heads, hd] -> x with adjacent pairs (x[2i], x[2i+1]) rotated by the
     angles of each row's position (cos, sin [context, hd/2]); a new array. x may be
-    a strided view (q, k and v are column slices of one product)."""
+    a strided view (q, k and v are column slices of one product): one whose rows of
+    hd are contiguous (the compiled stacks' copies) goes 8 values at a time."""
     n, heads, hd = x.shape
     out = np.empty((n, heads, hd), dtype=np.float32)
+    vectors = hd % 8 == 0 and x.strides[2] == 4
+    c2 = np.empty(hd, dtype=np.float32)  # per row: (c0, c0, c1, c1, ...)
+    s2 = np.empty(hd, dtype=np.float32)  # (-s0, s0, -s1, s1, ...)
     for r in range(n):
         p = positions[r]
+        if vectors:
+            for i in range(hd // 2):
+                c2[2 * i] = c2[2 * i + 1] = cos[p, i]
+                s2[2 * i], s2[2 * i + 1] = -sin[p, i], sin[p, i]
+            for h in range(heads):
+                row, target = x[r, h], out[r, h]
+                for i in range(0, hd, 8):
+                    v, c, s = vec.load_f32(row, i), vec.load_f32(c2, i), vec.load_f32(s2, i)
+                    w = vec.swap_pairs(v)
+                    # Lane 2i of the first is fma(x0, c, -(x1 s)); lane 2i+1 of the second fma(x0, s, x1 c).
+                    evens = vec.fma(v, c, vec.mul(w, s))
+                    odds = vec.fma(w, s, vec.mul(v, c))
+                    vec.store_f32(target, i, vec.evens_odds(evens, odds))
+            continue
         for h in range(heads):
             for i in range(hd // 2):
                 x0, x1 = x[r, h, 2 * i], x[r, h, 2 * i + 1]
                 c, s = cos[p, i], sin[p, i]
-                out[r, h, 2 * i] = x0 * c - x1 * s
-                out[r, h, 2 * i + 1] = x0 * s + x1 * c
+                out[r, h, 2 * i] = vec.fma1(x0, c, -(x1 * s))
+                out[r, h, 2 * i + 1] = vec.fma1(x0, s, x1 * c)
     return out
 
-
-# Attention (below, with its exp) computes every score and weighted sum as a sequence
-# of multiply-adds in a fixed order, with positions (not the head dimension) as the vector lanes, so it
-# needs no 'reassoc'; without it, a position's score has the same bits in the
-# vectorized body and in the loop's scalar remainder (both fuse each step into one
-# fma under 'contract').
-_ORDERED = {"nnan", "ninf", "contract"}
 
 # exp as Cody-Waite range reduction and a degree-7 polynomial (Cephes' expf
 # constants): relative error below 1e-7, and unlike numba's scalar call to libm's exp

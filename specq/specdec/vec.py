@@ -774,3 +774,25 @@ def silu_gated(typingctx, g, e, u):  # pragma: no cover - compiled
         return builder.fdiv(builder.fmul(args[0], args[2]), builder.fadd(one, args[1]))
 
     return F32(F32, F32, F32), codegen
+
+
+@intrinsic
+def swap_pairs(typingctx, v):  # pragma: no cover - compiled
+    """Lanes (1, 0, 3, 2, ...): each pair's two values swapped (RoPE's partner)."""
+
+    def codegen(context, builder, sig, args):
+        mask = ir.Constant(ir.VectorType(_I32, 8), [k ^ 1 for k in range(8)])
+        return builder.shuffle_vector(args[0], ir.Constant(_VF, ir.Undefined), mask)
+
+    return F32(F32), codegen
+
+
+@intrinsic
+def evens_odds(typingctx, evens, odds):  # pragma: no cover - compiled
+    """The even lanes of `evens` and the odd lanes of `odds`."""
+
+    def codegen(context, builder, sig, args):
+        mask = ir.Constant(ir.VectorType(_I32, 8), [k if k % 2 == 0 else 8 + k for k in range(8)])
+        return builder.shuffle_vector(args[0], args[1], mask)
+
+    return F32(F32, F32), codegen

@@ -55,6 +55,29 @@ def test_the_gate_rounds_as_its_formula_in_the_vector_body_and_the_remainder(d_f
         np.testing.assert_array_equal(got[d_ffn - tail :].view(np.uint32), got[:tail].view(np.uint32))
 
 
+@pytest.mark.parametrize("hd", [64, 16, 12])
+def test_rope_rounds_as_its_formula_in_vectors_and_in_the_scalar_loop(hd):
+    """rope's rotation is even = fma(x0, c, -(x1 s)), odd = fma(x0, s, x1 c), each
+    product rounded once: in its 8-wide body (rows of hd contiguous, hd a multiple of
+    8) and in its scalar loop (a strided view, or hd 12) alike, the same bits."""
+    qkv = RNG.standard_normal((5, 3 * hd + 3), dtype=np.float32) * np.float32(7.0)
+    angles = RNG.uniform(0, 60, (40, hd // 2))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    positions = np.array([0, 39, 7, 7, 21], dtype=np.int64)
+    strided = qkv[:, 3:].reshape(5, 3, hd)  # rows of the product, its first 3 columns skipped
+    contiguous = np.ascontiguousarray(strided)
+    got = block_ops.rope(contiguous, cos, sin, positions)
+    np.testing.assert_array_equal(got.view(np.uint32), block_ops.rope(strided, cos, sin, positions).view(np.uint32))
+    x0, x1 = contiguous[..., 0::2].astype(np.float64), contiguous[..., 1::2].astype(np.float64)
+    c, s = cos[positions][:, None, :].astype(np.float64), sin[positions][:, None, :].astype(np.float64)
+    # x0 c is exact in float64 and the float32 product below is rounded once: the sum,
+    # rounded to float32, is the fused multiply-add's (for these values).
+    even = (x0 * c - (x1 * s).astype(np.float32)).astype(np.float32)
+    odd = (x0 * s + (x1 * c).astype(np.float32)).astype(np.float32)
+    np.testing.assert_array_equal(got[..., 0::2].view(np.uint32), even.view(np.uint32))
+    np.testing.assert_array_equal(got[..., 1::2].view(np.uint32), odd.view(np.uint32))
+
+
 def _reference_attention(q, keys, values, start, visible, scale, firsts=None):
     n, n_q, hd = q.shape
     group = n_q // keys.shape[0]
