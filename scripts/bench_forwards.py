@@ -47,7 +47,10 @@ PACKAGE = "specq_against"
 def export(rev: str) -> Path:
     """A directory holding `rev`'s specq package as specq_against (made once a commit)."""
     repo = Path(__file__).resolve().parent.parent
-    found = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=repo, capture_output=True)
+    try:
+        found = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=repo, capture_output=True)
+    except OSError as exc:  # no git on this machine
+        raise ValueError(f"git is needed to export {rev} ({exc.strerror})") from exc
     if found.returncode:
         raise ValueError(f"{rev} is not a commit of {repo}")
     sha = found.stdout.decode().strip()
@@ -107,10 +110,17 @@ def main() -> None:
         parser.error("--context and --trials must be at least 1")
     path = args.model or default_model_path()
     modules = {"now": this_model}
+    runs = {}
     try:
         if args.against:
             modules = {"against": exported(args.against), "now": this_model}
-        runs = {name: setups(module, path, args.context) for name, module in modules.items()}
+        for name, module in modules.items():
+            try:
+                runs[name] = setups(module, path, args.context)
+            except (AttributeError, TypeError) as exc:  # a commit whose model module has another API
+                if name == "now":
+                    raise
+                parser.error(f"--against: {args.against}'s specq does not load a model as this script asks ({exc})")
     except (ValueError, subprocess.CalledProcessError) as exc:
         parser.error(f"--against: {exc}")
     except SpecqError as exc:  # a missing or unreadable model, a CPU without AVX2
