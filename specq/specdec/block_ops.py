@@ -447,11 +447,11 @@ def store_position(cache_k, cache_v, kv, slot, key, value):  # pragma: no cover 
 @njit(inline="always")
 def _warm(flat, begin, end):  # pragma: no cover - compiled
     """Loads one element of each cache line of flat[begin:end], all at once, before a
-    loop reads them (vec.touch). Attention's loops read a task's keys and values
-    from memory at a third of the rate a plain read streams them: their loads sit
-    among chains of multiply-adds that wait on each other, too few in flight. Read
-    this way first, attention over 32 sequences took 1.2x less time at context 200
-    and 1.33x at 500 (docs/performance.md); the bits are the loops' own."""
+    loop reads them (vec.touch). Attention's loops took longer over a cache in
+    memory than reading it and then computing from cache one after the other: their
+    loads sit among chains of multiply-adds that wait on each other, too few in
+    flight. Read this way first, attention over 32 sequences took 1.2x less time at
+    context 200 and 1.33x at 500 (docs/performance.md); the bits are the loops' own."""
     step = max(1, 64 // flat.itemsize)
     for e in range(begin - begin % step, end, step):
         vec.touch(flat, e)
