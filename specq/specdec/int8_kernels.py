@@ -10,8 +10,8 @@ from specq.specdec.vec import (  # noqa: F401 - each kernel family uses its own
     dot4_w, flip_sign_bits, fma, fma_w, high_nibbles, high_nibbles_w, load_bytes, load_bytes_w,
     load_f32, load_f32_w, load_i32, load_i32_w, low_nibbles, low_nibbles_w, madd16, magnitudes,
     mul, mul_w, nibble_dot4, nibble_dot4_w, nibble_split_total, nibble_split_total_w, nibble_total, nibble_total_w,
-    nibble_zeros, nibble_zeros_w, pair_totals, signs_of, store_f32, store_f32_w, sub_i32, sub_i32_w,
-    to_float, to_float_w, widen_bytes, zeros_f32, zeros_f32_w, zeros_i32, zeros_i32_w,
+    nibble_zeros, nibble_zeros_w, pair_totals, prefetch, signs_of, store_f32, store_f32_w, sub_i32,
+    sub_i32_w, to_float, to_float_w, widen_bytes, zeros_f32, zeros_f32_w, zeros_i32, zeros_i32_w,
 )
 
 
@@ -20,6 +20,10 @@ def _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros()
         p = load_bytes(wq, w0 * 128 + 0)
@@ -62,6 +66,10 @@ def _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros()
@@ -125,6 +133,10 @@ def _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     a02 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -208,6 +220,14 @@ def _q4_1_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros()
         s10 = nibble_zeros()
@@ -276,6 +296,14 @@ def _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros()
@@ -375,6 +403,14 @@ def _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -545,6 +581,11 @@ def _q8_0_1_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -591,6 +632,11 @@ def _q8_0_1_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -659,6 +705,11 @@ def _q8_0_1_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
     a02 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -748,6 +799,16 @@ def _q8_0_2_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -825,6 +886,16 @@ def _q8_0_2_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -936,6 +1007,16 @@ def _q8_0_2_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1103,6 +1184,11 @@ def _q8_0_1_4(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
     a03 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1234,6 +1320,12 @@ def _q8_0v_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -1274,6 +1366,12 @@ def _q8_0v_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -1337,6 +1435,12 @@ def _q8_0v_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
     a02 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1422,6 +1526,18 @@ def _q8_0v_2_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(ws, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -1487,6 +1603,18 @@ def _q8_0v_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(ws, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -1588,6 +1716,18 @@ def _q8_0v_2_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(ws, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1747,6 +1887,12 @@ def _q8_0v_1_4(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
     a03 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1875,6 +2021,12 @@ def _q4_1w_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros_w()
         p = load_bytes_w(wq, w0 * 256 + 0)
@@ -1917,6 +2069,12 @@ def _q4_1w_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros_w()
@@ -1980,6 +2138,12 @@ def _q4_1w_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     a02 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -2063,6 +2227,18 @@ def _q4_1w_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(wm, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros_w()
         s10 = nibble_zeros_w()
@@ -2131,6 +2307,18 @@ def _q4_1w_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(wm, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros_w()
@@ -2230,6 +2418,18 @@ def _q4_1w_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(wm, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -2379,6 +2579,16 @@ def _q8_0vw_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         q0 = load_bytes_w(wq, w0 * 512 + 0)
@@ -2419,6 +2629,16 @@ def _q8_0vw_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -2482,6 +2702,16 @@ def _q8_0vw_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
     a02 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -2567,6 +2797,26 @@ def _q8_0vw_2_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(ws, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s10 = zeros_i32_w()
@@ -2632,6 +2882,26 @@ def _q8_0vw_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(ws, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -2733,6 +3003,26 @@ def _q8_0vw_2_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(ws, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -2889,6 +3179,10 @@ def _q4_1s_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros()
         t00 = nibble_zeros()
@@ -2944,6 +3238,10 @@ def _q4_1s_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros()
@@ -3033,6 +3331,14 @@ def _q4_1s_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros()
         s10 = nibble_zeros()
@@ -3119,6 +3425,14 @@ def _q4_1s_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 128 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 128 + 64)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros()
@@ -3290,6 +3604,12 @@ def _q8_0vs_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma:
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         t00 = zeros_i32()
@@ -3349,6 +3669,12 @@ def _q8_0vs_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma:
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -3450,6 +3776,18 @@ def _q8_0vs_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma:
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(ws, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -3545,6 +3883,18 @@ def _q8_0vs_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma:
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(ws, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -3742,6 +4092,12 @@ def _q4_1sw_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros_w()
         t00 = nibble_zeros_w()
@@ -3797,6 +4153,12 @@ def _q4_1sw_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros_w()
@@ -3886,6 +4248,18 @@ def _q4_1sw_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(wm, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros_w()
         s10 = nibble_zeros_w()
@@ -3972,6 +4346,18 @@ def _q4_1sw_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(wm, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros_w()
@@ -4124,6 +4510,16 @@ def _q8_0vsw_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         t00 = zeros_i32_w()
@@ -4183,6 +4579,16 @@ def _q8_0vsw_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -4284,6 +4690,26 @@ def _q8_0vsw_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(ws, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s10 = zeros_i32_w()
@@ -4379,6 +4805,26 @@ def _q8_0vsw_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(ws, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -4557,6 +5003,12 @@ def _q8_m_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -4606,6 +5058,12 @@ def _q8_m_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -4679,6 +5137,12 @@ def _q8_m_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     a02 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -4775,6 +5239,18 @@ def _q8_m_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -4857,6 +5333,18 @@ def _q8_m_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -4976,6 +5464,18 @@ def _q8_m_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -5154,6 +5654,12 @@ def _q8_m_1_4(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     a03 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -5294,6 +5800,13 @@ def _q8_mv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -5337,6 +5850,13 @@ def _q8_mv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -5405,6 +5925,13 @@ def _q8_mv_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     a02 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -5497,6 +6024,20 @@ def _q8_mv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
+        prefetch(ws, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -5567,6 +6108,20 @@ def _q8_mv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
+        prefetch(ws, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -5676,6 +6231,20 @@ def _q8_mv_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
+        prefetch(ws, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -5846,6 +6415,13 @@ def _q8_mv_1_4(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     a03 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -5983,6 +6559,17 @@ def _q8_mvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         q0 = load_bytes_w(wq, w0 * 512 + 0)
@@ -6026,6 +6613,17 @@ def _q8_mvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -6094,6 +6692,17 @@ def _q8_mvw_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     a02 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -6186,6 +6795,28 @@ def _q8_mvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(wm, (w1 + 3 * nb) * 16)
+        prefetch(ws, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s10 = zeros_i32_w()
@@ -6256,6 +6887,28 @@ def _q8_mvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(wm, (w1 + 3 * nb) * 16)
+        prefetch(ws, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -6365,6 +7018,28 @@ def _q8_mvw_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(wm, (w1 + 3 * nb) * 16)
+        prefetch(ws, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -6532,6 +7207,13 @@ def _q8_mvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  #
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         t00 = zeros_i32()
@@ -6594,6 +7276,13 @@ def _q8_mvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  #
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -6700,6 +7389,20 @@ def _q8_mvs_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  #
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
+        prefetch(ws, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -6800,6 +7503,20 @@ def _q8_mvs_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  #
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w1 + 3 * nb) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
+        prefetch(ws, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -7005,6 +7722,17 @@ def _q8_mvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         t00 = zeros_i32_w()
@@ -7067,6 +7795,17 @@ def _q8_mvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -7173,6 +7912,28 @@ def _q8_mvsw_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(wm, (w1 + 3 * nb) * 16)
+        prefetch(ws, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s10 = zeros_i32_w()
@@ -7273,6 +8034,28 @@ def _q8_mvsw_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w0 + 3 * nb) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, (w0 + 3 * nb) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
+        prefetch(wd, (w1 + 3 * nb) * 16)
+        prefetch(wm, (w1 + 3 * nb) * 16)
+        prefetch(ws, (w1 + 3 * nb) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -7459,6 +8242,13 @@ def _q8_h_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -7511,6 +8301,13 @@ def _q8_h_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -7589,6 +8386,20 @@ def _q8_h_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w1 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w1 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -7677,6 +8488,20 @@ def _q8_h_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w1 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w1 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -7842,6 +8667,15 @@ def _q8_hv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -7890,6 +8724,15 @@ def _q8_hv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -7966,6 +8809,24 @@ def _q8_hv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w1 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w1 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
+        prefetch(ws, ((w1 + 3 * nb) * 2 + 0) * 8)
+        prefetch(ws, ((w1 + 3 * nb) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -8046,6 +8907,24 @@ def _q8_hv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w1 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w1 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w1 + 3 * nb) * 8)
+        prefetch(ws, ((w1 + 3 * nb) * 2 + 0) * 8)
+        prefetch(ws, ((w1 + 3 * nb) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -8207,6 +9086,19 @@ def _q8_hvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 16)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 16)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s00_1 = zeros_i32_w()
@@ -8255,6 +9147,19 @@ def _q8_hvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 16)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 16)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -8331,6 +9236,32 @@ def _q8_hvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 16)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 16)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
+        prefetch(wd, ((w1 + 3 * nb) * 2 + 0) * 16)
+        prefetch(wd, ((w1 + 3 * nb) * 2 + 1) * 16)
+        prefetch(wm, (w1 + 3 * nb) * 16)
+        prefetch(ws, ((w1 + 3 * nb) * 2 + 0) * 16)
+        prefetch(ws, ((w1 + 3 * nb) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s00_1 = zeros_i32_w()
@@ -8411,6 +9342,32 @@ def _q8_hvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 16)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 16)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 16)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
+        prefetch(wd, ((w1 + 3 * nb) * 2 + 0) * 16)
+        prefetch(wd, ((w1 + 3 * nb) * 2 + 1) * 16)
+        prefetch(wm, (w1 + 3 * nb) * 16)
+        prefetch(ws, ((w1 + 3 * nb) * 2 + 0) * 16)
+        prefetch(ws, ((w1 + 3 * nb) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -8553,6 +9510,15 @@ def _q8_hvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  #
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -8623,6 +9589,15 @@ def _q8_hvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  #
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -8777,6 +9752,19 @@ def _q8_hvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 16)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 16)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s00_1 = zeros_i32_w()
@@ -8847,6 +9835,19 @@ def _q8_hvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
+        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 16)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 16)
+        prefetch(wm, (w0 + 3 * nb) * 16)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 16)
+        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -8984,6 +9985,11 @@ def _q8_0i_1_1(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover
     a00 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -9039,6 +10045,11 @@ def _q8_0i_1_2(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover
     a01 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -9125,6 +10136,11 @@ def _q8_0i_1_3(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover
     a02 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -9260,6 +10276,12 @@ def _q8_mi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     a00 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -9318,6 +10340,12 @@ def _q8_mi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     a01 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -9409,6 +10437,12 @@ def _q8_mi_1_3(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     a02 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, (w0 + 3 * nb) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -9551,6 +10585,13 @@ def _q8_hi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     a00 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -9613,6 +10654,13 @@ def _q8_hi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     a01 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
+        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
+        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
+        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
+        prefetch(wm, (w0 + 3 * nb) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()

@@ -763,6 +763,31 @@ def touch(typingctx, array, i):  # pragma: no cover - compiled
 
 
 @intrinsic
+def prefetch(typingctx, array, i):  # pragma: no cover - compiled
+    """Asks for the cache line holding array[i] without waiting for it (prefetcht1,
+    into L2): never faults, so an index past the end is harmless. The products ran
+    on the weights of their current output group alone, the memory idle while
+    they multiplied and the multipliers idle while a group's first lines arrived:
+    from memory they took the time from cache plus the time of the weights' bytes,
+    at every number of rows (1.86 ms for the layers at 1, 5 and 32 rows alike).
+    The CPU's own prefetchers did not run ahead across the groups."""
+
+    def codegen(context, builder, sig, args):
+        byte_p = ir.IntType(8).as_pointer()
+        data = context.make_array(sig.args[0])(context, builder, args[0]).data
+        address = builder.bitcast(builder.gep(data, [args[1]]), byte_p)
+        fn = builder.module.declare_intrinsic(
+            "llvm.prefetch", [byte_p], ir.FunctionType(ir.VoidType(), [byte_p, _I32, _I32, _I32])
+        )
+        # read (0), locality 2 (L2: 1.05x to 1.3x faster than into L1 at one row),
+        # the data cache (1)
+        builder.call(fn, [address, ir.Constant(_I32, 0), ir.Constant(_I32, 2), ir.Constant(_I32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(array, i), codegen
+
+
+@intrinsic
 def silu_gated(typingctx, g, e, u):  # pragma: no cover - compiled
     """(g u) / (1 + e) per lane, each step rounded once, as block_ops.silu_gate's
     scalar remainder computes it (a true division, not a reciprocal's estimate).
