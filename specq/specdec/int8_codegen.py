@@ -64,9 +64,10 @@ _SIGNATURES = {
 }
 # How far ahead a micro-kernel asks for its weights (vec.prefetch), in output groups:
 # a group's blocks lie end to end (nb blocks), so block b of group c + 3 is about 14
-# KB ahead in a layer of the default model. With the weights in memory, the layers'
-# products at 1 and 5 rows took 1.4x less time than without (2 groups ahead or 4:
-# 1.2x to 1.35x; docs/performance.md).
+# KB ahead in a layer of the default model (at 16 lanes; half that at 8). With the
+# weights in memory, the layers' products of 1 row took 1.2x to 1.5x less time than
+# without, of 5 rows 1.4x; four groups ahead about the same, one or two, or into L1,
+# slower at one row (docs/performance.md, on a Zen 4; not tuned at 8 lanes).
 PREFETCH_GROUPS = 3
 SPLIT_BLOCKINGS = ((2, 2), (1, 2))  # twice the integer sums in registers: fewer rows at a time
 # Nibble weights on AVX2 without VNNI: one by three rows measured 1.1x to 1.2x one by
