@@ -255,6 +255,59 @@ def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+@pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
+@pytest.mark.parametrize("hd,end", [(64, 201), (64, 8), (24, 37), (72, 70)])
+def test_a_tasks_loops_ask_for_all_of_the_next_tasks_keys_and_values(hd, end, cache_dtype):
+    """Each of attention's loops asks for the next task's lines (block_ops._ask) at
+    the pace it reads its own: over a next task as long as this one, the scores'
+    asks end at the last element of its keys (an 8-bit cache's scale rows too) and
+    the weighted sums' at the last of its values, whether three heads share the
+    loops or one goes alone; over a shorter one they stop at its end. Asks change
+    no bits (the tests above); without them a round of 32 sequences' attention
+    waited for each task's lines from memory before multiplying."""
+    n_kv, capacity = 1, end + 5
+    keys_t, values, *_ = _layer_cache(
+        RNG.standard_normal((n_kv, hd, capacity), dtype=np.float32),
+        RNG.standard_normal((n_kv, capacity, hd), dtype=np.float32),
+        cache_dtype,
+    )
+    q = RNG.standard_normal((1, 3, hd), dtype=np.float32)
+    blocks = -(-end // block_ops.KEY_BLOCK)
+    raw = np.zeros((3, blocks * block_ops.KEY_BLOCK), np.float32)
+    kept = np.full((3, end), 1e-3, np.float32)
+    slots = np.arange(end, dtype=np.int64)
+    out = np.zeros((1, 3 * hd), np.float32)
+    ahead_k, ahead_v = keys_t[0].reshape(-1), values[0].reshape(-1)
+    k_last, v_last = blocks * keys_t.shape[2] - 1, end * hd - 1
+    ends = _asks_end(q, keys_t[0], end, raw, kept, slots, values[0], out, ahead_k, ahead_v, k_last, v_last)
+    assert ends[:2] == (k_last, k_last)
+    assert ends[2] == v_last
+    assert ends[3] == (v_last if hd % 32 == 0 else -1)
+    # Half as long a next task: the asks stop at its end.
+    ends = _asks_end(q, keys_t[0], end, raw, kept, slots, values[0], out, ahead_k, ahead_v, k_last // 2, v_last // 2)
+    assert ends[:3] == (k_last // 2, k_last // 2, v_last // 2)
+    # Twice as long: this task's loops get halfway through its keys (the next task's
+    # own loops read the rest, the CPU's prefetchers with them).
+    long_last = 2 * blocks * keys_t.shape[2] - 1
+    ends = _asks_end(q, keys_t[0], end, raw, kept, slots, values[0], out, ahead_k, ahead_v, long_last, 2 * end * hd)
+    assert ends[:3] == (blocks * keys_t.shape[2], blocks * keys_t.shape[2], end * hd)
+
+
+@njit
+def _asks_end(q, keys, end, raw, kept, slots, values, out, ahead_k, ahead_v, k_last, v_last):
+    """Where each loop's asks end: _scores3, _scores, _weighted_values and (hd a
+    multiple of 32, else -1) _weighted_values3, for query heads 0 to 2 of row 0.
+    One compiled function, not four: each took 15 s to compile."""
+    m = slots.shape[0]
+    three = block_ops._scores3(q, 0, 0, keys, end, raw, 0, ahead_k, 0, k_last)
+    alone = block_ops._scores(q, 0, 0, keys, end, raw, 0, ahead_k, 0, k_last)
+    values1 = block_ops._weighted_values(kept, 0, slots, m, values, out, 0, 0, ahead_v, 0, v_last)
+    values3 = -1
+    if values.shape[1] % 32 == 0:
+        values3 = block_ops._weighted_values3(kept, 0, slots, m, values, out, 0, 0, ahead_v, 0, v_last)
+    return three, alone, values1, values3
+
+
 def test_an_8_bit_cache_stores_each_position_as_numpy_quantizes_it():
     """write_kv (and the compiled stacks, through the same store_position) keep a
     position's key and value of a kv head as int8 values rint(x * 127 / max|x|) and
