@@ -176,9 +176,9 @@ def _scores(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - 
     block at a time, does the same operations, so every position gets the same bits
     wherever it falls. An 8-bit cache's sums are multiplied by each position's key
     scale as they are stored, one operation per position wherever it falls. raw
-    [group, longest rounded up to a whole block]. Each pass asks for the next
-    task's keys (`ahead`, from `at` up to `last`) at the pace it reads its own
-    (_ask); returns where it stopped."""
+    [group, longest rounded up to a whole block]. Asks for the next task's keys
+    (`ahead`, from `at` up to `last`) at the pace it reads its own (_ask); returns
+    where it stopped."""
     hd, stride = q.shape[2], keys.shape[1]
     flat = keys.reshape(-1)
     scales = hd * KEY_BLOCK + KEY_SCALES  # in a block, an 8-bit cache's key scales (bytes)
@@ -193,7 +193,6 @@ def _scores(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - 
         for i in range(hd):
             qi = vec.broadcast_f32(query, i)
             row = block + i * KEY_BLOCK
-            at = _ask(ahead, at, last, 8 * KEY_BLOCK)
             a0 = vec.fma(qi, vec.load_f32(flat, row), a0)
             a1 = vec.fma(qi, vec.load_f32(flat, row + stride), a1)
             a2 = vec.fma(qi, vec.load_f32(flat, row + 2 * stride), a2)
@@ -202,7 +201,7 @@ def _scores(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - 
             a5 = vec.fma(qi, vec.load_f32(flat, row + 5 * stride), a5)
             a6 = vec.fma(qi, vec.load_f32(flat, row + 6 * stride), a6)
             a7 = vec.fma(qi, vec.load_f32(flat, row + 7 * stride), a7)
-        at = _ask(ahead, at, last, 8 * (stride - hd * KEY_BLOCK))  # an 8-bit cache's scale rows
+        at = _ask(ahead, at, last, 8 * stride)
         out = raw[g]
         vec.store_f32(out, t0, _key_scaled(a0, flat, block + scales))
         vec.store_f32(out, t0 + 8, _key_scaled(a1, flat, block + stride + scales))
@@ -223,9 +222,8 @@ def _scores(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - 
         a0 = vec.zeros_f32()
         block = (t0 // KEY_BLOCK) * stride
         for i in range(hd):
-            at = _ask(ahead, at, last, KEY_BLOCK)
             a0 = vec.fma(vec.broadcast_f32(query, i), vec.load_f32(flat, block + i * KEY_BLOCK), a0)
-        at = _ask(ahead, at, last, stride - hd * KEY_BLOCK)
+        at = _ask(ahead, at, last, stride)
         vec.store_f32(raw[g], t0, _key_scaled(a0, flat, block + scales))
         t0 += KEY_BLOCK
     return at
@@ -251,7 +249,6 @@ def _scores3(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover -
         block = (t0 // KEY_BLOCK) * stride
         for i in range(hd):
             row = block + i * KEY_BLOCK
-            at = _ask(ahead, at, last, 4 * KEY_BLOCK)
             k0, k1 = vec.load_f32(flat, row), vec.load_f32(flat, row + stride)
             k2, k3 = vec.load_f32(flat, row + 2 * stride), vec.load_f32(flat, row + 3 * stride)
             w = vec.broadcast_f32(q0, i)
@@ -260,7 +257,7 @@ def _scores3(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover -
             a10, a11, a12, a13 = vec.fma(w, k0, a10), vec.fma(w, k1, a11), vec.fma(w, k2, a12), vec.fma(w, k3, a13)
             w = vec.broadcast_f32(q2, i)
             a20, a21, a22, a23 = vec.fma(w, k0, a20), vec.fma(w, k1, a21), vec.fma(w, k2, a22), vec.fma(w, k3, a23)
-        at = _ask(ahead, at, last, 4 * (stride - hd * KEY_BLOCK))  # an 8-bit cache's scale rows
+        at = _ask(ahead, at, last, 4 * stride)
         for k, (s0, s1, s2, s3) in enumerate(((a00, a01, a02, a03), (a10, a11, a12, a13), (a20, a21, a22, a23))):
             out = raw[g + k]
             vec.store_f32(out, t0, _key_scaled(s0, flat, block + scales))
@@ -272,12 +269,11 @@ def _scores3(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover -
         a0, a1, a2 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         block = (t0 // KEY_BLOCK) * stride
         for i in range(hd):
-            at = _ask(ahead, at, last, KEY_BLOCK)
             k0 = vec.load_f32(flat, block + i * KEY_BLOCK)
             a0 = vec.fma(vec.broadcast_f32(q0, i), k0, a0)
             a1 = vec.fma(vec.broadcast_f32(q1, i), k0, a1)
             a2 = vec.fma(vec.broadcast_f32(q2, i), k0, a2)
-        at = _ask(ahead, at, last, stride - hd * KEY_BLOCK)
+        at = _ask(ahead, at, last, stride)
         vec.store_f32(raw[g], t0, _key_scaled(a0, flat, block + scales))
         vec.store_f32(raw[g + 1], t0, _key_scaled(a1, flat, block + scales))
         vec.store_f32(raw[g + 2], t0, _key_scaled(a2, flat, block + scales))
@@ -292,9 +288,13 @@ def _ask(ahead, at, last, elements):  # pragma: no cover - compiled
     the asks stay (a line already asked for is asked again, at the cost of a hit).
     A task's loops ask for the next task's keys and values at the pace they read
     their own, so that its lines arrive while this task multiplies: attention read
-    the cache in memory, then multiplied, one after the other (32 sequences at
-    context 200: 4.3 ms with every task's lines in cache, 8.7 ms from memory). The
-    loop's bound is a constant once compiled (the array's item size)."""
+    the cache from memory, then multiplied, one after the other (32 sequences at
+    context 200: 4.3 ms with every task's lines in cache, 8.7 ms from memory). They
+    ask between their multiply-add loops, a block of keys after each block they
+    read and the values of eight positions before each eight they weigh: asked
+    inside those loops, a 5- or 64-row segment's attention, whose rows find their
+    lines in cache, took 1.09x to 1.12x longer. The loop's bound is a constant once
+    compiled (the array's item size)."""
     line = 64 // ahead.itemsize
     for e in range(0, elements, line):
         vec.prefetch(ahead, min(at + e, last))
@@ -347,9 +347,10 @@ def _weighted_values(kept, g, slots, m, values, out, r, h, ahead, at, last):  # 
         a0, a1, a2, a3 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         a4, a5, a6, a7 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         for t in range(m):
+            if t % 8 == 0:
+                at = _ask(ahead, at, last, 8 * 64)
             w = vec.broadcast_f32(weights, t)
             row = slots[t] * hd + i0
-            at = _ask(ahead, at, last, 64)
             a0 = vec.fma(w, vec.load_f32(flat, row), a0)
             a1 = vec.fma(w, vec.load_f32(flat, row + 8), a1)
             a2 = vec.fma(w, vec.load_f32(flat, row + 16), a2)
@@ -371,7 +372,8 @@ def _weighted_values(kept, g, slots, m, values, out, r, h, ahead, at, last):  # 
     while i0 + 8 <= hd:
         a0 = vec.zeros_f32()
         for t in range(m):
-            at = _ask(ahead, at, last, 8)
+            if t % 8 == 0:
+                at = _ask(ahead, at, last, 8 * 8)
             a0 = vec.fma(vec.broadcast_f32(weights, t), vec.load_f32(flat, slots[t] * hd + i0), a0)
         vec.store_f32(out[r], base + i0, a0)
         i0 += 8
@@ -399,8 +401,9 @@ def _weighted_values3(kept, g, slots, m, values, out, r, h, ahead, at, last):  #
         a10, a11, a12, a13 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         a20, a21, a22, a23 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         for t in range(m):
+            if t % 8 == 0:
+                at = _ask(ahead, at, last, 8 * 32)
             row = slots[t] * hd + i0
-            at = _ask(ahead, at, last, 32)
             v0, v1 = vec.load_f32(flat, row), vec.load_f32(flat, row + 8)
             v2, v3 = vec.load_f32(flat, row + 16), vec.load_f32(flat, row + 24)
             w = vec.broadcast_f32(w0, t)
@@ -565,9 +568,10 @@ def _attend_task(
     """Row r of q (row r_seg of its segment), kv head kv, seeing the cache from
     position `first` (0, or a sliding window's start): attend's arithmetic. With
     `warm`, the task first loads the lines of keys and values it will read (a chunk's
-    first task: the tasks after it find them asked for by the task before, _ask).
-    Its loops ask for the next task's keys (ahead_k, elements 0 to k_last) and
-    values (ahead_v, 0 to v_last)."""
+    first task, if its row is its segment's first: the tasks after it find their
+    lines asked for by the task before, _ask, and a segment's later rows find them
+    read by its first). Its loops ask for the next task's keys (ahead_k, elements 0
+    to k_last) and values (ahead_v, 0 to v_last)."""
     n_q = q.shape[1]
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
@@ -652,11 +656,15 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
         begin = c * n_tasks // n_chunks
         for task in range(begin, (c + 1) * n_tasks // n_chunks):
             r = task % n
-            after = min(task + 1, n_tasks - 1)  # the next task: its kv head reads from its row's first
+            # The next task: its kv head, read from its row's first position. Only a kv
+            # head's first row finds its lines not yet read (the rest ask for element 0).
+            after = min(task + 1, n_tasks - 1)
+            fresh = after > task and after % n == 0
             row_len, first_a = keys_t.shape[2], firsts[after % n]
             keys_a = keys_t[after // n].reshape(-1)[(first_a // KEY_BLOCK) * row_len :]
             values_a = values[after // n].reshape(-1)[first_a * hd :]
-            k_last = (-(-(start + n) // KEY_BLOCK) - first_a // KEY_BLOCK) * row_len - 1
+            k_last = (-(-(start + n) // KEY_BLOCK) - first_a // KEY_BLOCK) * row_len - 1 if fresh else 0
+            v_last = (start + n - first_a) * hd - 1 if fresh else 0
             _attend_task(
                 q,
                 r,
@@ -671,11 +679,11 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
                 out,
                 r,
                 scratch,
-                task == begin,
+                r == 0 and task == begin,
                 keys_a,
                 k_last,
                 values_a,
-                (start + n - first_a) * hd - 1,
+                v_last,
             )
     return out
 
@@ -727,13 +735,17 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
             lo = bounds[s]
             first, cap = 0, np.float32(0.0)  # no window, no soft cap: the compiled loops' models
             keys_t, values_s = keys[s][layer], values[s][layer]
-            after = min(task + 1, n_tasks - 1)  # the next task: its row, sequence, kv head
+            # The next task: its row, sequence and kv head. Only a segment's first row
+            # finds its lines not yet read (the other rows ask for element 0).
+            after = min(task + 1, n_tasks - 1)
             row_a = after // n_kv
             s_a = np.searchsorted(bounds, row_a, side="right") - 1
+            fresh = after > task and row_a == bounds[s_a]
             end_a = starts[s_a] + bounds[s_a + 1] - bounds[s_a]
             keys_a = keys[s_a][layer][after % n_kv].reshape(-1)
             values_a = values[s_a][layer][after % n_kv].reshape(-1)
-            k_last = -(-end_a // KEY_BLOCK) * keys[s_a].shape[3] - 1
+            k_last = -(-end_a // KEY_BLOCK) * keys[s_a].shape[3] - 1 if fresh else 0
+            v_last = end_a * hd - 1 if fresh else 0
             _attend_task(
                 q,
                 row,
@@ -748,10 +760,10 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
                 out,
                 row - lo,
                 scratch,
-                task == begin,
+                row == lo and task == begin,
                 keys_a,
                 k_last,
                 values_a,
-                end_a * hd - 1,
+                v_last,
             )
     return out

@@ -286,11 +286,12 @@ def test_a_tasks_loops_ask_for_all_of_the_next_tasks_keys_and_values(hd, end, ca
     # Half as long a next task: the asks stop at its end.
     ends = _asks_end(q, keys_t[0], end, raw, kept, slots, values[0], out, ahead_k, ahead_v, k_last // 2, v_last // 2)
     assert ends[:3] == (k_last // 2, k_last // 2, v_last // 2)
-    # Twice as long: this task's loops get halfway through its keys (the next task's
-    # own loops read the rest, the CPU's prefetchers with them).
+    # Twice as long: this task's loops get halfway through its keys and values (a
+    # block of keys after each block they read, the values of eight positions
+    # before each eight they weigh); the next task's own loops read the rest.
     long_last = 2 * blocks * keys_t.shape[2] - 1
     ends = _asks_end(q, keys_t[0], end, raw, kept, slots, values[0], out, ahead_k, ahead_v, long_last, 2 * end * hd)
-    assert ends[:3] == (blocks * keys_t.shape[2], blocks * keys_t.shape[2], end * hd)
+    assert ends[:3] == (blocks * keys_t.shape[2], blocks * keys_t.shape[2], blocks * block_ops.KEY_BLOCK * hd)
 
 
 @njit
