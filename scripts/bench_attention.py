@@ -1,12 +1,14 @@
 """Attention alone (block_ops.attend_many over every layer) for S sequences of one row
-each, their contexts spread over a block of positions (c to c + 7, so that rows end
-anywhere in a block, as in decode rounds), at int16's float16 cache; with --against,
+each (or of --rows R, a verification chain's causal rows), their contexts spread over
+a block of positions (c to c + 7, so that rows end anywhere in a block, as in decode
+rounds), at int16's float16 cache; with --against,
 another copy of block_ops (an earlier commit's) interleaved in the same process, its
 outputs checked bit for bit against this one's.
 
     python scripts/bench_attention.py --cases 1x200,32x50,32x200,32x500
     git show 556218f:specq/specdec/block_ops.py > /tmp/block_ops_before.py
     python scripts/bench_attention.py --against /tmp/block_ops_before.py
+    python scripts/bench_attention.py --rows 5 --cases 1x200,1x500   # a 5-row verification
     python scripts/bench_attention.py --model toy.gguf --cases 2x8 --trials 1   # a smoke run
 """
 
@@ -55,12 +57,15 @@ def main() -> None:
         "--cases", default="1x200,32x50,32x100,32x200,32x500", help="SEQUENCESxCONTEXT, comma-separated"
     )
     parser.add_argument("--trials", type=int, default=21)
+    parser.add_argument("--rows", type=int, default=1, help="rows of each sequence's segment (causal)")
     parser.add_argument("--against", default=None, help="another block_ops.py to time beside this one")
     args = parser.parse_args()
     try:
         cases = _cases(args.cases)
     except ValueError as e:
         parser.error(f"--cases: {e} is not SEQUENCESxCONTEXT (e.g. 32x200)")
+    if args.rows < 1:
+        parser.error(f"--rows: {args.rows} is not a number of rows (1 or more)")
     modules = {"now": block_ops}
     if args.against and not os.path.isfile(args.against):
         parser.error(f"--against: no file {args.against}")
@@ -76,15 +81,16 @@ def main() -> None:
     cfg = model.config
     scale = np.float32(cfg.attention_scale)
     rng = np.random.default_rng(0)
+    rows = args.rows
     for n, context in cases:
         lengths = [context + j % 8 for j in range(n)]
-        caches = [model.new_cache(length + 8) for length in lengths]
-        for cache, length in zip(caches, lengths):
-            model.forward([Segment(cache, [5 + i % 7 for i in range(length)], 0, all_logits=False)])
+        caches = [model.new_cache(length + rows + 8) for length in lengths]
+        for cache, length in zip(caches, lengths):  # the segments' own rows are in the cache too
+            model.forward([Segment(cache, [5 + i % 7 for i in range(length + rows)], 0, all_logits=False)])
         keys, values = List([c.kernel_keys for c in caches]), List([c.kernel_values for c in caches])
-        visible = List([np.ones((1, 1), np.bool_) for _ in caches])
-        q = rng.standard_normal((n, cfg.n_heads, cfg.head_dim)).astype(np.float32)
-        starts, bounds = np.array(lengths, np.int64), np.arange(n + 1, dtype=np.int64)
+        visible = List([np.tri(rows, dtype=np.bool_) for _ in caches])
+        q = rng.standard_normal((n * rows, cfg.n_heads, cfg.head_dim)).astype(np.float32)
+        starts, bounds = np.array(lengths, np.int64), np.arange(0, n * rows + 1, rows, dtype=np.int64)
         outputs = [m.attend_many(q, starts, bounds, visible, keys, values, 0, scale) for m in modules.values()]
         assert all(np.array_equal(o.view(np.uint32), outputs[0].view(np.uint32)) for o in outputs), "bits differ"
         times: dict[str, list[float]] = {name: [] for name in modules}
@@ -98,7 +104,8 @@ def main() -> None:
         if args.against:
             ratio = statistics.median(a / b for a, b in zip(times["against"], times["now"]))
             parts.append(f"against / now {ratio:.3f} (median of pairs)")
-        print(f"{n} sequence(s), context {context} to {context + 7}, {cfg.n_layers} layers: " + ", ".join(parts))
+        each = f"{rows} rows each, " if rows > 1 else ""
+        print(f"{n} sequence(s), context {context} to {context + 7}, {each}{cfg.n_layers} layers: " + ", ".join(parts))
 
 
 if __name__ == "__main__":

@@ -298,10 +298,15 @@ def test_bench_attention_against_an_earlier_copy(q4_model, tmp_path):
     lines = re.findall(r"^(\d+) sequence\(s\), context (\d+) to (\d+), " + timed, out, re.M)
     assert [(int(n), int(a), int(b)) for n, a, b, *_ in lines] == [(2, 8, 15), (3, 20, 27)], out
     assert "against / now" in out
+    # Segments of 3 causal rows (a verification chain): the rows' own keys in the cache.
+    out = ok(run_script("bench_attention.py", *args, "--rows", "3", "--against", copy, timeout=300))
+    chains = re.findall(r"^(\d+) sequence\(s\), context (\d+) to \d+, 3 rows each, \d+ layers: against", out, re.M)
+    assert [(int(n), int(c)) for n, c in chains] == [(2, 8), (3, 20)], out
     other = tmp_path / "other.py"
     other.write_text("x = 1\n")
     for bad, named in (
         (("--cases", "32"), "--cases"),
+        (("--rows", "0"), "--rows"),
         (("--against", tmp_path / "missing.py"), "no file"),
         (("--against", other), "no attend_many"),
         (("--model", "/nonexistent.gguf"), "not found"),
