@@ -568,9 +568,10 @@ def _attend_task(
     """Row r of q (row r_seg of its segment), kv head kv, seeing the cache from
     position `first` (0, or a sliding window's start): attend's arithmetic. With
     `warm`, the task first loads the lines of keys and values it will read (a chunk's
-    first task, if its row is its segment's first: the tasks after it find their
-    lines asked for by the task before, _ask, and a segment's later rows find them
-    read by its first). Its loops ask for the next task's keys (ahead_k, elements 0
+    first task, if its row is its segment's first: the task before it, in the
+    previous chunk, may have run on the other thread or not yet; the tasks after it
+    find their lines asked for by the task before, _ask, and a segment's later rows
+    find them read by its first). Its loops ask for the next task's keys (ahead_k, elements 0
     to k_last) and values (ahead_v, 0 to v_last)."""
     n_q = q.shape[1]
     n_kv = keys_t.shape[0]
