@@ -87,8 +87,12 @@ FAMILIES = (
     ("q8_0v", 16, ((2, 3),)),
     ("q4_1s", 8, SPLIT_BLOCKINGS),
     ("q8_0vs", 8, SPLIT_BLOCKINGS),
-    ("q4_1s", 16, ((2, 2),)),
-    ("q8_0vs", 16, ((2, 2),)),
+    # Split at 512 bits: two by three rows (24 of the 32 registers: six float sums,
+    # twelve integer ones) where AVX2's two by two must stop. On a Zen 4, against two
+    # by two, the layers' products 1.05x to 1.06x faster at 3 and 5 rows and 1.03x at
+    # 8, the output head 1.07x at 8; 1 and 32 rows the same (docs/performance.md).
+    ("q4_1s", 16, ((2, 3),)),
+    ("q8_0vs", 16, ((2, 3),)),
     # The formats other GGUF types are unpacked into (int8.py). They compile on first
     # use only: most models never reach them.
     ("q8_m", 8, BLOCKINGS),
