@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from numba import njit, types
+from numba import njit, prange, types
 
 from specq.specdec import block_ops, half, int8
 from specq.specdec.half import HalfMatrix
@@ -145,21 +145,63 @@ _SIG = [
 _SIG_ONE = [types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, ROPE, c, c, SIZES) for c in (HALF_CACHE, INT8_CACHE)]
 
 
+@njit(parallel=True, cache=True, nogil=True)
+def _normed_parallel(x, weight, eps, qx, split, n_chunks):  # pragma: no cover - compiled
+    n, d = x.shape
+    for c in prange(n_chunks):
+        lo, hi = int8.chunk_rows(c, n, n_chunks)
+        int8.quantize_chunk(block_ops.rms_norm(x[lo:hi], weight, eps), qx, lo, hi, d, split)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _gated_parallel(gate_up, d_ffn, qx, split, n_chunks):  # pragma: no cover - compiled
+    n = gate_up.shape[0]
+    for c in prange(n_chunks):
+        lo, hi = int8.chunk_rows(c, n, n_chunks)
+        int8.quantize_chunk(block_ops.silu_gate(gate_up[lo:hi], d_ffn), qx, lo, hi, d_ffn, split)
+
+
+# RMSNorm and SwiGLU's gate run where their output is quantized for the next product,
+# so that from int8.PARALLEL_ROWS rows both threads share them in one parallel loop
+# (each row by the same compiled rms_norm, silu_gate and quantize_rows as alone: the
+# same bits), not one thread while the other waits.
+@njit(inline="always")
+def _normed(x, weight, eps, split, n_threads):  # pragma: no cover - compiled
+    """rms_norm(x) quantized (int8.quantize_rows' buffers)."""
+    n, d = x.shape
+    if n < int8.PARALLEL_ROWS or n_threads < 2:
+        return int8.quantized(block_ops.rms_norm(x, weight, eps), split, 1)
+    qx = int8.quantized_buffers(n, d, split)
+    _normed_parallel(x, weight, eps, qx, split, n_threads)
+    return qx
+
+
+@njit(inline="always")
+def _gated(gate_up, d_ffn, split, n_threads):  # pragma: no cover - compiled
+    """silu_gate(gate_up) quantized."""
+    n = gate_up.shape[0]
+    if n < int8.PARALLEL_ROWS or n_threads < 2:
+        return int8.quantized(block_ops.silu_gate(gate_up, d_ffn), split, 1)
+    qx = int8.quantized_buffers(n, d_ffn, split)
+    _gated_parallel(gate_up, d_ffn, qx, split, n_threads)
+    return qx
+
+
 @njit(_SIG, cache=True, nogil=True)
 def _run(x, positions, starts, bounds, visible, weights, rope, keys, values, sizes):  # pragma: no cover - compiled
     attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d, out_m, gu_q, gu_d, gu_m, down_q, down_d, down_m = weights
     cos, sin = rope
     n_heads, n_qkv, d_ffn, eps, scale, n_threads, split = sizes
-    d = x.shape[1]
+    n, d = x.shape
     for layer in range(qkv_q.shape[0]):
-        h = block_ops.rms_norm(x, attn_norm[layer], eps)
-        qkv = int8.product_q4_1(h, qkv_q[layer], qkv_d[layer], qkv_m[layer], n_qkv, n_threads, split)
+        h = _normed(x, attn_norm[layer], eps, split, n_threads)
+        qkv = int8.product_q4_1_of(h, n, d, qkv_q[layer], qkv_d[layer], qkv_m[layer], n_qkv, n_threads, split)
         attn = attention(x, qkv, positions, starts, bounds, visible, cos, sin, keys, values, layer, n_heads, scale)
         x = x + int8.product_q4_1(attn, out_q[layer], out_d[layer], out_m[layer], d, n_threads, split)
-        h = block_ops.rms_norm(x, ffn_norm[layer], eps)
-        gate_up = int8.product_q4_1(h, gu_q[layer], gu_d[layer], gu_m[layer], 2 * d_ffn, n_threads, split)
-        gated = block_ops.silu_gate(gate_up, d_ffn)
-        x = x + int8.product_q4_1(gated, down_q[layer], down_d[layer], down_m[layer], d, n_threads, split)
+        h = _normed(x, ffn_norm[layer], eps, split, n_threads)
+        gate_up = int8.product_q4_1_of(h, n, d, gu_q[layer], gu_d[layer], gu_m[layer], 2 * d_ffn, n_threads, split)
+        gated = _gated(gate_up, d_ffn, split, n_threads)
+        x = x + int8.product_q4_1_of(gated, n, d_ffn, down_q[layer], down_d[layer], down_m[layer], d, n_threads, split)
     return x
 
 

@@ -278,6 +278,43 @@ def test_the_int8_model_runs_every_product_through_the_int8_kernels(models):
     assert (got.argmax(-1) == want.argmax(-1)).mean() >= (1.0 if model.precision == "int16" else 0.9)
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["int8", "int16"])
+def test_rows_quantized_by_both_threads_get_the_bits_they_get_alone(split):
+    from numba import config
+
+    assert config.NUMBA_NUM_THREADS >= 2, "the parallel quantizer needs two threads to be tested"
+    x = _activations(int8.PARALLEL_ROWS + 9, 96, seed=8)
+    for n in range(int8.PARALLEL_ROWS, len(x) + 1):
+        together = int8.quantized(x[:n], split, 2)
+        alone = [int8.quantized(x[r : r + 1], split, 2) for r in range(n)]
+        for part, got in enumerate(together):
+            want = np.concatenate([a[part] for a in alone])
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_rounds_and_chains_from_parallel_rows_up_equal_their_rows_alone(models):
+    """From int8.PARALLEL_ROWS rows the stack norms, gates and quantizes in a parallel
+    loop; a row's logits must stay those it gets alone (one thread, below it)."""
+    model = models[1]
+    n = int8.PARALLEL_ROWS + 1
+    prompts = [TOKENS[: 3 + i] for i in range(n)]
+
+    def prefilled():
+        caches = [model.new_cache() for _ in prompts]
+        for cache, p in zip(caches, prompts):
+            model.forward([Segment(cache, p[:-1], 0, all_logits=False)])
+        return caches
+
+    together = model.forward([Segment(c, [p[-1]], len(p) - 1) for c, p in zip(prefilled(), prompts)])
+    alone = [model.forward([Segment(c, [p[-1]], len(p) - 1)])[0] for c, p in zip(prefilled(), prompts)]
+    for a, b in zip(together, alone):
+        np.testing.assert_array_equal(a.logits.view(np.uint32), b.logits.view(np.uint32))
+    chain = model.forward([Segment(model.new_cache(), TOKENS[: n + 3], 0)])[0].logits
+    cache = model.new_cache()
+    one_by_one = [model.forward([Segment(cache, [t], i)])[0].logits for i, t in enumerate(TOKENS[: n + 3])]
+    np.testing.assert_array_equal(chain.view(np.uint32), np.concatenate(one_by_one).view(np.uint32))
+
+
 def test_the_compiled_block_loop_equals_the_python_loop_at_int8(models):
     assert_stack_equals_python_loop(models[1], TOKENS)
 
