@@ -282,7 +282,13 @@ class DecodeSession:
                 if take <= 0:
                     return None
                 end = min(end, self.prefilled + take)
-            segment = Segment(self.cache, req.prompt_ids[self.prefilled : end], self.prefilled, all_logits=False)
+            segment = Segment(
+                self.cache,
+                req.prompt_ids[self.prefilled : end],
+                self.prefilled,
+                all_logits=False,
+                argmax_only=self.rule == "greedy",
+            )
             return PlannedRound(Draft(), segment, 0.0, prefill=True)
         ids = state.all_ids
         k = self._draft_budget(round_costs)
@@ -310,7 +316,9 @@ class DecodeSession:
         if draft.parents is not None:
             assert self.rule == "greedy" and len(draft.tokens) <= self.model.config.context_length - len(ids)
             parents = (-1,) + tuple(p + 1 for p in draft.parents)  # draft token i is row i + 1
-        segment = Segment(self.cache, (ids[-1],) + draft.tokens, len(ids) - 1, parents=parents)
+        segment = Segment(
+            self.cache, (ids[-1],) + draft.tokens, len(ids) - 1, parents=parents, argmax_only=self.rule == "greedy"
+        )
         return PlannedRound(draft, segment, perf_counter() - t0, asked=k > 0)
 
     def finish(self, planned: PlannedRound, out: SegmentOutput, forward_s: float) -> DecodeState:

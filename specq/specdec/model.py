@@ -32,6 +32,7 @@ from specq.specdec.gguf_blocks import BlockMatrix
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.half import TYPES as HALF_TYPES
 from specq.specdec.half import HalfMatrix
+from specq.specdec.head_screen import SCREEN_ROWS, ScreenedHead
 from specq.specdec.layer_stack import StackedLayers
 from specq.specdec.matmul import BULK_ROWS, RowPlan, Weight, dequantized, embed, linear, n_values
 from specq.specdec.model_config import GEMMA3_LOCAL_BASE, LlamaConfig
@@ -419,6 +420,9 @@ class Segment:
     start: int
     all_logits: bool = True  # False: only the last row's logits (prefill)
     parents: Sequence[int] | None = None
+    # Only each row's largest logit matters (a greedy request): the head may give
+    # -inf for outputs that cannot be it (head_screen.py).
+    argmax_only: bool = False
 
     def positions(self) -> np.ndarray:
         if self.parents is None:
@@ -451,7 +455,9 @@ def tree_depths(parents: Sequence[int]) -> np.ndarray:
 
 @dataclass
 class SegmentOutput:
-    logits: np.ndarray  # [n, vocab], or [1, vocab] when only the last row was asked for
+    # [n, vocab], or [1, vocab] when only the last row was asked for; a segment that
+    # is argmax_only may get -inf at outputs that cannot be its rows' largest.
+    logits: np.ndarray
     hidden: np.ndarray  # [n, d]: final-normed hidden states, the input of the output head
     seconds: float = 0.0  # the wall time of the forward that computed it (shared with its group)
 
@@ -512,6 +518,7 @@ class LlamaModel:
         # One compiled call for all the blocks of a forward, where the block matrices
         # allow it (layer_stack); the layers then view its arrays.
         self._stack: StackedLayers | None = None
+        self._screen: ScreenedHead | bool | None = None  # built on first use; False: none fits
         if config.gemma:
             # The compiled loops compute llama's block (SiLU, no extra norms, windows
             # or caps); Gemma's weights can look like llama's (Gemma 1's do).
@@ -624,6 +631,15 @@ class LlamaModel:
             logits = np.tanh(logits * (np.float32(1.0) / cap)) * cap
         return logits
 
+    def _screened_logits(self, segments: Sequence[Segment], rows: np.ndarray) -> np.ndarray | None:
+        """The head's logits by head_screen where every segment wants only its rows'
+        largest logits and there are enough rows for the screen to pay; else None."""
+        if len(rows) < SCREEN_ROWS or self.config.final_softcap or not all(s.argmax_only for s in segments):
+            return None
+        if self._screen is None:
+            self._screen = ScreenedHead.of(self.weights.w_output) or False
+        return self._screen.argmax_logits(rows) if self._screen else None
+
     def rebuild_cache(self, cache: KVCache, ids: Sequence[int], n_prompt: int) -> np.ndarray:
         """Write the keys and values of `ids` (a prompt of n_prompt tokens, then
         committed output) into `cache`, with the bits the decode that committed them
@@ -681,7 +697,10 @@ class LlamaModel:
             np.arange(bounds[i], bounds[i + 1]) if seg.all_logits else np.array([bounds[i + 1] - 1])
             for i, seg in enumerate(segments)
         ]
-        logits = self.head_logits(hidden[np.concatenate(head_rows)], RowPlan([len(r) for r in head_rows]))
+        head_input = hidden[np.concatenate(head_rows)]
+        logits = self._screened_logits(segments, head_input)
+        if logits is None:
+            logits = self.head_logits(head_input, RowPlan([len(r) for r in head_rows]))
         head_bounds = np.cumsum([0] + [len(r) for r in head_rows])
         seconds = time.perf_counter() - started
         return [

@@ -1,0 +1,196 @@
+"""The output head of greedy rows at 8-bit activations first, exact only where it
+matters.
+
+A greedy row needs one thing from the head: its largest logit. At int16 the head's
+products (49,152 outputs of a Q8_0 matrix) do two vpdpbusd per 64 multiply-adds, one
+per 8-bit half of the 15-bit activations; from a few rows up they run at the
+integer units' peak (5.3 ms of a 34 ms round of 32 requests on a Zen 4). Here the
+head runs first at 8-bit activations (one vpdpbusd: 3.5 ms at 32 rows), and each
+row's exact int16 logits are computed only for the outputs that could still be its
+largest, which a bound on the two products' difference says:
+
+    |int16 logit_o - 8-bit logit_o| <= sum_b A[o, b] * e_b
+
+where A[o, b] = |d_ob| * sum_j |w_obj| (the head's block scale and integers) and e_b
+is half the two activation steps of block b (each activation is within half a step
+of its value) plus a margin for the float roundings of both sums. Output o cannot be
+the largest where its upper bound falls below another output's lower bound. With the
+default model the candidates are 2 (median) to 31 of 49,152 a row, and each gets the
+very bits the full product gives it (the same exact integer sums, then the same
+fused multiply-adds block by block), so argmax, ties included, is the full head's:
+greedy outputs do not change. The other outputs' logits come back as -inf; nothing
+reads them for a greedy row (its acceptance takes the argmax).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from numba import njit, prange
+
+from specq.specdec import vec
+from specq.specdec.int8 import BLOCK, LEVELS, SPLIT_LEVELS, Int8Matrix, int8_matmul_t, quantized
+
+# From this many rows the screen pays. Below it the head streams its 28 MB from
+# memory at either precision (1.1 ms at 1 and at 5 rows); the head alone, whole
+# against screened, on a Zen 4: 8 rows the same, 12 rows 1.12x, 16 1.19x, 32 1.22x.
+SCREEN_ROWS = 12
+# A row with more candidates than this (near ties everywhere; not seen on the bench
+# mix) falls back to the whole head.
+MOST_CANDIDATES = 1024
+# Relative margin for the float roundings of the two sums (at most ~nb * 2**-24 of
+# the sum of the terms' magnitudes, which sum_b A[o, b] * max|x_b| bounds).
+ROUNDING = 1e-5
+
+
+@dataclass(frozen=True)
+class ScreenedHead:
+    head: Int8Matrix  # the model's head: Q8_0 at 15-bit activations (split)
+    coarse: Int8Matrix  # the same arrays at 8-bit activations
+    bound: np.ndarray  # A [n_out, nb] float32, rounded up
+    bound_max: np.ndarray  # [nb] float32: A's largest per block
+
+    @classmethod
+    def of(cls, head) -> ScreenedHead | None:
+        """For a Q8_0 head at int16 (the default model's); None for any other."""
+        if not (isinstance(head, Int8Matrix) and head.type_name == "Q8_0" and head.split):
+            return None
+        n_out, n_in = head.shape
+        bound = np.empty((n_out, n_in // BLOCK), dtype=np.float32)
+        d = head.block_scales("d").astype(np.float64)
+        for lo in range(0, n_out, 4096):  # integers() unpacks [rows, nb, 32]: a slice at a time
+            part = head.select_rows(np.arange(lo, min(lo + 4096, n_out))).integers()
+            magnitudes = np.abs(part.astype(np.int32)).sum(axis=2)
+            bound[lo : lo + len(part)] = np.nextafter((np.abs(d[lo : lo + len(part)]) * magnitudes), np.inf)
+        return cls(head, replace(head, split=False), bound, bound.max(axis=0))
+
+    def argmax_logits(self, h: np.ndarray) -> np.ndarray | None:
+        """h [rows, d] final-normed -> [rows, n_out] float32: at every output that could
+        be a row's largest logit, the full head's bits; -inf elsewhere. None where a
+        row's screen is inconclusive (non-finite values, or too many candidates): the
+        caller takes the whole head."""
+        h = np.ascontiguousarray(h, dtype=np.float32)
+        coarse = int8_matmul_t(h, self.coarse)
+        nb = h.shape[1] // BLOCK
+        largest = np.abs(h).reshape(len(h), nb, BLOCK).max(axis=2).astype(np.float64)
+        # Half of each activation step, both precisions, plus the roundings' margin.
+        slack = largest / SPLIT_LEVELS / 2 + largest / LEVELS / 2 + ROUNDING * (largest + largest / LEVELS)
+        slack = slack.astype(np.float32) * np.float32(1.0 + 1e-4)
+        picked = np.empty((len(h), MOST_CANDIDATES), dtype=np.int64)
+        counts = _candidates(coarse, slack, self.bound, self.bound_max, picked)
+        if counts.min() < 0:
+            return None
+        q, low, xd, _ = quantized(h, True, 1)
+        out = np.full(coarse.shape, -np.inf, dtype=np.float32)
+        head = self.head
+        _exact(q, low, xd, head.quants, head.d, head.lanes, nb, h.shape[1], picked, counts, out)
+        return out
+
+
+@njit(inline="always")
+def _top(row):  # pragma: no cover - compiled
+    """(the row's largest value, whether every value is finite), eight lanes at a time:
+    a multiply-add by zero turns an infinity or a NaN into NaN in `bad`."""
+    n = row.shape[0]
+    largest, bad, zero = vec.splat_f32(np.float32(-np.inf)), vec.zeros_f32(), vec.zeros_f32()
+    i = 0
+    while i + 8 <= n:
+        v = vec.load_f32(row, i)
+        largest = vec.max_f32(largest, v)
+        bad = vec.fma(v, zero, bad)
+        i += 8
+    lanes = np.empty(8, dtype=np.float32)
+    vec.store_f32(lanes, 0, bad)
+    finite = True
+    for k in range(8):
+        finite = finite and lanes[k] == 0.0
+    top = vec.largest_lane(largest)
+    for i in range(i, n):
+        finite = finite and np.isfinite(row[i])
+        top = max(top, row[i])
+    return top, finite
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _candidates(coarse, slack, bound, bound_max, picked):  # pragma: no cover - compiled
+    """Per row, into picked[r, :count]: the outputs whose upper bound reaches the best
+    lower bound (the per-output bound A @ slack, after a first cut by its largest
+    per block). count -1: non-finite values, or more than picked holds. The cut
+    skips 64 values at a time whose largest falls below it (nearly all)."""
+    rows, n_out = coarse.shape
+    nb = slack.shape[1]
+    counts = np.empty(rows, dtype=np.int64)
+    for r in prange(rows):
+        row = coarse[r]
+        wide = np.float32(0.0)
+        for b in range(nb):
+            wide += bound_max[b] * slack[r, b]
+        top, finite = _top(row)
+        if not finite:
+            counts[r] = -1
+            continue
+        cut = top - np.float32(2.0) * wide
+        count = 0
+        o0 = 0
+        while o0 < n_out and count >= 0:
+            span = min(64, n_out - o0)
+            if span == 64:
+                m = vec.load_f32(row, o0)
+                for k in range(8, 64, 8):
+                    m = vec.max_f32(m, vec.load_f32(row, o0 + k))
+                if vec.largest_lane(m) < cut:
+                    o0 += 64
+                    continue
+            for o in range(o0, o0 + span):
+                if row[o] >= cut:
+                    if count == picked.shape[1]:
+                        count = -1
+                        break
+                    picked[r, count] = o
+                    count += 1
+            o0 += span
+        if count < 0:
+            counts[r] = -1
+            continue
+        margins = np.empty(count, dtype=np.float32)
+        best_low = np.float32(-np.inf)
+        for i in range(count):
+            o = picked[r, i]
+            m = np.float32(0.0)
+            for b in range(nb):
+                m += bound[o, b] * slack[r, b]
+            margins[i] = m
+            best_low = max(best_low, row[o] - m)
+        kept = 0
+        for i in range(count):
+            o = picked[r, i]
+            if row[o] + margins[i] >= best_low:
+                picked[r, kept] = o
+                kept += 1
+        counts[r] = kept
+    return counts
+
+
+@njit(cache=True, nogil=True)
+def _exact(q, low, xd, quants, d, lanes, nb, n_in, picked, counts, out):  # pragma: no cover - compiled
+    """out[r, o] for the picked outputs: the split Q8_0 product's bits (int8_codegen's
+    epilogue: per block, acc = fma(float(isum), d_w * d_x, acc), from 0), the integer
+    sum of weights by the whole activations 128 high + low (exact in any order)."""
+    for r in range(counts.shape[0]):
+        for i in range(counts[r]):
+            o = picked[r, i]
+            group, lane = o // lanes, o % lanes
+            acc = np.float32(0.0)
+            for b in range(nb):
+                base = (group * nb + b) * 8 * lanes * 4 + lane * 4
+                x0 = r * n_in + b * BLOCK
+                total = 0
+                for v in range(8):
+                    for p in range(4):
+                        w = np.int32(quants[base + v * lanes * 4 + p])
+                        x = np.int32(q[x0 + 4 * v + p]) * 128 + np.int32(low[x0 + 4 * v + p])
+                        total += w * x
+                scale = vec.as_f32(d[(group * nb + b) * lanes + lane]) * xd[r * nb + b]
+                acc = vec.fma1(np.float32(total), scale, acc)
+            out[r, o] = acc

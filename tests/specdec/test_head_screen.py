@@ -1,0 +1,111 @@
+"""head_screen: greedy rows' output head at 8-bit activations first, the full head's
+bits only where a row's largest logit can be; the argmax, ties included, never
+changes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType
+from gguf.quants import quantize
+
+from specq.specdec import int8
+from specq.specdec.engine import Engine
+from specq.specdec.head_screen import SCREEN_ROWS, ScreenedHead
+from specq.specdec.loader import load_model_and_tokenizer
+from specq.specdec.model import Segment
+from specq.specdec.proposers import NgramProposer
+from specq.specdec.qkernels import QuantizedMatrix
+from specq.specdec.state import GenerationRequest
+
+pytestmark = pytest.mark.skipif(not int8.AVAILABLE, reason="the integer precisions need AVX2")
+
+
+@pytest.fixture(scope="module")
+def toy(toy_model_file):
+    return load_model_and_tokenizer(toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"), "int16")
+
+
+def _head(w: np.ndarray) -> int8.Int8Matrix:
+    raw = np.asarray(quantize(w.astype(np.float32), GGMLQuantizationType.Q8_0), dtype=np.uint8).reshape(len(w), -1)
+    return int8.Int8Matrix.from_quantized(QuantizedMatrix.from_gguf_bytes(raw, "Q8_0", w.shape), split=True)
+
+
+def _assert_same_argmax_and_bits(screened: np.ndarray, full: np.ndarray) -> None:
+    kept = np.isfinite(screened)
+    np.testing.assert_array_equal(screened[kept].view(np.uint32), full[kept].view(np.uint32))
+    np.testing.assert_array_equal(screened.argmax(axis=1), full.argmax(axis=1))
+    assert kept.any(axis=1).all()
+
+
+def test_screened_rows_keep_the_whole_heads_bits_where_their_argmax_can_be():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4096, 96)) * 0.05
+    w[:, :3] *= 8  # a few large columns, as real heads have
+    head = _head(w)
+    screen = ScreenedHead.of(head)
+    h = (rng.standard_normal((40, 96)) * rng.uniform(0.1, 30, size=(40, 1))).astype(np.float32)
+    h[3, 32:64] = 0.0  # an all-zero block
+    screened = screen.argmax_logits(h)
+    full = int8.int8_matmul_t(h, head)
+    _assert_same_argmax_and_bits(screened, full)
+    # And it screens: most outputs of most rows are left out.
+    assert np.isfinite(screened).sum() < 0.05 * screened.size
+
+
+def test_tied_largest_logits_are_all_kept_and_the_first_wins():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((512, 64)) * 0.05
+    h = rng.standard_normal((SCREEN_ROWS, 64)).astype(np.float32)
+    w[300] = w[77] = h[0] * 0.2  # two identical rows, the largest logit of row 0
+    head = _head(w)
+    screened = ScreenedHead.of(head).argmax_logits(h)
+    full = int8.int8_matmul_t(h, head)
+    assert full[0, 77] == full[0, 300] == full[0].max()
+    assert np.isfinite(screened[0, [77, 300]]).all()
+    _assert_same_argmax_and_bits(screened, full)
+    assert screened[0].argmax() == 77
+
+
+def test_non_finite_rows_and_other_heads_take_the_whole_head():
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((256, 64)) * 0.05
+    screen = ScreenedHead.of(_head(w))
+    h = rng.standard_normal((SCREEN_ROWS, 64)).astype(np.float32)
+    h[2, 5] = np.inf
+    assert screen.argmax_logits(h) is None
+    assert ScreenedHead.of(replace(_head(w), split=False)) is None  # int8's head: nothing to save
+
+
+def test_a_model_screens_only_rounds_of_greedy_segments_with_enough_rows(toy):
+    model, _ = toy
+    assert ScreenedHead.of(model.weights.w_output) is not None
+    tokens = [1, 42, 267, 7, 300, 3, 150, 258, 259, 99, 2, 17, 64, 128, 200, 11, 5, 280, 33, 306]
+
+    def logits(n: int, argmax_only: bool) -> np.ndarray:
+        seg = Segment(model.new_cache(), tokens[:n], 0, argmax_only=argmax_only)
+        return model.forward([seg])[0].logits
+
+    full, screened = logits(SCREEN_ROWS + 4, False), logits(SCREEN_ROWS + 4, True)
+    assert np.isfinite(full).all() and not np.isfinite(screened).all()
+    _assert_same_argmax_and_bits(screened, full)
+    assert np.isfinite(logits(SCREEN_ROWS - 1, True)).all()  # too few rows: the whole head
+
+
+def test_greedy_requests_decoded_together_equal_each_alone_at_int16(toy):
+    """Rounds of at least SCREEN_ROWS greedy requests take the screened head; each
+    request's tokens must be those it decodes alone (a round of one row)."""
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, NgramProposer())
+    prompts = ["the cat sat on the mat", "Hello, world!", "in the end", "a b c a b", "is it", "the end"] * 3
+    requests = [
+        GenerationRequest(
+            prompt_ids=tuple(tokenizer.encode_chat([{"role": "user", "content": p}])), max_tokens=10 + i, k=2
+        )
+        for i, p in enumerate(prompts)
+    ]
+    alone = [engine.run(r).output_ids for r in requests]
+    together = engine.run_many(requests, group_size=len(requests))
+    assert [s.output_ids for s in together] == alone
