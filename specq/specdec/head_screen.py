@@ -57,12 +57,17 @@ class ScreenedHead:
         if not (isinstance(head, Int8Matrix) and head.type_name == "Q8_0" and head.split):
             return None
         n_out, n_in = head.shape
-        bound = np.empty((n_out, n_in // BLOCK), dtype=np.float32)
-        d = head.block_scales("d").astype(np.float64)
-        for lo in range(0, n_out, 4096):  # integers() unpacks [rows, nb, 32]: a slice at a time
-            part = head.select_rows(np.arange(lo, min(lo + 4096, n_out))).integers()
-            magnitudes = np.abs(part.astype(np.int32)).sum(axis=2)
-            bound[lo : lo + len(part)] = np.nextafter((np.abs(d[lo : lo + len(part)]) * magnitudes), np.inf)
+        lanes, nb = head.lanes, n_in // BLOCK
+        groups = head.n_padded // lanes
+        # The integers as laid out (int8.Int8Matrix): [groups, nb, 8 vectors, lanes, 4].
+        quants = head.quants.reshape(groups, nb, 8, lanes, 4)
+        magnitudes = np.empty((groups, nb, lanes), dtype=np.float64)
+        for g in range(0, groups, 256):  # int16 copies of a slice at a time (|-128| fits)
+            magnitudes[g : g + 256] = np.abs(quants[g : g + 256].astype(np.int16)).sum(axis=(2, 4))
+        magnitudes = magnitudes.transpose(0, 2, 1).reshape(groups * lanes, nb)[:n_out]
+        exact = np.abs(head.block_scales("d").astype(np.float64)) * magnitudes
+        # Rounded up: float32's nearest, then the next float32 above it.
+        bound = np.nextafter(exact.astype(np.float32), np.float32(np.inf))
         return cls(head, replace(head, split=False), bound, bound.max(axis=0))
 
     def argmax_logits(self, h: np.ndarray) -> np.ndarray | None:

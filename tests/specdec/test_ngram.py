@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from numpy.lib.stride_tricks import sliding_window_view
 
 from specq.errors import ParameterError
 from specq.specdec.proposers.ngram import lookup
@@ -30,3 +32,26 @@ def test_invalid_sizes():
 
     with pytest.raises(ParameterError):
         NgramProposer(max_ngram=1, min_ngram=2)
+
+
+def _numpy_lookup(tokens, k, max_ngram, min_ngram):
+    """The first implementation (whole sliding windows compared), kept as the oracle."""
+    seq = np.asarray(tokens, dtype=np.int64)
+    length = len(seq)
+    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+        windows = sliding_window_view(seq[:-1], n)
+        hits = np.flatnonzero((windows == seq[length - n :]).all(axis=1))
+        if hits.size:
+            start = int(hits[-1]) + n
+            return seq[start : start + k].tolist()
+    return []
+
+
+def test_the_compiled_lookup_proposes_what_whole_windows_find():
+    rng = np.random.default_rng(0)
+    for trial in range(3000):
+        length = int(rng.integers(0, 60))
+        tokens = rng.integers(0, 1 + trial % 7, size=length).tolist()  # small alphabets: many matches
+        k, max_ngram = int(rng.integers(1, 6)), int(rng.integers(1, 5))
+        min_ngram = int(rng.integers(1, max_ngram + 1))
+        assert lookup(tokens, k, max_ngram, min_ngram) == _numpy_lookup(tokens, k, max_ngram, min_ngram)
