@@ -15,10 +15,10 @@ where A[o, b] = |d_ob| * sum_j |w_obj| (the head's block scale and integers) and
 is half the two activation steps of block b (each activation is within half a step
 of its value) plus a margin for the float roundings of both sums. Output o cannot be
 the largest where its upper bound falls below another output's lower bound. With the
-default model the candidates are 2 (median) to 31 of 49,152 a row, and each gets the
-very bits the full product gives it (the same exact integer sums, then the same
-fused multiply-adds block by block), so argmax, ties included, is the full head's:
-greedy outputs do not change. The other outputs' logits come back as -inf; nothing
+default model the candidates are a median of 1 to 2 and at most 31 of 49,152 a row
+(the bench mix's rows), and each gets the very bits the full product gives it (the
+same exact integer sums, then the same fused multiply-adds block by block), so
+argmax, ties included, is the full head's: greedy outputs do not change. The other outputs' logits come back as -inf; nothing
 reads them for a greedy row (its acceptance takes the argmax).
 """
 
@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import njit, prange
 
-from specq.specdec import vec
-from specq.specdec.int8 import BLOCK, LEVELS, SPLIT_LEVELS, Int8Matrix, int8_matmul_t, quantized
+from specq.specdec import int8, vec
+from specq.specdec.int8 import BLOCK, LEVELS, SPLIT_LEVELS, Int8Matrix, int8_matmul_t
 
 # From this many rows the screen pays. Below it the head streams its 28 MB from
 # memory at either precision (1.1 ms at 1 and at 5 rows); the head alone, whole
@@ -86,7 +86,7 @@ class ScreenedHead:
         counts = _candidates(coarse, slack, self.bound, self.bound_max, picked)
         if counts.min() < 0:
             return None
-        q, low, xd, _ = quantized(h, True, 1)
+        q, low, xd, _ = int8.quantized(h, True, 1)  # defined where int8.AVAILABLE, as Int8Matrix heads are
         out = np.full(coarse.shape, -np.inf, dtype=np.float32)
         head = self.head
         _exact(q, low, xd, head.quants, head.d, head.lanes, nb, h.shape[1], picked, counts, out)

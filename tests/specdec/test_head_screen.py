@@ -4,6 +4,8 @@ changes."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -20,7 +22,7 @@ from specq.specdec.proposers import NgramProposer
 from specq.specdec.qkernels import QuantizedMatrix
 from specq.specdec.state import GenerationRequest
 
-pytestmark = pytest.mark.skipif(not int8.AVAILABLE, reason="the integer precisions need AVX2")
+needs_avx2 = pytest.mark.skipif(not int8.AVAILABLE, reason="the integer precisions need AVX2")
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +42,7 @@ def _assert_same_argmax_and_bits(screened: np.ndarray, full: np.ndarray) -> None
     assert kept.any(axis=1).all()
 
 
+@needs_avx2
 def test_screened_rows_keep_the_whole_heads_bits_where_their_argmax_can_be():
     rng = np.random.default_rng(0)
     w = rng.standard_normal((4096, 96)) * 0.05
@@ -55,6 +58,7 @@ def test_screened_rows_keep_the_whole_heads_bits_where_their_argmax_can_be():
     assert np.isfinite(screened).sum() < 0.05 * screened.size
 
 
+@needs_avx2
 def test_tied_largest_logits_are_all_kept_and_the_first_wins():
     rng = np.random.default_rng(1)
     w = rng.standard_normal((512, 64)) * 0.05
@@ -69,6 +73,7 @@ def test_tied_largest_logits_are_all_kept_and_the_first_wins():
     assert screened[0].argmax() == 77
 
 
+@needs_avx2
 def test_non_finite_rows_and_other_heads_take_the_whole_head():
     rng = np.random.default_rng(2)
     w = rng.standard_normal((256, 64)) * 0.05
@@ -79,6 +84,7 @@ def test_non_finite_rows_and_other_heads_take_the_whole_head():
     assert ScreenedHead.of(replace(_head(w), split=False)) is None  # int8's head: nothing to save
 
 
+@needs_avx2
 def test_a_model_screens_only_rounds_of_greedy_segments_with_enough_rows(toy):
     model, _ = toy
     assert ScreenedHead.of(model.weights.w_output) is not None
@@ -94,6 +100,7 @@ def test_a_model_screens_only_rounds_of_greedy_segments_with_enough_rows(toy):
     assert np.isfinite(logits(SCREEN_ROWS - 1, True)).all()  # too few rows: the whole head
 
 
+@needs_avx2
 def test_greedy_requests_decoded_together_equal_each_alone_at_int16(toy):
     """Rounds of at least SCREEN_ROWS greedy requests take the screened head; each
     request's tokens must be those it decodes alone (a round of one row)."""
@@ -109,3 +116,15 @@ def test_greedy_requests_decoded_together_equal_each_alone_at_int16(toy):
     alone = [engine.run(r).output_ids for r in requests]
     together = engine.run_many(requests, group_size=len(requests))
     assert [s.output_ids for s in together] == alone
+
+
+def test_the_model_imports_where_the_integer_kernels_do_not_exist():
+    """head_screen's kernels exist only with AVX2; the model module, which every
+    precision loads, must import without them."""
+    code = (
+        "import specq.specdec.vec as vec; vec.has_avx2 = lambda: False\n"
+        "from specq.specdec import int8; assert not int8.AVAILABLE\n"
+        "from specq.specdec.model import LlamaModel; print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
