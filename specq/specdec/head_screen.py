@@ -18,8 +18,9 @@ the largest where its upper bound falls below another output's lower bound. With
 default model the candidates are a median of 1 to 2 and at most 31 of 49,152 a row
 (the bench mix's rows), and each gets the very bits the full product gives it (the
 same exact integer sums, then the same fused multiply-adds block by block), so
-argmax, ties included, is the full head's: greedy outputs do not change. The other outputs' logits come back as -inf; nothing
-reads them for a greedy row (its acceptance takes the argmax).
+argmax, ties included, is the full head's: greedy outputs do not change. The other
+outputs' logits come back as -inf; nothing reads them for a greedy row (its
+acceptance takes the argmax).
 """
 
 from __future__ import annotations
