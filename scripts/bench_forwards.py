@@ -8,6 +8,7 @@ times the two codes back to back and the ratio is the median of those pairs.
     python scripts/bench_forwards.py --against HEAD~1
     python scripts/bench_forwards.py --against 8344c64 --context 500 --trials 21
     python scripts/bench_forwards.py --model toy.gguf --context 8 --trials 1   # this code alone, a smoke run
+    python scripts/bench_forwards.py --greedy      # greedy forwards (the screened head) beside the whole head
 
 The other commit's `specq` package is exported (git archive) into a directory of
 the temporary folder as a package named `specq_against`, kept there so that numba's
@@ -15,6 +16,12 @@ cache of its compiled code serves the next run (the first compiles it, a few
 minutes). Both codes load the same model file at int16 and must give the same
 logits, bit for bit, in every case, unless --allow-different-bits (a change that
 means to round differently).
+
+With --greedy, this checkout's forwards are a greedy request's (Segment.argmax_only:
+from 12 head rows the screened output head, specq/specdec/head_screen.py), and so
+are the other commit's where its Segment has argmax_only; without --against, they
+are timed beside this checkout's whole head. Greedy forwards must give each row the
+same largest logit (argmax) as the others.
 """
 
 from __future__ import annotations
@@ -81,19 +88,22 @@ def exported(rev: str):
     return importlib.import_module(f"{PACKAGE}.specdec.model")
 
 
-def setups(module, path: str, context: int):
+def setups(module, path: str, context: int, greedy: bool = False):
     """The model at int16 and, per case, a fresh copy of its prefilled caches' contents
-    for each trial (caches_for) and the segments that time it."""
+    for each trial (caches_for) and the segments that time it (a greedy request's
+    with `greedy`, where the module's Segment knows argmax_only)."""
     model = module.LlamaModel.load(path, "int16")
     most = max(s for _, s in CASES)
     caches = [model.new_cache(context + max(r for r, _ in CASES)) for _ in range(most)]
     for cache in caches:
         model.forward([module.Segment(cache, [5 + i % 7 for i in range(context)], 0, all_logits=False)])
 
+    flags = {"argmax_only": True} if greedy and "argmax_only" in module.Segment.__dataclass_fields__ else {}
+
     def segments(rows: int, seqs: int):
         if seqs == 1:
-            return [module.Segment(caches[0], [7] * rows, context)]
-        return [module.Segment(c, [7], context) for c in caches[:seqs]]
+            return [module.Segment(caches[0], [7] * rows, context, **flags)]
+        return [module.Segment(c, [7], context, **flags) for c in caches[:seqs]]
 
     return model, segments
 
@@ -105,6 +115,9 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=200)
     parser.add_argument("--trials", type=int, default=15)
     parser.add_argument("--allow-different-bits", action="store_true")
+    parser.add_argument(
+        "--greedy", action="store_true", help="greedy forwards (the screened head); alone, beside the whole head"
+    )
     args = parser.parse_args()
     if args.context < 1 or args.trials < 1:
         parser.error("--context and --trials must be at least 1")
@@ -114,9 +127,11 @@ def main() -> None:
     try:
         if args.against:
             modules = {"against": exported(args.against), "now": this_model}
+        elif args.greedy:
+            modules = {"whole": this_model, "greedy": this_model}
         for name, module in modules.items():
             try:
-                runs[name] = setups(module, path, args.context)
+                runs[name] = setups(module, path, args.context, greedy=args.greedy and name != "whole")
             except (AttributeError, TypeError) as exc:  # a commit whose model module has another API
                 if name == "now":
                     raise
@@ -133,8 +148,10 @@ def main() -> None:
         outputs = model.forward(segs)
         return time.perf_counter() - t0, np.concatenate([o.logits for o in outputs])
 
-    for case in CASES:  # compile, warm up, and compare the bits
+    for case in CASES:  # compile, warm up, and compare the bits (greedy: each row's argmax)
         logits = [timed(name, case)[1] for name in runs]
+        if args.greedy:
+            logits = [lg.argmax(axis=1) for lg in logits]
         if not args.allow_different_bits and not all(np.array_equal(lg, logits[0]) for lg in logits):
             raise SystemExit(f"{case[0]} row(s) x {case[1]} sequence(s): the two codes' logits differ")
     times = {(name, case): [] for name in runs for case in CASES}
@@ -146,9 +163,10 @@ def main() -> None:
         median = {name: statistics.median(times[(name, case)]) * 1e3 for name in runs}
         one = {name: statistics.median(times[(name, CASES[0])]) * 1e3 for name in runs}
         parts = [f"{name} {median[name]:.2f} ms ({median[name] / one[name]:.2f}x its 1 row)" for name in runs]
-        if args.against:
-            pairs = zip(times[("against", case)], times[("now", case)])
-            parts.append(f"against / now {statistics.median(a / b for a, b in pairs):.3f} (median of pairs)")
+        if len(runs) == 2:
+            first, second = runs
+            pairs = zip(times[(first, case)], times[(second, case)])
+            parts.append(f"{first} / {second} {statistics.median(a / b for a, b in pairs):.3f} (median of pairs)")
         print(f"context {args.context}, {case[0]} row(s) x {case[1]} sequence(s): " + ", ".join(parts))
 
 

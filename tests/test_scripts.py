@@ -325,6 +325,11 @@ def test_bench_forwards_on_a_toy(q4_model):
     lines = re.findall(r"^context 8, (\d+) row\(s\) x (\d+) sequence\(s\): " + timed + "$", out, re.M)
     assert [(int(r), int(s)) for r, s, *_ in lines] == [(1, 1), (5, 1), (1, 8), (1, 32), (64, 1)], out
     assert all(float(ms) > 0 for *_, ms, _ in lines) and float(lines[0][3]) == 1.0, out
+    out = ok(run_script("bench_forwards.py", "--model", q4_model, "--context", "8", "--trials", "1", "--greedy"))
+    paired = r"whole [\d.]+ ms \([\d.]+x its 1 row\), greedy [\d.]+ ms \([\d.]+x its 1 row\), "
+    paired += r"whole / greedy [\d.]+ \(median of pairs\)"
+    lines = re.findall(r"^context 8, (\d+) row\(s\) x (\d+) sequence\(s\): " + paired + "$", out, re.M)
+    assert [(int(r), int(s)) for r, s in lines] == [(1, 1), (5, 1), (1, 8), (1, 32), (64, 1)], out
     for bad, named in (
         (("--against", "no-such-commit"), "not a commit"),
         (("--context", "0"), "--context"),
