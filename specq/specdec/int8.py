@@ -355,8 +355,9 @@ if AVAILABLE:
     # From this many rows, the activations are quantized by every thread (a chunk of
     # rows each) and not by one while the other waits: each row's bits are quantize_rows'
     # whichever thread computes it. Quantizing, RMSNorm and SwiGLU's gate took about
-    # 2.4 ms of a 35 ms decode round of 32 requests on one thread (a Zen 4); below 8 rows
-    # they cost less than waking the threads.
+    # 2.4 ms of a 35 ms decode round of 32 requests on one thread (a Zen 4). 8 is a
+    # guess, not a measured threshold: below it the serial work is a few tens of
+    # microseconds a forward, near what waking the threads costs.
     PARALLEL_ROWS = 8
 
     @njit(parallel=True, nogil=True, cache=True)
