@@ -7,6 +7,9 @@ import numpy as np
 from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.proposers import RecurrentHead
 
+# 24 token ids of the toy models (vocabulary of at least 307), for prompts and chains.
+TOY_TOKENS = [1, 42, 267, 7, 300, 3, 150, 258, 259, 99, 2, 17, 64, 128, 200, 11, 5, 280, 33, 306, 0, 75, 76, 77]
+
 
 def assert_stack_equals_python_loop(model: LlamaModel, tokens: list[int]) -> None:
     """The compiled block loop (layer_stack / int8_stack) gives the logits and

@@ -11,9 +11,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from block_helpers import quantized_activations as _activations
+from block_helpers import quantized_matrix as _matrix
 from block_helpers import random_tensor
-from gguf import GGMLQuantizationType
-from gguf.quants import dequantize, quantize
+from model_helpers import TOY_TOKENS as TOKENS
 from model_helpers import assert_stack_equals_python_loop
 
 from specq.specdec import gguf_blocks, int8, int8_codegen
@@ -21,22 +22,6 @@ from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.qkernels import QuantizedMatrix
 
 pytestmark = pytest.mark.skipif(not int8.AVAILABLE, reason="the int8 kernels need AVX2")
-
-
-def _matrix(type_name: str, n_out: int, n_in: int, seed: int = 0) -> tuple[QuantizedMatrix, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((n_out, n_in)) * 0.05).astype(np.float32)
-    raw = np.asarray(quantize(w, GGMLQuantizationType[type_name]), dtype=np.uint8).reshape(n_out, -1)
-    values = dequantize(raw, GGMLQuantizationType[type_name]).reshape(n_out, n_in).astype(np.float32)
-    return QuantizedMatrix.from_gguf_bytes(raw, type_name, (n_out, n_in)), values
-
-
-def _activations(n: int, n_in: int, seed: int = 1) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, n_in)).astype(np.float32)
-    x[:, :3] *= 20  # outliers, as real activations have
-    x[0, 32:64] = 0.0  # an all-zero block: d = 0, q = 0
-    return x
 
 
 SHAPES = [("Q4_1", 96, 64), ("Q4_1", 100, 96), ("Q8_0", 40, 64), ("Q8_0", 13, 128), ("Q4_1", 960, 576)]
@@ -199,6 +184,8 @@ for t, n_out, n_in in [("Q4_1", 96, 64), ("Q8_0", 40, 64)]:
         w = int8.Int8Matrix.from_quantized(_matrix(t, n_out, n_in)[0], split=split)
         print(int8.int8_matmul_t(_activations(5, n_in), w).view(np.uint32).tobytes().hex())
 from specq.specdec import gguf_blocks
+from block_helpers import quantized_activations as _activations
+from block_helpers import quantized_matrix as _matrix
 from block_helpers import random_tensor
 for t in ("Q5_1", "Q6_K"):  # the Q8_M and Q8_H formats' kernels
     for split in (False, True):
@@ -249,9 +236,6 @@ def test_avx2_and_vnni_compute_the_same_bits(tmp_path, toy_model_file):
     assert here.returncode == 0, here.stderr[-2000:]
     assert other.stdout.splitlines()[0] == "avx2" and here.stdout.splitlines()[0] == "vnni"
     assert other.stdout.splitlines()[1:] == here.stdout.splitlines()[1:]
-
-
-TOKENS = [1, 42, 267, 7, 300, 3, 150, 258, 259, 99, 2, 17, 64, 128, 200, 11, 5, 280, 33, 306, 0, 75, 76, 77]
 
 
 @pytest.fixture(scope="module", params=["int8", "int16"])

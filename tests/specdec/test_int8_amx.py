@@ -1,0 +1,112 @@
+"""The int16 products on AMX tiles (int8_amx.py): the bits of the vector kernels they
+stand in for, at every number of rows and output groups, and a model's rounds and
+chains long enough to reach them equal to their rows alone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from block_helpers import quantized_activations as _activations
+from block_helpers import quantized_matrix as _matrix
+from model_helpers import TOY_TOKENS as TOKENS
+
+from specq.specdec import int8
+from specq.specdec.model import LlamaModel, Segment
+
+pytestmark = pytest.mark.skipif(not int8.TILES, reason="this CPU has no AMX tiles (or Linux did not grant them)")
+
+ROWS = [1, 15, 16, 17, 20, 31, 32, 33, 50, 64]
+
+
+def _quantized(n: int, n_in: int, seed: int):
+    q, low, xd, xs = int8.quantized(_activations(n, n_in, seed), True, 1)
+    return q, low, xd, xs
+
+
+@pytest.mark.parametrize("n_out,n_in", [(80, 64), (96, 576), (16, 96)])
+@pytest.mark.parametrize("slices", [1, 2, 3])
+def test_q4_1_tiles_give_the_vector_kernels_bits(n_out, n_in, slices):
+    """80 outputs are 5 groups (a lone group at a slice's end), 16 one: every pairing
+    of groups and of 16-row tiles (1, 15, 16, 17, ... rows) against the vector driver
+    the same arguments go to below TILE_ROWS."""
+    w = int8.Int8Matrix.from_quantized(_matrix("Q4_1", n_out, n_in)[0], split=True)
+    nb = n_in // 32
+    for n in ROWS:
+        q, low, xd, xs = _quantized(n, n_in, seed=n)
+        tiles, vectors = (np.full(n * w.n_padded, np.nan, np.float32) for _ in range(2))
+        int8._tiles_q4_1s(w.quants, w.d, w.m, q, low, xd, xs, tiles, n, nb, n_in, w.n_padded, slices)
+        int8._drive_q4_1s(w.quants, w.d, w.m, q, low, xd, xs, vectors, n, nb, n_in, w.n_padded, slices)
+        np.testing.assert_array_equal(tiles.view(np.uint32), vectors.view(np.uint32), err_msg=f"{n} rows")
+
+
+@pytest.mark.parametrize("n_out,n_in", [(48, 64), (13, 128), (400, 576)])
+@pytest.mark.parametrize("slices", [1, 2])
+def test_q8_0_tiles_give_the_vector_kernels_bits(n_out, n_in, slices):
+    """The Q8_0 tiles multiply the activations as they are; the vector kernels take
+    them shifted by 128 and subtract the weights' sums: the same integers."""
+    w = int8.Int8Matrix.from_quantized(_matrix("Q8_0", n_out, n_in)[0], split=True)
+    nb = n_in // 32
+    for n in ROWS:
+        q, low, xd, _ = _quantized(n, n_in, seed=100 + n)
+        tiles, vectors = (np.full(n * w.n_padded, np.nan, np.float32) for _ in range(2))
+        int8._tiles_q8_0s(w.quants, w.d, w.sums, q, low, xd, tiles, n, nb, n_in, w.n_padded, slices)
+        shifted_q, shifted_low = ((a.view(np.uint8) ^ np.uint8(0x80)).view(np.int8) for a in (q, low))
+        int8._drive_q8_0vs(w.quants, w.d, w.sums, shifted_q, shifted_low, xd, vectors, n, nb, n_in, w.n_padded, slices)
+        np.testing.assert_array_equal(tiles.view(np.uint32), vectors.view(np.uint32), err_msg=f"{n} rows")
+
+
+@pytest.mark.parametrize("type_name", ["Q4_1", "Q8_0"])
+def test_products_from_tile_rows_up_equal_the_integer_reference(type_name):
+    w = int8.Int8Matrix.from_quantized(_matrix(type_name, 64, 96)[0], split=True)
+    x = _activations(int8.TILE_ROWS + 5, 96)
+    got = int8.int8_matmul_t(x, w)
+    np.testing.assert_array_equal(got.view(np.uint32), int8.int8_matmul_t_reference(x, w).view(np.uint32))
+
+
+@pytest.fixture(scope="module")
+def model(toy_model_file):
+    return LlamaModel.load(toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0")).at_precision("int16")
+
+
+def test_rounds_and_chains_on_tiles_equal_their_rows_alone(model):
+    """A round of TILE_ROWS + 2 sequences and a chain of 24 tokens run every product
+    (layers and head) on tiles; each row alone runs on vectors: the same logits."""
+    n = int8.TILE_ROWS + 2
+    prompts = [(TOKENS * 2)[i : i + 3 + i % 4] for i in range(n)]
+
+    def prefilled():
+        caches = [model.new_cache() for _ in prompts]
+        for cache, p in zip(caches, prompts):
+            model.forward([Segment(cache, p[:-1], 0, all_logits=False)])
+        return caches
+
+    together = model.forward([Segment(c, [p[-1]], len(p) - 1) for c, p in zip(prefilled(), prompts)])
+    alone = [model.forward([Segment(c, [p[-1]], len(p) - 1)])[0] for c, p in zip(prefilled(), prompts)]
+    for a, b in zip(together, alone):
+        np.testing.assert_array_equal(a.logits.view(np.uint32), b.logits.view(np.uint32))
+    assert len(TOKENS) >= int8.TILE_ROWS
+    chain = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0].logits
+    cache = model.new_cache()
+    one_by_one = [model.forward([Segment(cache, [t], i)])[0].logits for i, t in enumerate(TOKENS)]
+    np.testing.assert_array_equal(chain.view(np.uint32), np.concatenate(one_by_one).view(np.uint32))
+
+
+def test_without_amx_in_the_cpu_features_no_tile_is_used():
+    """NUMBA_CPU_FEATURES names what numba compiles for (a build for another CPU):
+    without amx-int8 there, the tiles must stay off, whatever this CPU has."""
+    import llvmlite.binding as llvm
+
+    features = ",".join(
+        f"{'+' if on else '-'}{name}"
+        for name, on in llvm.get_host_cpu_features().items()
+        if on and not name.startswith("amx")
+    )
+    env = {**os.environ, "NUMBA_CPU_FEATURES": features, "NUMBA_CPU_NAME": "generic"}
+    code = "from specq.specdec import amx, int8; print(amx.AVAILABLE, int8.TILES, int8.TILE_ROWS > 10**9)"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "True"]
