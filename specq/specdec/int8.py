@@ -105,19 +105,23 @@ if AVAILABLE:
         _drive_q8_hvs = _kernels.q8_hvs_1x2 if _32_REGISTERS else _kernels.q8_hvs_1x1
 LANES = 16 if AVAILABLE and _512 else 8  # outputs side by side in a weight's layout: the kernels' vector lanes
 
-# From this many rows the int16 precision's Q4_1 and Q8_0 products run on AMX tiles
-# where the CPU has them (int8_amx.py; the same bits as the vector kernels). On a
-# Xeon with AMX, against the 512-bit split kernels (products alone, medians of 15):
-# at 16 rows 0.8x-1.1x, at 20 1.1x-1.3x, at 32 1.3x-1.6x (docs/performance.md).
-# Elsewhere the "tile" drivers are the vector ones and the threshold is never met.
+# From this many rows the Q8_0 products (the output head, and its screen's first cut)
+# run on AMX tiles where the CPU has them (int8_amx.py; the same bits as the vector
+# kernels). On a Xeon with AMX, the head (49,152 x 576) against the 512-bit kernels,
+# products alone, medians of 21 pairs in three runs: at 16 and 17 rows 0.92x-1.22x,
+# at 20 1.24x-1.37x (int16 1.24x-1.28x), 24 1.13x-1.36x, 32 1.21x-1.50x, 64
+# 1.12x-1.42x (docs/performance.md). Elsewhere the threshold is never met.
 TILES = AVAILABLE and _512 and amx.AVAILABLE
 TILE_ROWS = 20 if TILES else 1 << 62
 if TILES:
-    from specq.specdec import int8_amx
-
-    _tiles_q4_1s, _tiles_q8_0s = int8_amx.q4_1s_tiles, int8_amx.q8_0s_tiles
+    from specq.specdec.int8_amx import q8_0_tiles as _tiles_q8_0
 elif AVAILABLE:
-    _tiles_q4_1s, _tiles_q8_0s = _drive_q4_1s, _drive_q8_0vs  # never called (TILE_ROWS)
+
+    @njit(nogil=True, cache=True)
+    def _tiles_q8_0(wq, wd, xq, xl, xd, out, n, nb, n_in, n_out, n_slices, split):  # pragma: no cover - compiled
+        """Never called (TILE_ROWS): numba types both sides of the branch that calls
+        int8_amx's, which compiles only for a CPU with AMX."""
+        raise AssertionError("no AMX tiles on this CPU")
 
 
 require = require_integer  # the same check as AVAILABLE, its one-line error kept in precision.py
@@ -407,9 +411,7 @@ if AVAILABLE:
         q, low, xd, xs = qx
         out = np.empty((n, n_out), dtype=np.float32)
         flat, nb = out.reshape(-1), n_in // BLOCK
-        if split and n >= TILE_ROWS:
-            _tiles_q4_1s(quants, d, m, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
-        elif split:
+        if split:
             _drive_q4_1s(quants, d, m, q, low, xd, xs, flat, n, nb, n_in, n_out, n_threads)
         else:
             _drive_q4_1(quants, d, m, q, xd, xs, flat, n, nb, n_in, n_out, n_threads)
@@ -439,8 +441,8 @@ if AVAILABLE:
         q, low, xd, _ = quantized(x, split, n_threads)
         out = np.empty((n, n_out), dtype=np.float32)
         flat, nb = out.reshape(-1), n_in // BLOCK
-        if split and n >= TILE_ROWS:  # tiles multiply signed bytes: not shifted
-            _tiles_q8_0s(quants, d, sums, q, low, xd, flat, n, nb, n_in, n_out, n_threads)
+        if TILES and n >= TILE_ROWS:  # tiles multiply signed bytes: not shifted
+            _tiles_q8_0(quants, d, q, low, xd, flat, n, nb, n_in, n_out, n_threads, split)
             return out
         q, low = _shifted(q, low)
         if split and _VNNI:

@@ -1,18 +1,24 @@
-"""The int16 precision's products of many rows on AMX tiles (amx.py says why).
+"""Q8_0 products of many rows on AMX tiles (amx.py says why): the output head, and
+its screen's first cut (head_screen.py).
 
-The same integers and the same float epilogue as int8_codegen's split kernels, in the
-same order: per 16 rows by 16 outputs, per block of 32 inputs, the tiles sum the
-activations' high and low halves against the block's weights (exact int32, as
-vpdpbusd), the sums are stored, and each row's 16 outputs take, on vectors,
+The same integers and the same float epilogue as int8_codegen's q8_0v (8-bit
+activations) and q8_0vs (int16's halves) kernels, in the same order: per 16 rows by
+16 outputs, per block of 32 inputs, the tiles sum the activations (or each of their
+two halves) against the block's weights, exact int32 as vpdpbusd's, the sums are
+stored, and each row's 16 outputs take, on vectors,
 
-    Q4_1:  acc = fma(float(128 high + low), d_w * d_x, acc);  acc = fma(m_w, s_x, acc)
-    Q8_0:  acc = fma(float(128 high + low), d_w * d_x, acc)
+    acc = fma(float(sum), d_w * d_x, acc)    (int16: sum = 128 high + low)
 
 so a row's bits are the vector kernels', whichever path and whatever rows beside it
 (bitwise row invariance: a lone step on vectors, the same row in a round on tiles).
-The weights are the 16-lane layout of int8.py: a Q8_0 block of 16 outputs is already
-a B tile (8 rows of 4 inputs by 16 outputs); a Q4_1 block is unpacked to one (low
-nibbles are inputs 0-15, high ones 16-31) once per output group, for all row tiles.
+A block of 16 outputs in int8.py's 16-lane layout is already a B tile (8 rows of 4
+inputs by 16 outputs), read where it lies. The tiles multiply signed bytes by signed
+bytes, so the activations are not shifted by 128 and the weights' sums are not used.
+
+Q4_1 on tiles (its 4-bit blocks unpacked to B tiles, with its second fused
+multiply-add for the minimum) measured no faster than the vector kernels at 8 to 128
+rows (0.84x-1.14x): the tiles' stores of two int32 sums per row, output and block,
+and the epilogue's floats, cost what the vector kernels' integer products do.
 """
 
 from __future__ import annotations
@@ -25,34 +31,27 @@ from specq.specdec.vec import (
     broadcast_f32_w,
     combine7_w,
     fma_w,
-    high_nibbles_w,
-    load_bytes_w,
     load_f32_w,
     load_i32_w,
-    low_nibbles_w,
     mul_w,
     prefetch,
-    store_bytes_w,
     store_f32_w,
     to_float_w,
 )
 
 LANES = 16  # outputs a tile column group holds: the 512-bit epilogue's lanes
 
-# Tiles 0 and 1: the activations of two row tiles (one half, high or low, at a time);
+# Tiles 0 and 1: the activations of two row tiles (one half at a time where split);
 # 2 and 3: the weights of two output groups; 4 to 7: the four (row tile, group) sums.
 # Four independent tile products per load: a tile product's latency (about 50 cycles
-# where its throughput is 16) left one chain of them waiting on itself four times
-# out of five. The high halves' sums, then the low halves', go through the same four.
+# where its throughput is 16) left one chain of them waiting on itself most of the
+# time. Split activations' high halves, then their low ones, go through the same four.
 _load_a0, _load_a1, _load_b0, _load_b1 = amx.load(0), amx.load(1), amx.load(2), amx.load(3)
-_ZERO = tuple(amx.zero(t) for t in range(4, 8))
-_zero4, _zero5, _zero6, _zero7 = _ZERO
+_zero4, _zero5, _zero6, _zero7 = (amx.zero(t) for t in range(4, 8))
 _store4, _store5, _store6, _store7 = (amx.store(t) for t in range(4, 8))
-_su = (amx.dot_su(4, 0, 2), amx.dot_su(5, 0, 3), amx.dot_su(6, 1, 2), amx.dot_su(7, 1, 3))
-_ss = (amx.dot_ss(4, 0, 2), amx.dot_ss(5, 0, 3), amx.dot_ss(6, 1, 2), amx.dot_ss(7, 1, 3))
-_su02, _su03, _su12, _su13 = _su
-_ss02, _ss03, _ss12, _ss13 = _ss
-_SUMS = 2 * 4 * 256  # int32s of one block's sums: (high, low) x (row tile, group) x 16 x 16
+_dot02, _dot03, _dot12, _dot13 = amx.dot_ss(4, 0, 2), amx.dot_ss(5, 0, 3), amx.dot_ss(6, 1, 2), amx.dot_ss(7, 1, 3)
+_HALF = 4 * 256  # int32s of one half's sums of a block: (row tile, group) x 16 rows x 16 outputs
+_BLOCK_SUMS = 2 * _HALF
 
 
 @njit(inline="always")
@@ -65,40 +64,21 @@ def _configure(config, rows0, rows1):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
-def _unpack_q4_1(wq, c, nb, b_tiles, at):  # pragma: no cover - compiled
-    """Output group c's Q4_1 blocks as B tiles of nibble values, 512 bytes a block,
-    into b_tiles[at:]."""
-    for b in range(nb):
-        src, dst = (c * nb + b) * 256, at + b * 512
-        for i in range(0, 256, 64):
-            prefetch(wq, src + 2 * nb * 256 + i)  # the next pair of groups' (amx.py: as int8_codegen's)
-            v = load_bytes_w(wq, src + i)
-            store_bytes_w(b_tiles, dst + i, low_nibbles_w(v))
-            store_bytes_w(b_tiles, dst + 256 + i, high_nibbles_w(v))
-
-
-@njit(inline="always")
-def _products(x, x0, x1, n_in, bt, b0, b1, signed):  # pragma: no cover - compiled
-    """One half's (high or low) block products for two row tiles (rows from x0, x1)
-    by two groups (B tiles at b0, b1) into tiles 4 to 7."""
+def _products(x, x0, x1, n_in, wq, b0, b1):  # pragma: no cover - compiled
+    """A block's products for two row tiles (activations x from x0 and x1) by two
+    output groups (weights from b0 and b1) into tiles 4 to 7."""
     _zero4()
     _zero5()
     _zero6()
     _zero7()
     _load_a0(x, x0, n_in)
     _load_a1(x, x1, n_in)
-    _load_b0(bt, b0, 64)
-    _load_b1(bt, b1, 64)
-    if signed:
-        _ss02()
-        _ss03()
-        _ss12()
-        _ss13()
-    else:
-        _su02()
-        _su03()
-        _su12()
-        _su13()
+    _load_b0(wq, b0, 64)
+    _load_b1(wq, b1, 64)
+    _dot02()
+    _dot03()
+    _dot12()
+    _dot13()
 
 
 @njit(inline="always")
@@ -110,30 +90,27 @@ def _store_sums(sums, at):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
-def _epilogue(wd, wm, xd, xs, nb, b, w, r0, i, rows, tile, sums, at, acc, q8):  # pragma: no cover - compiled
-    """Block b's float steps for one (row tile i, group) of its sums at sums[at:]
-    (tile: its place, 2 i + group), for the group's block w of weights; acc [row
-    tile, group, 16, 16]."""
+def _epilogue(wd, xd, nb, b, w, r0, i, rows, tile, sums, at, acc, split):  # pragma: no cover - compiled
+    """Block b's float steps for one (row tile i, group) from its sums at sums[at:]
+    (tile: its place, 2 i + group; split: the low halves' _HALF further), the group's
+    block w of weights; acc [row tile, group, 16 rows, 16 outputs]."""
     dw = load_f32_w(wd, w * 16)
-    mw = load_f32_w(wm, w * 16)
     for r in range(rows):
         k = 256 * tile + 16 * r
-        s = combine7_w(load_i32_w(sums, at + k), load_i32_w(sums, at + 1024 + k))
-        xi = (r0 + 16 * i + r) * nb + b
-        a = fma_w(to_float_w(s), mul_w(dw, broadcast_f32_w(xd, xi)), load_f32_w(acc, k))
-        if not q8:
-            a = fma_w(mw, broadcast_f32_w(xs, xi), a)
-        store_f32_w(acc, k, a)
+        s = load_i32_w(sums, at + k)
+        if split:
+            s = combine7_w(s, load_i32_w(sums, at + _HALF + k))
+        dx = broadcast_f32_w(xd, (r0 + 16 * i + r) * nb + b)
+        store_f32_w(acc, k, fma_w(to_float_w(s), mul_w(dw, dx), load_f32_w(acc, k)))
 
 
 @njit(inline="always")
-def _groups(wq, wd, wm, xq, xl, xd, xs, out, c, c1, n, nb, n_in, n_out, config, bt, sums, acc, q8):  # pragma: no cover
+def _groups(wq, wd, xq, xl, xd, out, c, c1, n, nb, n_in, n_out, config, sums, acc, split):  # pragma: no cover
     """Output groups c and c1 (c1 may be c again: then written once) for every row,
     32 rows (two row tiles) at a time. A block's tile work is interleaved with the
-    previous block's float steps, a quarter of each at a time: run one after the
-    other they took the sum of their times (the tiles' stores and the floats' loads of
-    them do not wait on each other this way, and the window of instructions in
-    flight is too short to overlap a whole block of either)."""
+    previous block's float steps, a quarter at a time: one after the other they took
+    the sum of their times (the window of instructions in flight is too short to
+    overlap a whole block of either)."""
     for r0 in range(0, n, 2 * amx.ROWS):
         rows0 = min(amx.ROWS, n - r0)
         rows1 = min(amx.ROWS, n - r0 - amx.ROWS)
@@ -142,31 +119,30 @@ def _groups(wq, wd, wm, xq, xl, xd, xs, out, c, c1, n, nb, n_in, n_out, config, 
         rows1 = max(rows1, 0)
         acc[:] = 0.0
         for b in range(nb + 1):
-            at, before = (b % 2) * 2048, ((b + 1) % 2) * 2048
-            b0 = (c * nb + b) * 512 if q8 else b * 512
-            b1 = (c1 * nb + b) * 512 if q8 else (nb + b) * 512
+            at, before = (b % 2) * _BLOCK_SUMS, ((b + 1) % 2) * _BLOCK_SUMS
+            b0, b1 = (c * nb + b) * 512, (c1 * nb + b) * 512
             x0, x1 = r0 * n_in + b * 32, second * n_in + b * 32
             w0, w1 = c * nb + b - 1, c1 * nb + b - 1
-            if q8 and b < nb:  # the next pair of groups' weights, read as they are
+            ahead, last = b < nb, b - 1
+            if ahead:  # the next pair of groups' weights, read as they lie (as int8_codegen's)
                 for line in range(0, 512, 64):
                     prefetch(wq, b0 + 2 * nb * 512 + line)
                     prefetch(wq, b1 + 2 * nb * 512 + line)
-            if b < nb:
-                _products(xq, x0, x1, n_in, bt, b0, b1, q8)
+                _products(xq, x0, x1, n_in, wq, b0, b1)
             if b > 0:
-                _epilogue(wd, wm, xd, xs, nb, b - 1, w0, r0, 0, rows0, 0, sums, before, acc, q8)
-            if b < nb:
+                _epilogue(wd, xd, nb, last, w0, r0, 0, rows0, 0, sums, before, acc, split)
+            if ahead:
                 _store_sums(sums, at)
             if b > 0:
-                _epilogue(wd, wm, xd, xs, nb, b - 1, w1, r0, 0, rows0, 1, sums, before, acc, q8)
-            if b < nb:
-                _products(xl, x0, x1, n_in, bt, b0, b1, q8)
+                _epilogue(wd, xd, nb, last, w1, r0, 0, rows0, 1, sums, before, acc, split)
+            if ahead and split:
+                _products(xl, x0, x1, n_in, wq, b0, b1)
             if b > 0:
-                _epilogue(wd, wm, xd, xs, nb, b - 1, w0, r0, 1, rows1, 2, sums, before, acc, q8)
-            if b < nb:
-                _store_sums(sums, at + 1024)
+                _epilogue(wd, xd, nb, last, w0, r0, 1, rows1, 2, sums, before, acc, split)
+            if ahead and split:
+                _store_sums(sums, at + _HALF)
             if b > 0:
-                _epilogue(wd, wm, xd, xs, nb, b - 1, w1, r0, 1, rows1, 3, sums, before, acc, q8)
+                _epilogue(wd, xd, nb, last, w1, r0, 1, rows1, 3, sums, before, acc, split)
         for j in range(2 if c1 != c else 1):
             for i in range(2):
                 for r in range(rows0 if i == 0 else rows1):
@@ -175,52 +151,15 @@ def _groups(wq, wd, wm, xq, xl, xd, xs, out, c, c1, n, nb, n_in, n_out, config, 
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def q4_1s_tiles(wq, wd, wm, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
-    """int8_kernels.q4_1sw_*'s product (same arguments, same bits) on tiles."""
+def q8_0_tiles(wq, wd, xq, xl, xd, out, n, nb, n_in, n_out, n_slices, split):  # pragma: no cover - compiled
+    """x @ w.T into out [n, n_out] for a Q8_0 Int8Matrix's arrays (wq, wd) and the
+    activations quantized, not shifted (xq; split: xq and xl, the halves): the bits
+    of int8_kernels.q8_0vw_* (q8_0vsw_* where split)."""
     groups = n_out // LANES
     for t in prange(n_slices):
         config = np.zeros(64, np.uint8)
-        bt = np.empty(2 * nb * 512, np.uint8)
-        sums, acc = np.empty(2 * _SUMS, np.int32), np.empty(1024, np.float32)
+        sums, acc = np.empty(2 * _BLOCK_SUMS, np.int32), np.empty(4 * 256, np.float32)
         last = (t + 1) * groups // n_slices
         for c in range(t * groups // n_slices, last, 2):
-            c1 = min(c + 1, last - 1)
-            _unpack_q4_1(wq, c, nb, bt, 0)
-            _unpack_q4_1(wq, c1, nb, bt, nb * 512)
-            _groups(wq, wd, wm, xq, xl, xd, xs, out, c, c1, n, nb, n_in, n_out, config, bt, sums, acc, False)
-        amx.release()
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def q8_0s_tiles(wq, wd, ws, xq, xl, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
-    """int8_kernels.q8_0vsw_*'s product on tiles, but for the activations: not
-    shifted (the tiles multiply signed bytes by signed bytes), so the weights' sums
-    ws are not needed (taken for the same arguments)."""
-    groups = n_out // LANES
-    for t in prange(n_slices):
-        config = np.zeros(64, np.uint8)
-        sums, acc = np.empty(2 * _SUMS, np.int32), np.empty(1024, np.float32)
-        last = (t + 1) * groups // n_slices
-        for c in range(t * groups // n_slices, last, 2):
-            _groups(
-                wq,
-                wd,
-                wd,
-                xq,
-                xl,
-                xd,
-                xd,
-                out,
-                c,
-                min(c + 1, last - 1),
-                n,
-                nb,
-                n_in,
-                n_out,
-                config,
-                wq,
-                sums,
-                acc,
-                True,
-            )
+            _groups(wq, wd, xq, xl, xd, out, c, min(c + 1, last - 1), n, nb, n_in, n_out, config, sums, acc, split)
         amx.release()

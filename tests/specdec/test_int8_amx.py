@@ -1,6 +1,6 @@
-"""The int16 products on AMX tiles (int8_amx.py): the bits of the vector kernels they
+"""The Q8_0 products on AMX tiles (int8_amx.py): the bits of the vector kernels they
 stand in for, at every number of rows and output groups, and a model's rounds and
-chains long enough to reach them equal to their rows alone."""
+chains long enough to reach them (its output head) equal to their rows alone."""
 
 from __future__ import annotations
 
@@ -22,46 +22,33 @@ pytestmark = pytest.mark.skipif(not int8.TILES, reason="this CPU has no AMX tile
 ROWS = [1, 15, 16, 17, 20, 31, 32, 33, 50, 64]
 
 
-def _quantized(n: int, n_in: int, seed: int):
-    q, low, xd, xs = int8.quantized(_activations(n, n_in, seed), True, 1)
-    return q, low, xd, xs
-
-
-@pytest.mark.parametrize("n_out,n_in", [(80, 64), (96, 576), (16, 96)])
+@pytest.mark.parametrize("n_out,n_in", [(80, 64), (13, 128), (400, 576)])
 @pytest.mark.parametrize("slices", [1, 2, 3])
-def test_q4_1_tiles_give_the_vector_kernels_bits(n_out, n_in, slices):
-    """80 outputs are 5 groups (a lone group at a slice's end), 16 one: every pairing
+@pytest.mark.parametrize("split", [False, True], ids=["int8", "int16"])
+def test_q8_0_tiles_give_the_vector_kernels_bits(n_out, n_in, slices, split):
+    """80 outputs are 5 groups (a lone group at a slice's end), 13 one: every pairing
     of groups and of 16-row tiles (1, 15, 16, 17, ... rows) against the vector driver
-    the same arguments go to below TILE_ROWS."""
-    w = int8.Int8Matrix.from_quantized(_matrix("Q4_1", n_out, n_in)[0], split=True)
+    the same activations go to below TILE_ROWS. The tiles multiply them as they are;
+    the vector kernels take them shifted by 128 and subtract the weights' sums."""
+    w = int8.Int8Matrix.from_quantized(_matrix("Q8_0", n_out, n_in)[0], split=split)
     nb = n_in // 32
     for n in ROWS:
-        q, low, xd, xs = _quantized(n, n_in, seed=n)
+        q, low, xd, _ = int8.quantized(_activations(n, n_in, seed=n), split, 1)
         tiles, vectors = (np.full(n * w.n_padded, np.nan, np.float32) for _ in range(2))
-        int8._tiles_q4_1s(w.quants, w.d, w.m, q, low, xd, xs, tiles, n, nb, n_in, w.n_padded, slices)
-        int8._drive_q4_1s(w.quants, w.d, w.m, q, low, xd, xs, vectors, n, nb, n_in, w.n_padded, slices)
-        np.testing.assert_array_equal(tiles.view(np.uint32), vectors.view(np.uint32), err_msg=f"{n} rows")
-
-
-@pytest.mark.parametrize("n_out,n_in", [(48, 64), (13, 128), (400, 576)])
-@pytest.mark.parametrize("slices", [1, 2])
-def test_q8_0_tiles_give_the_vector_kernels_bits(n_out, n_in, slices):
-    """The Q8_0 tiles multiply the activations as they are; the vector kernels take
-    them shifted by 128 and subtract the weights' sums: the same integers."""
-    w = int8.Int8Matrix.from_quantized(_matrix("Q8_0", n_out, n_in)[0], split=True)
-    nb = n_in // 32
-    for n in ROWS:
-        q, low, xd, _ = _quantized(n, n_in, seed=100 + n)
-        tiles, vectors = (np.full(n * w.n_padded, np.nan, np.float32) for _ in range(2))
-        int8._tiles_q8_0s(w.quants, w.d, w.sums, q, low, xd, tiles, n, nb, n_in, w.n_padded, slices)
+        int8._tiles_q8_0(w.quants, w.d, q, low, xd, tiles, n, nb, n_in, w.n_padded, slices, split)
         shifted_q, shifted_low = ((a.view(np.uint8) ^ np.uint8(0x80)).view(np.int8) for a in (q, low))
-        int8._drive_q8_0vs(w.quants, w.d, w.sums, shifted_q, shifted_low, xd, vectors, n, nb, n_in, w.n_padded, slices)
+        if split:
+            int8._drive_q8_0vs(
+                w.quants, w.d, w.sums, shifted_q, shifted_low, xd, vectors, n, nb, n_in, w.n_padded, slices
+            )
+        else:
+            int8._drive_q8_0v(w.quants, w.d, w.sums, shifted_q, xd, vectors, n, nb, n_in, w.n_padded, slices)
         np.testing.assert_array_equal(tiles.view(np.uint32), vectors.view(np.uint32), err_msg=f"{n} rows")
 
 
-@pytest.mark.parametrize("type_name", ["Q4_1", "Q8_0"])
-def test_products_from_tile_rows_up_equal_the_integer_reference(type_name):
-    w = int8.Int8Matrix.from_quantized(_matrix(type_name, 64, 96)[0], split=True)
+@pytest.mark.parametrize("split", [False, True], ids=["int8", "int16"])
+def test_products_from_tile_rows_up_equal_the_integer_reference(split):
+    w = int8.Int8Matrix.from_quantized(_matrix("Q8_0", 64, 96)[0], split=split)
     x = _activations(int8.TILE_ROWS + 5, 96)
     got = int8.int8_matmul_t(x, w)
     np.testing.assert_array_equal(got.view(np.uint32), int8.int8_matmul_t_reference(x, w).view(np.uint32))
@@ -73,8 +60,8 @@ def model(toy_model_file):
 
 
 def test_rounds_and_chains_on_tiles_equal_their_rows_alone(model):
-    """A round of TILE_ROWS + 2 sequences and a chain of 24 tokens run every product
-    (layers and head) on tiles; each row alone runs on vectors: the same logits."""
+    """A round of TILE_ROWS + 2 sequences and a chain of 24 tokens run the output head
+    (Q8_0, the embeddings tied) on tiles; each row alone on vectors: the same logits."""
     n = int8.TILE_ROWS + 2
     prompts = [(TOKENS * 2)[i : i + 3 + i % 4] for i in range(n)]
 
