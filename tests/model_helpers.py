@@ -25,6 +25,27 @@ def assert_stack_equals_python_loop(model: LlamaModel, tokens: list[int]) -> Non
     np.testing.assert_array_equal(stacked.hidden.view(np.uint32), looped.hidden.view(np.uint32))
 
 
+def assert_rounds_and_chains_equal_rows_alone(model: LlamaModel, prompts: list[list[int]], chain: list[int]) -> None:
+    """A decode round of every prompt's last token gives each row the logits it gets
+    in a round alone, and a chain of tokens in one forward those it gets token by
+    token, bit for bit (bitwise row invariance, whatever path many rows take)."""
+
+    def prefilled() -> list:
+        caches = [model.new_cache() for _ in prompts]
+        for cache, p in zip(caches, prompts):
+            model.forward([Segment(cache, p[:-1], 0, all_logits=False)])
+        return caches
+
+    together = model.forward([Segment(c, [p[-1]], len(p) - 1) for c, p in zip(prefilled(), prompts)])
+    alone = [model.forward([Segment(c, [p[-1]], len(p) - 1)])[0] for c, p in zip(prefilled(), prompts)]
+    for a, b in zip(together, alone):
+        np.testing.assert_array_equal(a.logits.view(np.uint32), b.logits.view(np.uint32))
+    whole = model.forward([Segment(model.new_cache(), chain, 0)])[0].logits
+    cache = model.new_cache()
+    one_by_one = [model.forward([Segment(cache, [t], i)])[0].logits for i, t in enumerate(chain)]
+    np.testing.assert_array_equal(whole.view(np.uint32), np.concatenate(one_by_one).view(np.uint32))
+
+
 def random_recurrent_head(model, seed: int = 0, scale: float = 0.05, hidden: int = 32) -> RecurrentHead:
     """Random weights (stored as Q8_0, as trained heads are), and a draft vocabulary of
     every other token: drafts outside it are impossible, as with a real head's."""

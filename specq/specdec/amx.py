@@ -99,36 +99,29 @@ def zero(t: int):
     return tile_zero
 
 
-@functools.cache
-def load(t: int):
-    """Tile t from array[i:] (i in elements), its rows `stride` bytes apart."""
-
+def _memory(name: str, t: int):
     @intrinsic
-    def tile_load(typingctx, array, i, stride):  # pragma: no cover - compiled
+    def tile_memory(typingctx, array, i, stride):  # pragma: no cover - compiled
         def codegen(context, builder, sig, args):
             address = _address(context, builder, sig.args[0], args[0], args[1])
-            _call(builder, "llvm.x86.tileloadd64", [ir.Constant(_I8, t), address, args[2]])
+            _call(builder, name, [ir.Constant(_I8, t), address, args[2]])
             return context.get_dummy_value()
 
         return types.none(array, i, stride), codegen
 
-    return tile_load
+    return tile_memory
+
+
+@functools.cache
+def load(t: int):
+    """Tile t from array[i:] (i in elements), its rows `stride` bytes apart."""
+    return _memory("llvm.x86.tileloadd64", t)
 
 
 @functools.cache
 def store(t: int):
     """Tile t into array[i:] (i in elements), its rows `stride` bytes apart."""
-
-    @intrinsic
-    def tile_store(typingctx, array, i, stride):  # pragma: no cover - compiled
-        def codegen(context, builder, sig, args):
-            address = _address(context, builder, sig.args[0], args[0], args[1])
-            _call(builder, "llvm.x86.tilestored64", [ir.Constant(_I8, t), address, args[2]])
-            return context.get_dummy_value()
-
-        return types.none(array, i, stride), codegen
-
-    return tile_store
+    return _memory("llvm.x86.tilestored64", t)
 
 
 @functools.cache

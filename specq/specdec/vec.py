@@ -123,16 +123,6 @@ def _width(lanes: int) -> dict:
         return B(array, i), codegen
 
     @intrinsic
-    def store_bytes(typingctx, array, i, v):  # pragma: no cover - compiled
-        """v into the 4 x lanes bytes at array[i:] (a 1-D int8 or uint8 array)."""
-
-        def codegen(context, builder, sig, args):
-            builder.store(args[2], _pointer(context, builder, sig.args[0], args[0], args[1], bytes_t), align=1)
-            return context.get_dummy_value()
-
-        return types.none(array, i, B), codegen
-
-    @intrinsic
     def broadcast4(typingctx, array, i):  # pragma: no cover - compiled
         """The 4 bytes at array[i:] in each int32 lane (vpbroadcastd)."""
 
@@ -343,7 +333,6 @@ def _width(lanes: int) -> dict:
 
 _PER_WIDTH = (
     "load_bytes",
-    "store_bytes",
     "broadcast4",
     "low_nibbles",
     "high_nibbles",
@@ -371,7 +360,6 @@ _PER_WIDTH = (
 _NARROW, _WIDE = _width(8), _width(16)
 (
     load_bytes,
-    store_bytes,
     broadcast4,
     low_nibbles,
     high_nibbles,
@@ -396,7 +384,6 @@ _NARROW, _WIDE = _width(8), _width(16)
 ) = (_NARROW[k] for k in _PER_WIDTH)
 (
     load_bytes_w,
-    store_bytes_w,
     broadcast4_w,
     low_nibbles_w,
     high_nibbles_w,

@@ -15,7 +15,7 @@ from block_helpers import quantized_activations as _activations
 from block_helpers import quantized_matrix as _matrix
 from block_helpers import random_tensor
 from model_helpers import TOY_TOKENS as TOKENS
-from model_helpers import assert_stack_equals_python_loop
+from model_helpers import assert_rounds_and_chains_equal_rows_alone, assert_stack_equals_python_loop
 
 from specq.specdec import gguf_blocks, int8, int8_codegen
 from specq.specdec.model import LlamaModel, Segment
@@ -281,22 +281,7 @@ def test_rounds_and_chains_from_parallel_rows_up_equal_their_rows_alone(models):
     loop; a row's logits must stay those it gets alone (one thread, below it)."""
     model = models[1]
     n = int8.PARALLEL_ROWS + 1
-    prompts = [TOKENS[: 3 + i] for i in range(n)]
-
-    def prefilled():
-        caches = [model.new_cache() for _ in prompts]
-        for cache, p in zip(caches, prompts):
-            model.forward([Segment(cache, p[:-1], 0, all_logits=False)])
-        return caches
-
-    together = model.forward([Segment(c, [p[-1]], len(p) - 1) for c, p in zip(prefilled(), prompts)])
-    alone = [model.forward([Segment(c, [p[-1]], len(p) - 1)])[0] for c, p in zip(prefilled(), prompts)]
-    for a, b in zip(together, alone):
-        np.testing.assert_array_equal(a.logits.view(np.uint32), b.logits.view(np.uint32))
-    chain = model.forward([Segment(model.new_cache(), TOKENS[: n + 3], 0)])[0].logits
-    cache = model.new_cache()
-    one_by_one = [model.forward([Segment(cache, [t], i)])[0].logits for i, t in enumerate(TOKENS[: n + 3])]
-    np.testing.assert_array_equal(chain.view(np.uint32), np.concatenate(one_by_one).view(np.uint32))
+    assert_rounds_and_chains_equal_rows_alone(model, [TOKENS[: 3 + i] for i in range(n)], TOKENS[: n + 3])
 
 
 def test_the_compiled_block_loop_equals_the_python_loop_at_int8(models):

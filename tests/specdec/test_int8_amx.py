@@ -13,9 +13,10 @@ import pytest
 from block_helpers import quantized_activations as _activations
 from block_helpers import quantized_matrix as _matrix
 from model_helpers import TOY_TOKENS as TOKENS
+from model_helpers import assert_rounds_and_chains_equal_rows_alone
 
 from specq.specdec import int8
-from specq.specdec.model import LlamaModel, Segment
+from specq.specdec.model import LlamaModel
 
 pytestmark = pytest.mark.skipif(not int8.TILES, reason="this CPU has no AMX tiles (or Linux did not grant them)")
 
@@ -63,23 +64,8 @@ def test_rounds_and_chains_on_tiles_equal_their_rows_alone(model):
     """A round of TILE_ROWS + 2 sequences and a chain of 24 tokens run the output head
     (Q8_0, the embeddings tied) on tiles; each row alone on vectors: the same logits."""
     n = int8.TILE_ROWS + 2
-    prompts = [(TOKENS * 2)[i : i + 3 + i % 4] for i in range(n)]
-
-    def prefilled():
-        caches = [model.new_cache() for _ in prompts]
-        for cache, p in zip(caches, prompts):
-            model.forward([Segment(cache, p[:-1], 0, all_logits=False)])
-        return caches
-
-    together = model.forward([Segment(c, [p[-1]], len(p) - 1) for c, p in zip(prefilled(), prompts)])
-    alone = [model.forward([Segment(c, [p[-1]], len(p) - 1)])[0] for c, p in zip(prefilled(), prompts)]
-    for a, b in zip(together, alone):
-        np.testing.assert_array_equal(a.logits.view(np.uint32), b.logits.view(np.uint32))
     assert len(TOKENS) >= int8.TILE_ROWS
-    chain = model.forward([Segment(model.new_cache(), TOKENS, 0)])[0].logits
-    cache = model.new_cache()
-    one_by_one = [model.forward([Segment(cache, [t], i)])[0].logits for i, t in enumerate(TOKENS)]
-    np.testing.assert_array_equal(chain.view(np.uint32), np.concatenate(one_by_one).view(np.uint32))
+    assert_rounds_and_chains_equal_rows_alone(model, [(TOKENS * 2)[i : i + 3 + i % 4] for i in range(n)], TOKENS)
 
 
 def test_without_amx_in_the_cpu_features_no_tile_is_used():
