@@ -1,11 +1,12 @@
 """Intel AMX tiles for numba code: the integer products' many-row path (int8_amx.py).
 
 Why. The int8 kernels' vpdpbusd does 64 multiply-adds an instruction; an AMX tile
-instruction (tdpbssd, tdpbsud) does 16 x 16 x 32 of them, for 16 rows by 16 outputs
-by one block of 32 inputs, in one unit beside the vector ones. With many rows a round
-is bound by those multiply-adds (issue 14), so on CPUs that have AMX (Xeon since
-Sapphire Rapids) the products of many rows run on tiles, and only the float epilogue,
-the same instructions in the same order as int8_codegen's, stays on vectors.
+product (tdpbssd) does 16 x 16 x 32 of them, for 16 rows by 16 outputs by one block
+of 32 inputs, in a unit beside the vector ones. With many rows a round is bound by
+those multiply-adds (issue 14), so on CPUs that have AMX (Xeon since Sapphire Rapids)
+the Q8_0 products of many rows run on tiles, and only the float epilogue, the same
+instructions in the same order as int8_codegen's, stays on vectors (int8_amx.py; it
+also says why the Q4_1 products do not).
 
 A tile register is named by a constant in the instruction, so each function below
 is made for fixed tile numbers (`load(t)`, `dot_ss(c, a, b)`) rather than taking
@@ -51,7 +52,7 @@ AVAILABLE = (
     {"amx-tile", "amx-int8", "avx512f", "avx512bw", "avx512vl"} <= vec.cpu_features() and vec.has_avx2() and _granted()
 )
 
-ROWS, COLUMN_BYTES = 16, 64  # a tile's largest shape
+ROWS = 16  # a tile's most rows (of at most 64 bytes each)
 
 
 def _call(builder, name, args):
@@ -142,11 +143,6 @@ def dot_ss(c: int, a: int, b: int):
     sum over k of A[i, k] B[k / 4, 4 j + k % 4] (B in VNNI layout: 4 inputs of a
     column side by side, as the int8 kernels' 16-lane weights are laid out)."""
     return _dot("ss", c, a, b)
-
-
-def dot_su(c: int, a: int, b: int):
-    """dot_ss with B's bytes unsigned (4-bit weights)."""
-    return _dot("su", c, a, b)
 
 
 @njit(inline="always")
