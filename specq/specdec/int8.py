@@ -108,9 +108,9 @@ LANES = 16 if AVAILABLE and _512 else 8  # outputs side by side in a weight's la
 # From this many rows the Q8_0 products (the output head, and its screen's first cut)
 # run on AMX tiles where the CPU has them (int8_amx.py; the same bits as the vector
 # kernels). On a Xeon with AMX, the head (49,152 x 576) against the 512-bit kernels,
-# products alone, medians of 21 pairs in three runs: at 16 and 17 rows 0.92x-1.22x,
-# at 20 1.24x-1.37x (int16 1.24x-1.28x), 24 1.13x-1.36x, 32 1.21x-1.50x, 64
-# 1.12x-1.42x (docs/performance.md). Elsewhere the threshold is never met.
+# products alone, medians of 21 pairs in two or three runs: at 16 and 17 rows 0.92x to
+# 1.22x; at 20 1.26x-1.37x with 8-bit activations, 0.94x-1.28x with int16's; at 32
+# 1.21x-1.50x; at 64 1.12x-1.42x (docs/performance.md). Elsewhere never reached.
 TILES = AVAILABLE and _512 and amx.AVAILABLE
 TILE_ROWS = 20 if TILES else 1 << 62
 if TILES:
