@@ -132,34 +132,50 @@ def run_bench(
     progress: Callable[[str], None] = lambda _: None,
 ) -> BenchReport:
     """Every configuration, each external tool and, for each of `batch_sizes`, every
-    configuration batched, interleaved within each repetition, on the same prompts;
-    with `row_curve` (row counts), the cost of a forward of that many rows."""
+    configuration batched, on the same prompts, in each repetition: the single-stream
+    ones prompt by prompt (each prompt by all of them in turn), then the batched
+    passes; with `row_curve` (row counts), the cost of a forward of that many rows."""
     if all(c.proposer != BASELINE for c in configs):
         configs = [BenchConfig(BASELINE, 1), *configs]
     engines = {c.proposer: Engine(model, tokenizer, make_proposer(c.proposer), MeasuredCosts()) for c in configs}
-    passes: list[tuple[str, Callable[[], list[Run]]]] = []
+    # Single-stream configurations run a prompt at a time, all of them on one prompt
+    # before the next (`singles`); batched ones take every prompt in one pass
+    # (`wholes`). Labels keep the order in which results are reported.
+    singles: dict[str, Callable[[int], Run]] = {}
+    wholes: dict[str, Callable[[], list[Run]]] = {}
+    labels: list[str] = []
     for config in configs:
         requests = [(spec, to_request(spec, tokenizer, _with_k(defaults, config.k))) for spec in specs]
-        passes.append((config.label, _single_pass(engines[config.proposer], requests)))
+        singles[config.label] = _single(engines[config.proposer], requests)
+        labels.append(config.label)
         for size in batch_sizes:
-            passes.append((_batched(config.label, size), _batched_pass(engines[config.proposer], requests, size)))
+            wholes[_batched(config.label, size)] = _batched_pass(engines[config.proposer], requests, size)
+            labels.append(_batched(config.label, size))
     plain_requests = [(spec, to_request(spec, tokenizer, defaults)) for spec in specs]
     for baseline in baselines:
-        passes.append((baseline.name, _baseline_pass(baseline, plain_requests, tokenizer.end_of_turn_ids)))
+        singles[baseline.name] = _baseline_one(baseline, plain_requests, tokenizer.end_of_turn_ids)
+        labels.append(baseline.name)
         for size in batch_sizes if baseline.batches else ():
-            passes.append(
-                (
-                    _batched(baseline.name, size),
-                    _baseline_batched_pass(baseline, plain_requests, tokenizer.end_of_turn_ids, size),
-                )
-            )
-    runs: dict[str, list[list[Run]]] = {label: [] for label, _ in passes}  # label -> repetition -> runs
+            label = _batched(baseline.name, size)
+            wholes[label] = _baseline_batched_pass(baseline, plain_requests, tokenizer.end_of_turn_ids, size)
+            labels.append(label)
+    runs: dict[str, list[list[Run]]] = {label: [] for label in labels}  # label -> repetition -> runs
+    order = list(singles)
     for rep in range(repeat):
-        for label, run_pass in passes:
-            done = run_pass()
-            runs[label].append(done)
-            tokens = sum(len(r.output_ids) for r in done)
-            progress(f"rep {rep + 1}/{repeat} {label}: {tokens / sum(r.seconds for r in done):.1f} tokens/s")
+        # Every single-stream configuration decodes a prompt right after the others, in
+        # turn reversed from one prompt to the next: the shared machine's slow spells
+        # last seconds to minutes, and when each configuration took all the prompts in
+        # one pass, a spell during plain decoding's pass moved every speedup of that
+        # repetition (plain single stream 132.9 tokens/s in one repetition, 176.0 in
+        # the next, minutes apart). Now a spell weighs on a prompt's configurations alike.
+        done: dict[str, list[Run]] = {label: [] for label in order}
+        for i in range(len(specs)):
+            for label in order if i % 2 == 0 else order[::-1]:
+                done[label].append(singles[label](i))
+        for label in labels:
+            runs[label].append(done[label] if label in singles else wholes[label]())
+            tokens = sum(len(r.output_ids) for r in runs[label][-1])
+            progress(f"rep {rep + 1}/{repeat} {label}: {tokens / sum(r.seconds for r in runs[label][-1]):.1f} tokens/s")
     categories = sorted({s.category or "all" for s in specs})
     if len(categories) > 1:
         categories.append("all")
@@ -209,23 +225,21 @@ def _threads() -> int:
     return numba.get_num_threads()
 
 
-def _single_pass(engine: Engine, requests: list) -> Callable[[], list[Run]]:
-    def run() -> list[Run]:
-        done = []
-        for spec, request in requests:
-            t0 = time.perf_counter()
-            state = engine.run(request)
-            done.append(
-                Run(
-                    spec,
-                    list(state.output_ids),
-                    time.perf_counter() - t0,
-                    state.metrics,
-                    request.sampling.greedy,
-                    state.metrics.prefill_seconds,
-                )
-            )
-        return done
+def _single(engine: Engine, requests: list) -> Callable[[int], Run]:
+    """Decodes request i alone."""
+
+    def run(i: int) -> Run:
+        spec, request = requests[i]
+        t0 = time.perf_counter()
+        state = engine.run(request)
+        return Run(
+            spec,
+            list(state.output_ids),
+            time.perf_counter() - t0,
+            state.metrics,
+            request.sampling.greedy,
+            state.metrics.prefill_seconds,
+        )
 
     return run
 
@@ -243,13 +257,11 @@ def _batched_pass(engine: Engine, requests: list, batch_size: int) -> Callable[[
     return run
 
 
-def _baseline_pass(baseline: TimedBaseline, requests: list, end_ids: frozenset[int]) -> Callable[[], list[Run]]:
-    def run() -> list[Run]:
-        done = []
-        for spec, request in requests:
-            timed = baseline.generate_timed(request.prompt_ids, request.max_tokens, end_ids)
-            done.append(Run(spec, timed.ids, timed.seconds, None, request.sampling.greedy, timed.first_token_seconds))
-        return done
+def _baseline_one(baseline: TimedBaseline, requests: list, end_ids: frozenset[int]) -> Callable[[int], Run]:
+    def run(i: int) -> Run:
+        spec, request = requests[i]
+        timed = baseline.generate_timed(request.prompt_ids, request.max_tokens, end_ids)
+        return Run(spec, timed.ids, timed.seconds, None, request.sampling.greedy, timed.first_token_seconds)
 
     return run
 

@@ -217,6 +217,60 @@ def test_external_tools_run_on_the_same_prompts_and_are_compared_to_plain(toy_mo
     assert "own-engine" in table and "own-engine batch=2" in table and "100%" in table and "decode/s" in table
 
 
+def test_single_stream_configurations_take_each_prompt_in_turn(toy_model_path):
+    """Every single-stream configuration decodes a prompt before any decodes the next
+    (the order reversed from one prompt to the next), so that a slow moment of the
+    machine weighs on a prompt's configurations alike; batched passes stay whole."""
+    from specq.bench import BenchConfig, run_bench
+    from specq.requests.inputs import GenerationDefaults, PromptSpec
+    from specq.specdec.engine import Engine
+    from specq.specdec.loader import load_model_and_tokenizer, make_proposer
+
+    model, tokenizer = load_model_and_tokenizer(toy_model_path)
+    log = []
+
+    class Logged(EngineAsTool):
+        def generate_timed(self, prompt_ids, max_tokens, end_ids):
+            log.append((self.name, tuple(prompt_ids)))
+            return super().generate_timed(prompt_ids, max_tokens, end_ids)
+
+        def generate_many_timed(self, prompts, max_tokens, end_ids, batch_size):
+            log.append((self.name, "batch"))
+            return super().generate_many_timed(prompts, max_tokens, end_ids, batch_size)
+
+    tools = []
+    for name in ("tool-a", "tool-b"):
+        tool = Logged(Engine(model, tokenizer, make_proposer("none", model, tokenizer)))
+        tool.name = name
+        tools.append(tool)
+    specs = [
+        PromptSpec(custom_id=f"p{i}", line=i + 1, prompt=f"the dog {i}", overrides={"max_tokens": 6}) for i in range(3)
+    ]
+    run_bench(
+        model,
+        tokenizer,
+        specs,
+        [BenchConfig("ngram", 2)],
+        lambda name: make_proposer(name, model, tokenizer),
+        defaults=GenerationDefaults(),
+        repeat=1,
+        batch_sizes=[2],
+        baselines=tools,
+    )
+    prompts = list(dict.fromkeys(ids for _, ids in log if ids != "batch"))
+    assert len(prompts) == 3
+    assert log == [
+        ("tool-a", prompts[0]),
+        ("tool-b", prompts[0]),
+        ("tool-b", prompts[1]),
+        ("tool-a", prompts[1]),
+        ("tool-a", prompts[2]),
+        ("tool-b", prompts[2]),
+        ("tool-a", "batch"),
+        ("tool-b", "batch"),
+    ]
+
+
 def test_compare_refuses_unknown_tools_and_names_a_missing_extra(toy_model_path):
     import importlib.util
 
