@@ -175,9 +175,29 @@ class EngineAsTool:
         return [list(s.output_ids) for s in states], time.perf_counter() - t0
 
 
+def _bench_ngram_and_tools(model, tokenizer, specs, tools, repeat):
+    """run_bench of plain decoding and ngram k=2, single stream and 2 at a time, beside
+    the stand-in tools."""
+    from specq.bench import BenchConfig, run_bench
+    from specq.requests.inputs import GenerationDefaults
+    from specq.specdec.loader import make_proposer
+
+    return run_bench(
+        model,
+        tokenizer,
+        specs,
+        [BenchConfig("ngram", 2)],
+        lambda name: make_proposer(name, model, tokenizer),
+        defaults=GenerationDefaults(),
+        repeat=repeat,
+        batch_sizes=[2],
+        baselines=tools,
+    )
+
+
 def test_external_tools_run_on_the_same_prompts_and_are_compared_to_plain(toy_model_path):
-    from specq.bench import BenchConfig, format_table, run_bench
-    from specq.requests.inputs import GenerationDefaults, PromptSpec
+    from specq.bench import format_table
+    from specq.requests.inputs import PromptSpec
     from specq.specdec.engine import Engine
     from specq.specdec.loader import load_model_and_tokenizer, make_proposer
 
@@ -187,17 +207,7 @@ def test_external_tools_run_on_the_same_prompts_and_are_compared_to_plain(toy_mo
         for i in range(3)
     ]
     tool = EngineAsTool(Engine(model, tokenizer, make_proposer("none", model, tokenizer)))
-    report = run_bench(
-        model,
-        tokenizer,
-        specs,
-        [BenchConfig("ngram", 2)],
-        lambda name: make_proposer(name, model, tokenizer),
-        defaults=GenerationDefaults(),
-        repeat=2,
-        batch_sizes=[2],
-        baselines=[tool],
-    )
+    report = _bench_ngram_and_tools(model, tokenizer, specs, [tool], repeat=2)
     assert tool.calls == 6 and tool.batch_sizes == [2, 2]  # every prompt, every repetition, and batched
     row = next(r for r in report.results if r.config == "own-engine")
     assert row.identical == 1.0 and row.exact is None and row.tau is None and row.requests == 3
@@ -221,8 +231,7 @@ def test_single_stream_configurations_take_each_prompt_in_turn(toy_model_path):
     """Every single-stream configuration decodes a prompt before any decodes the next
     (the order reversed from one prompt to the next), so that a slow moment of the
     machine weighs on a prompt's configurations alike; batched passes stay whole."""
-    from specq.bench import BenchConfig, run_bench
-    from specq.requests.inputs import GenerationDefaults, PromptSpec
+    from specq.requests.inputs import PromptSpec
     from specq.specdec.engine import Engine
     from specq.specdec.loader import load_model_and_tokenizer, make_proposer
 
@@ -246,17 +255,7 @@ def test_single_stream_configurations_take_each_prompt_in_turn(toy_model_path):
     specs = [
         PromptSpec(custom_id=f"p{i}", line=i + 1, prompt=f"the dog {i}", overrides={"max_tokens": 6}) for i in range(3)
     ]
-    run_bench(
-        model,
-        tokenizer,
-        specs,
-        [BenchConfig("ngram", 2)],
-        lambda name: make_proposer(name, model, tokenizer),
-        defaults=GenerationDefaults(),
-        repeat=1,
-        batch_sizes=[2],
-        baselines=tools,
-    )
+    _bench_ngram_and_tools(model, tokenizer, specs, tools, repeat=1)
     prompts = list(dict.fromkeys(ids for _, ids in log if ids != "batch"))
     assert len(prompts) == 3
     assert log == [
