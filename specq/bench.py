@@ -172,6 +172,9 @@ def run_bench(
         for i in range(len(specs)):
             for label in order if i % 2 == 0 else order[::-1]:
                 done[label].append(singles[label](i))
+            # A line a prompt: the configurations' figures come once all have been
+            # decoded, minutes later with a slow --compare tool.
+            progress(f"rep {rep + 1}/{repeat} prompt {i + 1}/{len(specs)}: every single-stream configuration done")
         for label in labels:
             runs[label].append(done[label] if label in singles else wholes[label]())
             tokens = sum(len(r.output_ids) for r in runs[label][-1])

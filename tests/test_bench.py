@@ -175,7 +175,7 @@ class EngineAsTool:
         return [list(s.output_ids) for s in states], time.perf_counter() - t0
 
 
-def _bench_ngram_and_tools(model, tokenizer, specs, tools, repeat):
+def _bench_ngram_and_tools(model, tokenizer, specs, tools, repeat, progress=lambda _: None):
     """run_bench of plain decoding and ngram k=2, single stream and 2 at a time, beside
     the stand-in tools."""
     from specq.bench import BenchConfig, run_bench
@@ -192,6 +192,7 @@ def _bench_ngram_and_tools(model, tokenizer, specs, tools, repeat):
         repeat=repeat,
         batch_sizes=[2],
         baselines=tools,
+        progress=progress,
     )
 
 
@@ -255,7 +256,10 @@ def test_single_stream_configurations_take_each_prompt_in_turn(toy_model_path):
     specs = [
         PromptSpec(custom_id=f"p{i}", line=i + 1, prompt=f"the dog {i}", overrides={"max_tokens": 6}) for i in range(3)
     ]
-    _bench_ngram_and_tools(model, tokenizer, specs, tools, repeat=1)
+    said = []
+    _bench_ngram_and_tools(model, tokenizer, specs, tools, repeat=1, progress=said.append)
+    # Each prompt says it is done before any configuration's figure is given.
+    assert [m.split(":")[0] for m in said[:3]] == [f"rep 1/1 prompt {i}/3" for i in (1, 2, 3)]
     prompts = list(dict.fromkeys(ids for _, ids in log if ids != "batch"))
     assert len(prompts) == 3
     assert log == [
