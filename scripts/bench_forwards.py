@@ -9,6 +9,7 @@ times the two codes back to back and the ratio is the median of those pairs.
     python scripts/bench_forwards.py --against 8344c64 --context 500 --trials 21
     python scripts/bench_forwards.py --model toy.gguf --context 8 --trials 1   # this code alone, a smoke run
     python scripts/bench_forwards.py --greedy      # greedy forwards (the screened head) beside the whole head
+    python scripts/bench_forwards.py --precisions int16,int8   # this checkout at two precisions
 
 The other commit's `specq` package is exported (git archive) into a directory of
 the temporary folder as a package named `specq_against`, kept there so that numba's
@@ -22,6 +23,9 @@ from 12 head rows the screened output head, specq/specdec/head_screen.py), and s
 are the other commit's where its Segment has argmax_only; without --against, they
 are timed beside this checkout's whole head. Greedy forwards must give each row the
 same largest logit (argmax) as the others.
+
+With --precisions, this checkout runs at each of two precisions, side by side; their
+logits differ by design, and the script says at how many rows their argmax agrees.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from specq.specdec.loader import default_model_path
 
 # (rows of each sequence, sequences): a step, a verification, decode rounds, and a
 # prompt's piece of 64 rows after the context (a chunked prefill's forward).
-CASES = [(1, 1), (5, 1), (1, 8), (1, 32), (64, 1)]
+CASES = [(1, 1), (5, 1), (1, 8), (1, 32), (1, 64), (64, 1)]
 PACKAGE = "specq_against"
 
 
@@ -88,11 +92,11 @@ def exported(rev: str):
     return importlib.import_module(f"{PACKAGE}.specdec.model")
 
 
-def setups(module, path: str, context: int, greedy: bool = False):
-    """The model at int16 and, per case, a fresh copy of its prefilled caches' contents
-    for each trial (caches_for) and the segments that time it (a greedy request's
-    with `greedy`, where the module's Segment knows argmax_only)."""
-    model = module.LlamaModel.load(path, "int16")
+def setups(module, path: str, context: int, greedy: bool = False, precision: str = "int16"):
+    """The model at `precision` and, per case, a fresh copy of its prefilled caches'
+    contents for each trial (caches_for) and the segments that time it (a greedy
+    request's with `greedy`, where the module's Segment knows argmax_only)."""
+    model = module.LlamaModel.load(path, precision)
     most = max(s for _, s in CASES)
     caches = [model.new_cache(context + max(r for r, _ in CASES)) for _ in range(most)]
     for cache in caches:
@@ -118,9 +122,13 @@ def main() -> None:
     parser.add_argument(
         "--greedy", action="store_true", help="greedy forwards (the screened head); alone, beside the whole head"
     )
+    parser.add_argument("--precisions", default=None, help="two precisions of this checkout, side by side: A,B")
     args = parser.parse_args()
     if args.context < 1 or args.trials < 1:
         parser.error("--context and --trials must be at least 1")
+    precisions = args.precisions.split(",") if args.precisions else []
+    if args.precisions and (len(precisions) != 2 or len(set(precisions)) != 2 or args.against or args.greedy):
+        parser.error("--precisions takes two different precisions, A,B, and neither --against nor --greedy")
     path = args.model or default_model_path()
     modules = {"now": this_model}
     runs = {}
@@ -129,9 +137,12 @@ def main() -> None:
             modules = {"against": exported(args.against), "now": this_model}
         elif args.greedy:
             modules = {"whole": this_model, "greedy": this_model}
+        elif precisions:
+            modules = {p: this_model for p in precisions}
         for name, module in modules.items():
             try:
-                runs[name] = setups(module, path, args.context, greedy=args.greedy and name != "whole")
+                precision = name if precisions else "int16"
+                runs[name] = setups(module, path, args.context, args.greedy and name != "whole", precision)
             except (AttributeError, TypeError) as exc:  # a commit whose model module has another API
                 if name == "now":
                     raise
@@ -150,9 +161,12 @@ def main() -> None:
 
     for case in CASES:  # compile, warm up, and compare the bits (greedy: each row's argmax)
         logits = [timed(name, case)[1] for name in runs]
-        if args.greedy:
+        if args.greedy or precisions:
             logits = [lg.argmax(axis=1) for lg in logits]
-        if not args.allow_different_bits and not all(np.array_equal(lg, logits[0]) for lg in logits):
+        if precisions:
+            agree = int((logits[0] == logits[1]).sum())
+            print(f"{case[0]} row(s) x {case[1]} sequence(s): argmax agrees at {agree} of {len(logits[0])} rows")
+        elif not args.allow_different_bits and not all(np.array_equal(lg, logits[0]) for lg in logits):
             raise SystemExit(f"{case[0]} row(s) x {case[1]} sequence(s): the two codes' logits differ")
     times = {(name, case): [] for name in runs for case in CASES}
     for _ in range(args.trials):
