@@ -16,14 +16,17 @@ from specq.specdec.vec import (  # noqa: F401 - each kernel family uses its own
 
 
 @njit(inline='always')
-def _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros()
         p = load_bytes(wq, w0 * 128 + 0)
@@ -61,15 +64,18 @@ def _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros()
@@ -127,16 +133,19 @@ def _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -214,20 +223,23 @@ def _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q4_1_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros()
         s10 = nibble_zeros()
@@ -288,7 +300,7 @@ def _q4_1_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
@@ -296,14 +308,17 @@ def _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros()
@@ -393,7 +408,7 @@ def _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
@@ -403,14 +418,17 @@ def _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -537,20 +555,21 @@ def q4_1_2x3(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # prag
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q4_1_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
@@ -564,28 +583,32 @@ def q4_1_1x3(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # prag
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 1 and g == 3:
-                    _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_0_1_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_1_1(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -627,16 +650,19 @@ def _q8_0_1_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
 
 
 @njit(inline='always')
-def _q8_0_1_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_1_2(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -699,17 +725,20 @@ def _q8_0_1_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
 
 
 @njit(inline='always')
-def _q8_0_1_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_1_3(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -793,22 +822,25 @@ def _q8_0_1_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
 
 
 @njit(inline='always')
-def _q8_0_2_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_2_1(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -878,7 +910,7 @@ def _q8_0_2_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
 
 
 @njit(inline='always')
-def _q8_0_2_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_2_2(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
@@ -886,16 +918,19 @@ def _q8_0_2_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -997,7 +1032,7 @@ def _q8_0_2_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
 
 
 @njit(inline='always')
-def _q8_0_2_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_2_3(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
@@ -1007,16 +1042,19 @@ def _q8_0_2_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1158,37 +1196,41 @@ def q8_0_2x3(wq, wd, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no c
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q8_0_2_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0_2_3(wq, wd, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q8_0_2_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0_2_2(wq, wd, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_0_2_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0_2_1(wq, wd, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_0_1_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0_1_3(wq, wd, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_0_1_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0_1_2(wq, wd, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0_1_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0_1_1(wq, wd, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_0_1_4(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0_1_4(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     a03 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1301,31 +1343,35 @@ def q8_0_1x4(wq, wd, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no c
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 3) // 4
             while r0 < n:
                 g = min(4, n - r0)
                 if step == 1 and g == 4:
-                    _q8_0_1_4(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0_1_4(wq, wd, xq, xd, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_0_1_3(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0_1_3(wq, wd, xq, xd, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_0_1_2(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0_1_2(wq, wd, xq, xd, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0_1_1(wq, wd, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0_1_1(wq, wd, xq, xd, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_0v_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_1_1(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -1361,17 +1407,20 @@ def _q8_0v_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
 
 
 @njit(inline='always')
-def _q8_0v_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_1_2(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -1429,18 +1478,21 @@ def _q8_0v_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
 
 
 @njit(inline='always')
-def _q8_0v_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_1_3(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1520,24 +1572,27 @@ def _q8_0v_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
 
 
 @njit(inline='always')
-def _q8_0v_2_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_2_1(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(ws, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(ws, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -1595,7 +1650,7 @@ def _q8_0v_2_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
 
 
 @njit(inline='always')
-def _q8_0v_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_2_2(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
@@ -1603,18 +1658,21 @@ def _q8_0v_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(ws, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(ws, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -1706,7 +1764,7 @@ def _q8_0v_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
 
 
 @njit(inline='always')
-def _q8_0v_2_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_2_3(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
@@ -1716,18 +1774,21 @@ def _q8_0v_2_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no c
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(ws, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(ws, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1861,38 +1922,42 @@ def q8_0v_2x3(wq, wd, ws, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma:
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q8_0v_2_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0v_2_3(wq, wd, ws, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q8_0v_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0v_2_2(wq, wd, ws, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_0v_2_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0v_2_1(wq, wd, ws, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_0v_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0v_1_3(wq, wd, ws, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_0v_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0v_1_2(wq, wd, ws, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0v_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0v_1_1(wq, wd, ws, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_0v_1_4(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0v_1_4(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     a03 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -2002,31 +2067,35 @@ def q8_0v_1x4(wq, wd, ws, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma:
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 3) // 4
             while r0 < n:
                 g = min(4, n - r0)
                 if step == 1 and g == 4:
-                    _q8_0v_1_4(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0v_1_4(wq, wd, ws, xq, xd, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_0v_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0v_1_3(wq, wd, ws, xq, xd, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_0v_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0v_1_2(wq, wd, ws, xq, xd, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0v_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0v_1_1(wq, wd, ws, xq, xd, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q4_1w_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1w_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros_w()
         p = load_bytes_w(wq, w0 * 256 + 0)
@@ -2064,17 +2133,20 @@ def _q4_1w_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
 
 
 @njit(inline='always')
-def _q4_1w_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1w_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros_w()
@@ -2132,18 +2204,21 @@ def _q4_1w_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
 
 
 @njit(inline='always')
-def _q4_1w_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1w_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a02 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -2221,24 +2296,27 @@ def _q4_1w_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
 
 
 @njit(inline='always')
-def _q4_1w_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1w_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a10 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros_w()
         s10 = nibble_zeros_w()
@@ -2299,7 +2377,7 @@ def _q4_1w_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
 
 
 @njit(inline='always')
-def _q4_1w_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1w_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a10 = zeros_f32_w()
@@ -2307,18 +2385,21 @@ def _q4_1w_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros_w()
@@ -2408,7 +2489,7 @@ def _q4_1w_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
 
 
 @njit(inline='always')
-def _q4_1w_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1w_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a02 = zeros_f32_w()
@@ -2418,18 +2499,21 @@ def _q4_1w_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -2556,39 +2640,43 @@ def q4_1w_2x3(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # pra
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q4_1w_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1w_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q4_1w_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1w_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q4_1w_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1w_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q4_1w_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1w_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q4_1w_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1w_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q4_1w_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1w_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_0vw_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vw_1_1(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         q0 = load_bytes_w(wq, w0 * 512 + 0)
@@ -2624,21 +2712,24 @@ def _q8_0vw_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
 
 
 @njit(inline='always')
-def _q8_0vw_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vw_1_2(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -2696,22 +2787,25 @@ def _q8_0vw_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
 
 
 @njit(inline='always')
-def _q8_0vw_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vw_1_3(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a02 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -2791,32 +2885,35 @@ def _q8_0vw_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
 
 
 @njit(inline='always')
-def _q8_0vw_2_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vw_2_1(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a10 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(ws, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s10 = zeros_i32_w()
@@ -2874,7 +2971,7 @@ def _q8_0vw_2_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
 
 
 @njit(inline='always')
-def _q8_0vw_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vw_2_2(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a10 = zeros_f32_w()
@@ -2882,26 +2979,29 @@ def _q8_0vw_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(ws, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -2993,7 +3093,7 @@ def _q8_0vw_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
 
 
 @njit(inline='always')
-def _q8_0vw_2_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vw_2_3(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a02 = zeros_f32_w()
@@ -3003,26 +3103,29 @@ def _q8_0vw_2_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out):  # pragma: no 
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(ws, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -3156,33 +3259,37 @@ def q8_0vw_2x3(wq, wd, ws, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q8_0vw_2_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vw_2_3(wq, wd, ws, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q8_0vw_2_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vw_2_2(wq, wd, ws, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_0vw_2_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vw_2_1(wq, wd, ws, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_0vw_1_3(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vw_1_3(wq, wd, ws, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_0vw_1_2(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vw_1_2(wq, wd, ws, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0vw_1_1(wq, wd, ws, xq, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vw_1_1(wq, wd, ws, xq, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q4_1s_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1s_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros()
         t00 = nibble_zeros()
@@ -3233,15 +3340,18 @@ def _q4_1s_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
 
 
 @njit(inline='always')
-def _q4_1s_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1s_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros()
@@ -3325,20 +3435,23 @@ def _q4_1s_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
 
 
 @njit(inline='always')
-def _q4_1s_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1s_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros()
         s10 = nibble_zeros()
@@ -3417,7 +3530,7 @@ def _q4_1s_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
 
 
 @njit(inline='always')
-def _q4_1s_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1s_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
@@ -3425,14 +3538,17 @@ def _q4_1s_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 128 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 128 + 64)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 64)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros()
@@ -3566,16 +3682,17 @@ def q4_1s_2x2(wq, wd, wm, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slices):  #
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 2 and g == 2:
-                    _q4_1s_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1s_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q4_1s_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1s_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q4_1s_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1s_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q4_1s_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1s_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
@@ -3589,27 +3706,31 @@ def q4_1s_1x2(wq, wd, wm, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slices):  #
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 1 and g == 2:
-                    _q4_1s_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1s_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q4_1s_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1s_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_0vs_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vs_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         t00 = zeros_i32()
@@ -3664,17 +3785,20 @@ def _q8_0vs_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma:
 
 
 @njit(inline='always')
-def _q8_0vs_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vs_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -3770,24 +3894,27 @@ def _q8_0vs_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma:
 
 
 @njit(inline='always')
-def _q8_0vs_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vs_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(ws, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(ws, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -3875,7 +4002,7 @@ def _q8_0vs_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma:
 
 
 @njit(inline='always')
-def _q8_0vs_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vs_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
@@ -3883,18 +4010,21 @@ def _q8_0vs_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma:
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(ws, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(ws, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -4054,16 +4184,17 @@ def q8_0vs_2x2(wq, wd, ws, xq, xl, xd, out, n, nb, n_in, n_out, n_slices):  # pr
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 2 and g == 2:
-                    _q8_0vs_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vs_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_0vs_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vs_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_0vs_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vs_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0vs_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vs_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
@@ -4077,27 +4208,31 @@ def q8_0vs_1x2(wq, wd, ws, xq, xl, xd, out, n, nb, n_in, n_out, n_slices):  # pr
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 1 and g == 2:
-                    _q8_0vs_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vs_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0vs_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vs_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q4_1sw_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1sw_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros_w()
         t00 = nibble_zeros_w()
@@ -4148,17 +4283,20 @@ def _q4_1sw_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q4_1sw_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1sw_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros_w()
@@ -4242,18 +4380,21 @@ def _q4_1sw_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q4_1sw_1_3(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1sw_1_3(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a02 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -4370,24 +4511,27 @@ def _q4_1sw_1_3(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q4_1sw_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1sw_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a10 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros_w()
         s10 = nibble_zeros_w()
@@ -4466,7 +4610,7 @@ def _q4_1sw_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q4_1sw_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1sw_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a10 = zeros_f32_w()
@@ -4474,18 +4618,21 @@ def _q4_1sw_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros_w()
@@ -4611,7 +4758,7 @@ def _q4_1sw_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q4_1sw_2_3(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q4_1sw_2_3(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a02 = zeros_f32_w()
@@ -4621,18 +4768,21 @@ def _q4_1sw_2_3(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -4813,39 +4963,43 @@ def q4_1sw_2x3(wq, wd, wm, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slices):  
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q4_1sw_2_3(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1sw_2_3(wq, wd, wm, xq, xl, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q4_1sw_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1sw_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q4_1sw_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1sw_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q4_1sw_1_3(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1sw_1_3(wq, wd, wm, xq, xl, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q4_1sw_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1sw_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q4_1sw_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q4_1sw_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_0vsw_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vsw_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         t00 = zeros_i32_w()
@@ -4900,21 +5054,24 @@ def _q8_0vsw_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma
 
 
 @njit(inline='always')
-def _q8_0vsw_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vsw_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -5010,22 +5167,25 @@ def _q8_0vsw_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma
 
 
 @njit(inline='always')
-def _q8_0vsw_1_3(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vsw_1_3(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a02 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -5162,32 +5322,35 @@ def _q8_0vsw_1_3(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma
 
 
 @njit(inline='always')
-def _q8_0vsw_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vsw_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a10 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(ws, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s10 = zeros_i32_w()
@@ -5275,7 +5438,7 @@ def _q8_0vsw_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma
 
 
 @njit(inline='always')
-def _q8_0vsw_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vsw_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a10 = zeros_f32_w()
@@ -5283,26 +5446,29 @@ def _q8_0vsw_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(ws, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -5454,7 +5620,7 @@ def _q8_0vsw_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma
 
 
 @njit(inline='always')
-def _q8_0vsw_2_3(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0vsw_2_3(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a02 = zeros_f32_w()
@@ -5464,26 +5630,29 @@ def _q8_0vsw_2_3(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out):  # pragma
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(ws, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -5707,35 +5876,39 @@ def q8_0vsw_2x3(wq, wd, ws, xq, xl, xd, out, n, nb, n_in, n_out, n_slices):  # p
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q8_0vsw_2_3(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vsw_2_3(wq, wd, ws, xq, xl, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q8_0vsw_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vsw_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_0vsw_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vsw_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_0vsw_1_3(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vsw_1_3(wq, wd, ws, xq, xl, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_0vsw_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vsw_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0vsw_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0vsw_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_m_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_m_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -5780,17 +5953,20 @@ def _q8_m_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q8_m_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_m_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -5858,18 +6034,21 @@ def _q8_m_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q8_m_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_m_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -5960,24 +6139,27 @@ def _q8_m_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q8_m_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_m_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -6052,7 +6234,7 @@ def _q8_m_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q8_m_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_m_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
@@ -6060,18 +6242,21 @@ def _q8_m_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -6181,7 +6366,7 @@ def _q8_m_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q8_m_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_m_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
@@ -6191,18 +6376,21 @@ def _q8_m_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -6355,38 +6543,42 @@ def q8_m_2x3(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # prag
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q8_m_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_m_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q8_m_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_m_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_m_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_m_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_m_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_m_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_m_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_m_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_m_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_m_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_m_1_4(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_m_1_4(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     a03 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -6508,32 +6700,36 @@ def q8_m_1x4(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # prag
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 3) // 4
             while r0 < n:
                 g = min(4, n - r0)
                 if step == 1 and g == 4:
-                    _q8_m_1_4(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_m_1_4(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_m_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_m_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_m_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_m_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_m_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_m_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_mv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -6572,18 +6768,21 @@ def _q8_mv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
 
 
 @njit(inline='always')
-def _q8_mv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -6646,19 +6845,22 @@ def _q8_mv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
 
 
 @njit(inline='always')
-def _q8_mv_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mv_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -6745,26 +6947,29 @@ def _q8_mv_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
 
 
 @njit(inline='always')
-def _q8_mv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
-        prefetch(ws, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(ws, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -6827,7 +7032,7 @@ def _q8_mv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
 
 
 @njit(inline='always')
-def _q8_mv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
@@ -6835,20 +7040,23 @@ def _q8_mv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
-        prefetch(ws, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(ws, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -6948,7 +7156,7 @@ def _q8_mv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
 
 
 @njit(inline='always')
-def _q8_mv_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mv_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
@@ -6958,20 +7166,23 @@ def _q8_mv_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
-        prefetch(ws, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(ws, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -7116,39 +7327,43 @@ def q8_mv_2x3(wq, wd, wm, ws, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  #
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q8_mv_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mv_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q8_mv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_mv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_mv_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mv_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_mv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_mv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_mv_1_4(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mv_1_4(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     a03 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -7267,36 +7482,40 @@ def q8_mv_1x4(wq, wd, wm, ws, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  #
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 3) // 4
             while r0 < n:
                 g = min(4, n - r0)
                 if step == 1 and g == 4:
-                    _q8_mv_1_4(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mv_1_4(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_mv_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mv_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_mv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_mv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 4, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_mvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         q0 = load_bytes_w(wq, w0 * 512 + 0)
@@ -7335,22 +7554,25 @@ def _q8_mvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q8_mvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -7413,23 +7635,26 @@ def _q8_mvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q8_mvw_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvw_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a02 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -7516,34 +7741,37 @@ def _q8_mvw_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q8_mvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a10 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
-        prefetch(ws, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s10 = zeros_i32_w()
@@ -7606,7 +7834,7 @@ def _q8_mvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q8_mvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a10 = zeros_f32_w()
@@ -7614,28 +7842,31 @@ def _q8_mvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
-        prefetch(ws, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -7735,7 +7966,7 @@ def _q8_mvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q8_mvw_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvw_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a02 = zeros_f32_w()
@@ -7745,28 +7976,31 @@ def _q8_mvw_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
-        prefetch(ws, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -7911,36 +8145,40 @@ def q8_mvw_2x3(wq, wd, wm, ws, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 2 and g == 3:
-                    _q8_mvw_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvw_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 2:
-                    _q8_mvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_mvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 3:
-                    _q8_mvw_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvw_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_mvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_mvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_mvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         t00 = zeros_i32()
@@ -7998,18 +8236,21 @@ def _q8_mvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  #
 
 
 @njit(inline='always')
-def _q8_mvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -8110,26 +8351,29 @@ def _q8_mvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  #
 
 
 @njit(inline='always')
-def _q8_mvs_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvs_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
-        prefetch(ws, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(ws, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -8222,7 +8466,7 @@ def _q8_mvs_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  #
 
 
 @njit(inline='always')
-def _q8_mvs_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvs_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
@@ -8230,20 +8474,23 @@ def _q8_mvs_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  #
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w1 + 3 * nb) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
-        prefetch(ws, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(ws, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -8411,16 +8658,17 @@ def q8_mvs_2x2(wq, wd, wm, ws, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slices
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 2 and g == 2:
-                    _q8_mvs_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvs_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_mvs_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvs_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_mvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_mvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
@@ -8434,32 +8682,36 @@ def q8_mvs_1x2(wq, wd, wm, ws, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slices
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 1 and g == 2:
-                    _q8_mvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_mvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_mvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         t00 = zeros_i32_w()
@@ -8517,22 +8769,25 @@ def _q8_mvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  
 
 
 @njit(inline='always')
-def _q8_mvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -8633,34 +8888,37 @@ def _q8_mvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  
 
 
 @njit(inline='always')
-def _q8_mvsw_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvsw_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a10 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
-        prefetch(ws, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s10 = zeros_i32_w()
@@ -8753,7 +9011,7 @@ def _q8_mvsw_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  
 
 
 @njit(inline='always')
-def _q8_mvsw_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mvsw_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a10 = zeros_f32_w()
@@ -8761,28 +9019,31 @@ def _q8_mvsw_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w0 + 3 * nb) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, (w0 + 3 * nb) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, (w1 + 3 * nb) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
-        prefetch(ws, (w1 + 3 * nb) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 3 * nb + shift) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 3 * nb + shift) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, (w1 + 3 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -8950,32 +9211,36 @@ def q8_mvsw_2x2(wq, wd, wm, ws, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slice
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 2 and g == 2:
-                    _q8_mvsw_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvsw_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_mvsw_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvsw_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_mvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_mvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_h_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_h_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -9023,18 +9288,21 @@ def _q8_h_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q8_h_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_h_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -9107,26 +9375,29 @@ def _q8_h_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q8_h_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_h_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w1 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w1 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -9207,7 +9478,7 @@ def _q8_h_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
 
 
 @njit(inline='always')
-def _q8_h_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_h_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
@@ -9215,20 +9486,23 @@ def _q8_h_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: n
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w1 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w1 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -9356,16 +9630,17 @@ def q8_h_2x2(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # prag
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 2 and g == 2:
-                    _q8_h_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_h_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_h_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_h_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_h_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_h_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_h_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_h_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
@@ -9379,30 +9654,34 @@ def q8_h_1x2(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # prag
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 1 and g == 2:
-                    _q8_h_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_h_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_h_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_h_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_hv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -9446,20 +9725,23 @@ def _q8_hv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
 
 
 @njit(inline='always')
-def _q8_hv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -9530,30 +9812,33 @@ def _q8_hv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
 
 
 @njit(inline='always')
-def _q8_hv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a10 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w1 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w1 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
-        prefetch(ws, ((w1 + 3 * nb) * 2 + 0) * 8)
-        prefetch(ws, ((w1 + 3 * nb) * 2 + 1) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -9626,7 +9911,7 @@ def _q8_hv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
 
 
 @njit(inline='always')
-def _q8_hv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a10 = zeros_f32()
@@ -9634,24 +9919,27 @@ def _q8_hv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # prag
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w1 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w1 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w1 + 3 * nb) * 8)
-        prefetch(ws, ((w1 + 3 * nb) * 2 + 0) * 8)
-        prefetch(ws, ((w1 + 3 * nb) * 2 + 1) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -9775,16 +10063,17 @@ def q8_hv_2x2(wq, wd, wm, ws, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  #
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 2 and g == 2:
-                    _q8_hv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_hv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_hv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_hv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
@@ -9798,34 +10087,38 @@ def q8_hv_1x2(wq, wd, wm, ws, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  #
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 1 and g == 2:
-                    _q8_hv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_hv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_hvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 16)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 16)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s00_1 = zeros_i32_w()
@@ -9869,24 +10162,27 @@ def _q8_hvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q8_hvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 16)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 16)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -9957,38 +10253,41 @@ def _q8_hvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q8_hvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a10 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 16)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 16)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, ((w1 + 3 * nb) * 2 + 0) * 16)
-        prefetch(wd, ((w1 + 3 * nb) * 2 + 1) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
-        prefetch(ws, ((w1 + 3 * nb) * 2 + 0) * 16)
-        prefetch(ws, ((w1 + 3 * nb) * 2 + 1) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s00_1 = zeros_i32_w()
@@ -10061,7 +10360,7 @@ def _q8_hvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
 
 
 @njit(inline='always')
-def _q8_hvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     a10 = zeros_f32_w()
@@ -10069,32 +10368,35 @@ def _q8_hvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out):  # pra
     for b in range(nb):
         w0 = (c + 0) * nb + b
         w1 = (c + 1) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 16)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 16)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 16)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w1 + 3 * nb) * 512 + 448)
-        prefetch(wd, ((w1 + 3 * nb) * 2 + 0) * 16)
-        prefetch(wd, ((w1 + 3 * nb) * 2 + 1) * 16)
-        prefetch(wm, (w1 + 3 * nb) * 16)
-        prefetch(ws, ((w1 + 3 * nb) * 2 + 0) * 16)
-        prefetch(ws, ((w1 + 3 * nb) * 2 + 1) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -10218,34 +10520,38 @@ def q8_hvw_2x2(wq, wd, wm, ws, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  
         while c < last:
             step = 2 if c + 2 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 2 and g == 2:
-                    _q8_hvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 2 and g == 1:
-                    _q8_hvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_hvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_hvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_hvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -10311,20 +10617,23 @@ def _q8_hvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  #
 
 
 @njit(inline='always')
-def _q8_hvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -10447,12 +10756,13 @@ def q8_hvs_1x2(wq, wd, wm, ws, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slices
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 1 and g == 2:
-                    _q8_hvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_hvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
@@ -10466,32 +10776,36 @@ def q8_hvs_1x1(wq, wd, wm, ws, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slices
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 0) // 1
             while r0 < n:
                 g = min(1, n - r0)
                 if step == 1 and g == 1:
-                    _q8_hvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 1, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_hvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 16)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 16)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s00_1 = zeros_i32_w()
@@ -10557,24 +10871,27 @@ def _q8_hvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  
 
 
 @njit(inline='always')
-def _q8_hvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32_w()
     a01 = zeros_f32_w()
     for b in range(nb):
         w0 = (c + 0) * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 512 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 192)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 256)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 320)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 384)
-        prefetch(wq, (w0 + 3 * nb) * 512 + 448)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 16)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 16)
-        prefetch(wm, (w0 + 3 * nb) * 16)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 0) * 16)
-        prefetch(ws, ((w0 + 3 * nb) * 2 + 1) * 16)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -10697,26 +11014,30 @@ def q8_hvsw_1x2(wq, wd, wm, ws, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slice
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 1 and g == 2:
-                    _q8_hvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_hvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_0i_1_1(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0i_1_1(wq, wd, xw, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -10767,16 +11088,19 @@ def _q8_0i_1_1(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover
 
 
 @njit(inline='always')
-def _q8_0i_1_2(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0i_1_2(wq, wd, xw, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -10857,17 +11181,20 @@ def _q8_0i_1_2(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover
 
 
 @njit(inline='always')
-def _q8_0i_1_3(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_0i_1_3(wq, wd, xw, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -10986,29 +11313,33 @@ def q8_0i_1x3(wq, wd, xw, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no 
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 1 and g == 3:
-                    _q8_0i_1_3(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0i_1_3(wq, wd, xw, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_0i_1_2(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0i_1_2(wq, wd, xw, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_0i_1_1(wq, wd, xw, xd, out, c, r0, nb, n_in, n_out)
+                    _q8_0i_1_1(wq, wd, xw, xd, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_mi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -11062,17 +11393,20 @@ def _q8_mi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
 
 
 @njit(inline='always')
-def _q8_mi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -11158,18 +11492,21 @@ def _q8_mi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
 
 
 @njit(inline='always')
-def _q8_mi_1_3(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_mi_1_3(wq, wd, wm, xw, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     a02 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, (w0 + 3 * nb) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -11295,30 +11632,34 @@ def q8_mi_1x3(wq, wd, wm, xw, xd, xs, out, n, nb, n_in, n_out, n_slices):  # pra
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 2) // 3
             while r0 < n:
                 g = min(3, n - r0)
                 if step == 1 and g == 3:
-                    _q8_mi_1_3(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mi_1_3(wq, wd, wm, xw, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 2:
-                    _q8_mi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_mi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_mi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, r0 // 3, laps, nb, n_in, n_out)
                 r0 += g
             c += step
 
 
 @njit(inline='always')
-def _q8_hi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -11376,18 +11717,21 @@ def _q8_hi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: 
 
 
 @njit(inline='always')
-def _q8_hi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out):  # pragma: no cover - compiled
+def _q8_hi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma: no cover - compiled
     a00 = zeros_f32()
     a01 = zeros_f32()
     for b in range(nb):
         w0 = c * nb + b
-        prefetch(wq, (w0 + 3 * nb) * 256 + 0)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 64)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 128)
-        prefetch(wq, (w0 + 3 * nb) * 256 + 192)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 0) * 8)
-        prefetch(wd, ((w0 + 3 * nb) * 2 + 1) * 8)
-        prefetch(wm, (w0 + 3 * nb) * 8)
+        visit = lap * nb + b
+        if visit % laps == 0:
+            shift = visit // laps - b
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 3 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -11488,11 +11832,12 @@ def q8_hi_1x2(wq, wd, wm, xw, xd, xs, out, n, nb, n_in, n_out, n_slices):  # pra
         while c < last:
             step = 1 if c + 1 <= last else 1
             r0 = 0
+            laps = (n + 1) // 2
             while r0 < n:
                 g = min(2, n - r0)
                 if step == 1 and g == 2:
-                    _q8_hi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 elif step == 1 and g == 1:
-                    _q8_hi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, nb, n_in, n_out)
+                    _q8_hi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, r0 // 2, laps, nb, n_in, n_out)
                 r0 += g
             c += step

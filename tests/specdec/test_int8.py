@@ -155,9 +155,32 @@ def test_every_micro_kernel_asks_ahead_for_each_weight_array_it_reads():
         loads = "\n".join(line for line in body.splitlines() if "prefetch(" not in line)
         read = {a for a in ("wq", "wd", "wm", "ws") if f"({a}, " in loads}
         ahead = str(int8_codegen.PREFETCH_GROUPS)
-        asked = set(re.findall(r"prefetch\((\w+), \(*w\d \+ " + ahead + r" \* nb\)", body))
+        asked = set(re.findall(r"prefetch\((\w+), \(*w\d \+ " + ahead + r" \* nb \+ shift\)", body))
         assert read and read <= set(args.split(", ")), name
         assert asked == read, f"{name} reads {sorted(read)} but asks ahead for {sorted(asked)}"
+
+
+def test_passes_over_a_group_share_asking_for_every_block_of_the_one_ahead():
+    """With more rows than a micro-kernel's, the driver passes over the same groups
+    several times (laps); each asks for a share of the group ahead's blocks. Run as
+    Python, a kernel's asking lines must ask for every block exactly once over the
+    laps, whatever their number: a block never asked for comes from memory when its
+    group's turn comes."""
+    import re
+
+    source = int8_codegen.generate()
+    assert "laps = (n + 2) // 3" in source and "r0 // 3, laps" in source  # the drivers pass them
+    for name, body in re.findall(r"def (_\w+_\d_\d)\(.*?\):.*?\n(.*?)(?=\n\n\n|\Z)", source, re.S):
+        lines = body.splitlines()
+        at = next(i for i, line in enumerate(lines) if "visit = " in line)
+        asking = "\n".join(line[8:] for line in lines[at : at + 3])  # visit, its test, the block's shift
+        code = compile(asking + "\n    asked.append(b + shift)", name, "exec")
+        for nb, laps in [(18, 1), (18, 2), (18, 3), (48, 11), (5, 7)]:
+            asked = []
+            for lap in range(laps):
+                for b in range(nb):
+                    exec(code, {"lap": lap, "laps": laps, "nb": nb, "b": b, "asked": asked})
+            assert sorted(asked) == list(range(nb)), (name, nb, laps)
 
 
 def test_asking_for_lines_past_an_array_changes_nothing_and_never_faults():
