@@ -323,14 +323,28 @@ def test_bench_forwards_on_a_toy(q4_model):
     out = ok(run_script("bench_forwards.py", "--model", q4_model, "--context", "8", "--trials", "1"))
     timed = r"now ([\d.]+) ms \(([\d.]+)x its 1 row\)"
     lines = re.findall(r"^context 8, (\d+) row\(s\) x (\d+) sequence\(s\): " + timed + "$", out, re.M)
-    assert [(int(r), int(s)) for r, s, *_ in lines] == [(1, 1), (5, 1), (1, 8), (1, 32), (64, 1)], out
+    cases = [(1, 1), (5, 1), (1, 8), (1, 32), (1, 64), (64, 1)]
+    assert [(int(r), int(s)) for r, s, *_ in lines] == cases, out
     assert all(float(ms) > 0 for *_, ms, _ in lines) and float(lines[0][3]) == 1.0, out
     out = ok(run_script("bench_forwards.py", "--model", q4_model, "--context", "8", "--trials", "1", "--greedy"))
     paired = r"whole [\d.]+ ms \([\d.]+x its 1 row\), greedy [\d.]+ ms \([\d.]+x its 1 row\), "
     paired += r"whole / greedy [\d.]+ \(median of pairs\)"
     lines = re.findall(r"^context 8, (\d+) row\(s\) x (\d+) sequence\(s\): " + paired + "$", out, re.M)
-    assert [(int(r), int(s)) for r, s in lines] == [(1, 1), (5, 1), (1, 8), (1, 32), (64, 1)], out
+    assert [(int(r), int(s)) for r, s in lines] == cases, out
+    out = ok(
+        run_script(
+            "bench_forwards.py", "--model", q4_model, "--context", "8", "--trials", "1", "--precisions", "int16,int8"
+        )
+    )
+    agree = re.findall(r"^(\d+) row\(s\) x (\d+) sequence\(s\): argmax agrees at (\d+) of (\d+) rows$", out, re.M)
+    assert [(int(r), int(s)) for r, s, *_ in agree] == cases, out
+    assert all(int(n) == int(r) * int(s) and int(a) <= int(n) for r, s, a, n in agree), out
+    paired = r"int16 [\d.]+ ms \([\d.]+x its 1 row\), int8 [\d.]+ ms \([\d.]+x its 1 row\), int16 / int8 [\d.]+ "
+    assert len(re.findall(r"^context 8, .*: " + paired + r"\(median of pairs\)$", out, re.M)) == len(cases), out
     for bad, named in (
+        (("--precisions", "int16"), "--precisions"),
+        (("--precisions", "int16,int16"), "--precisions"),
+        (("--precisions", "int16,int8", "--greedy"), "--precisions"),
         (("--against", "no-such-commit"), "not a commit"),
         (("--context", "0"), "--context"),
         (("--model", "/nonexistent.gguf"), "not found"),
