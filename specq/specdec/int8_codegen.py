@@ -63,12 +63,14 @@ _SIGNATURES = {
     "q8_0i": "void(int8[::1], float32[::1], int16[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)",
 }
 # How far ahead a micro-kernel asks for its weights (vec.prefetch), in output groups:
-# a group's blocks lie end to end (nb blocks), so block b of group c + 3 is about 14
+# a group's blocks lie end to end (nb blocks), so block b of group c + 4 is about 18
 # KB ahead in a layer of the default model (at 16 lanes; half that at 8). With the
 # weights in memory, the layers' products of 1 row took 1.2x to 1.5x less time than
-# without, of 5 rows 1.4x; four groups ahead about the same, one or two, or into L1,
-# slower at one row (docs/performance.md, on a Zen 4; not tuned at 8 lanes).
-PREFETCH_GROUPS = 3
+# without, of 5 rows 1.4x; on a Zen 4 three and four groups ahead about the same,
+# one or two, or into L1, slower at one row; on a Xeon (AMX) four made a lone step
+# 1.047x and 1.054x faster than three in two runs, rounds of 5 to 64 rows the same
+# (docs/performance.md; not tuned at 8 lanes).
+PREFETCH_GROUPS = 4
 SPLIT_BLOCKINGS = ((2, 2), (1, 2))  # twice the integer sums in registers: fewer rows at a time
 # Nibble weights on AVX2 without VNNI: one by three rows measured 1.1x to 1.2x one by
 # four from 4 rows up (an AMD EPYC, znver3: 106 against 89 G multiply-adds/s at 32

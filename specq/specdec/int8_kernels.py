@@ -23,10 +23,10 @@ def _q4_1_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros()
         p = load_bytes(wq, w0 * 128 + 0)
@@ -72,10 +72,10 @@ def _q4_1_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros()
@@ -142,10 +142,10 @@ def _q4_1_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -232,14 +232,14 @@ def _q4_1_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros()
         s10 = nibble_zeros()
@@ -311,14 +311,14 @@ def _q4_1_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros()
@@ -421,14 +421,14 @@ def _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -604,11 +604,11 @@ def _q8_0_1_1(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -658,11 +658,11 @@ def _q8_0_1_2(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -734,11 +734,11 @@ def _q8_0_1_3(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -831,16 +831,16 @@ def _q8_0_2_1(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -921,16 +921,16 @@ def _q8_0_2_2(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -1045,16 +1045,16 @@ def _q8_0_2_3(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1226,11 +1226,11 @@ def _q8_0_1_4(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1366,12 +1366,12 @@ def _q8_0v_1_1(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # p
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -1415,12 +1415,12 @@ def _q8_0v_1_2(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # p
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -1487,12 +1487,12 @@ def _q8_0v_1_3(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # p
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1581,18 +1581,18 @@ def _q8_0v_2_1(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # p
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(ws, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(ws, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -1661,18 +1661,18 @@ def _q8_0v_2_2(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # p
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(ws, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(ws, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -1777,18 +1777,18 @@ def _q8_0v_2_3(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # p
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(ws, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(ws, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -1952,12 +1952,12 @@ def _q8_0v_1_4(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # p
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -2090,12 +2090,12 @@ def _q4_1w_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out): 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros_w()
         p = load_bytes_w(wq, w0 * 256 + 0)
@@ -2141,12 +2141,12 @@ def _q4_1w_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out): 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros_w()
@@ -2213,12 +2213,12 @@ def _q4_1w_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out): 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -2305,18 +2305,18 @@ def _q4_1w_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out): 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros_w()
         s10 = nibble_zeros_w()
@@ -2388,18 +2388,18 @@ def _q4_1w_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out): 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros_w()
@@ -2502,18 +2502,18 @@ def _q4_1w_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out): 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -2667,16 +2667,16 @@ def _q8_0vw_1_1(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         q0 = load_bytes_w(wq, w0 * 512 + 0)
@@ -2720,16 +2720,16 @@ def _q8_0vw_1_2(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -2796,16 +2796,16 @@ def _q8_0vw_1_3(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -2894,26 +2894,26 @@ def _q8_0vw_2_1(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s10 = zeros_i32_w()
@@ -2982,26 +2982,26 @@ def _q8_0vw_2_2(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -3106,26 +3106,26 @@ def _q8_0vw_2_3(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -3286,10 +3286,10 @@ def _q4_1s_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros()
         t00 = nibble_zeros()
@@ -3348,10 +3348,10 @@ def _q4_1s_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros()
@@ -3444,14 +3444,14 @@ def _q4_1s_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros()
         s10 = nibble_zeros()
@@ -3541,14 +3541,14 @@ def _q4_1s_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 128 + 64)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 128 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 128 + 64)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros()
@@ -3725,12 +3725,12 @@ def _q8_0vs_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         t00 = zeros_i32()
@@ -3793,12 +3793,12 @@ def _q8_0vs_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -3903,18 +3903,18 @@ def _q8_0vs_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(ws, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(ws, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -4013,18 +4013,18 @@ def _q8_0vs_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(ws, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(ws, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -4227,12 +4227,12 @@ def _q4_1sw_1_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros_w()
         t00 = nibble_zeros_w()
@@ -4291,12 +4291,12 @@ def _q4_1sw_1_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros_w()
@@ -4389,12 +4389,12 @@ def _q4_1sw_1_3(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -4520,18 +4520,18 @@ def _q4_1sw_2_1(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = nibble_zeros_w()
         s10 = nibble_zeros_w()
@@ -4621,18 +4621,18 @@ def _q4_1sw_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = nibble_zeros_w()
@@ -4771,18 +4771,18 @@ def _q4_1sw_2_3(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -4990,16 +4990,16 @@ def _q8_0vsw_1_1(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out)
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         t00 = zeros_i32_w()
@@ -5062,16 +5062,16 @@ def _q8_0vsw_1_2(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out)
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -5176,16 +5176,16 @@ def _q8_0vsw_1_3(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out)
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -5331,26 +5331,26 @@ def _q8_0vsw_2_1(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out)
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s10 = zeros_i32_w()
@@ -5449,26 +5449,26 @@ def _q8_0vsw_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out)
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -5633,26 +5633,26 @@ def _q8_0vsw_2_3(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out)
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -5903,12 +5903,12 @@ def _q8_m_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -5961,12 +5961,12 @@ def _q8_m_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -6043,12 +6043,12 @@ def _q8_m_1_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -6148,18 +6148,18 @@ def _q8_m_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -6245,18 +6245,18 @@ def _q8_m_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -6379,18 +6379,18 @@ def _q8_m_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -6573,12 +6573,12 @@ def _q8_m_1_4(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -6723,13 +6723,13 @@ def _q8_mv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         q0 = load_bytes(wq, w0 * 256 + 0)
@@ -6776,13 +6776,13 @@ def _q8_mv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -6854,13 +6854,13 @@ def _q8_mv_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -6956,20 +6956,20 @@ def _q8_mv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
-            prefetch(ws, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
+            prefetch(ws, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -7043,20 +7043,20 @@ def _q8_mv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
-            prefetch(ws, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
+            prefetch(ws, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -7169,20 +7169,20 @@ def _q8_mv_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
-            prefetch(ws, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
+            prefetch(ws, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -7357,13 +7357,13 @@ def _q8_mv_1_4(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -7505,17 +7505,17 @@ def _q8_mvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         q0 = load_bytes_w(wq, w0 * 512 + 0)
@@ -7562,17 +7562,17 @@ def _q8_mvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -7644,17 +7644,17 @@ def _q8_mvw_1_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -7750,28 +7750,28 @@ def _q8_mvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s10 = zeros_i32_w()
@@ -7845,28 +7845,28 @@ def _q8_mvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -7979,28 +7979,28 @@ def _q8_mvw_2_3(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         x2 = (r0 + 2) * n_in + b * 32
@@ -8172,13 +8172,13 @@ def _q8_mvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in,
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         t00 = zeros_i32()
@@ -8244,13 +8244,13 @@ def _q8_mvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in,
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -8360,20 +8360,20 @@ def _q8_mvs_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in,
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
-            prefetch(ws, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
+            prefetch(ws, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s10 = zeros_i32()
@@ -8477,20 +8477,20 @@ def _q8_mvs_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in,
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w1 + 3 * nb + shift) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
-            prefetch(ws, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w1 + 4 * nb + shift) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
+            prefetch(ws, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -8701,17 +8701,17 @@ def _q8_mvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         t00 = zeros_i32_w()
@@ -8777,17 +8777,17 @@ def _q8_mvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -8897,28 +8897,28 @@ def _q8_mvsw_2_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s10 = zeros_i32_w()
@@ -9022,28 +9022,28 @@ def _q8_mvsw_2_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w0 + 3 * nb + shift) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, (w0 + 3 * nb + shift) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, (w1 + 3 * nb + shift) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, (w1 + 3 * nb + shift) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w0 + 4 * nb + shift) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, (w0 + 4 * nb + shift) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, (w1 + 4 * nb + shift) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, (w1 + 4 * nb + shift) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -9234,13 +9234,13 @@ def _q8_h_1_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -9296,13 +9296,13 @@ def _q8_h_1_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -9384,20 +9384,20 @@ def _q8_h_2_1(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w1 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w1 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -9489,20 +9489,20 @@ def _q8_h_2_2(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w1 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w1 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -9673,15 +9673,15 @@ def _q8_hv_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -9733,15 +9733,15 @@ def _q8_hv_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -9821,24 +9821,24 @@ def _q8_hv_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
-            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w1 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w1 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
+            prefetch(ws, ((w1 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w1 + 4 * nb + shift) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -9922,24 +9922,24 @@ def _q8_hv_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w1 + 3 * nb + shift) * 8)
-            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w1 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w1 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w1 + 4 * nb + shift) * 8)
+            prefetch(ws, ((w1 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w1 + 4 * nb + shift) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -10106,19 +10106,19 @@ def _q8_hvw_1_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s00_1 = zeros_i32_w()
@@ -10170,19 +10170,19 @@ def _q8_hvw_1_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -10262,32 +10262,32 @@ def _q8_hvw_2_1(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 1) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 1) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w1 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w1 + 4 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, ((w1 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w1 + 4 * nb + shift) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s00_1 = zeros_i32_w()
@@ -10371,32 +10371,32 @@ def _q8_hvw_2_2(wq, wd, wm, ws, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_o
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w1 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(wd, ((w1 + 3 * nb + shift) * 2 + 1) * 16)
-            prefetch(wm, (w1 + 3 * nb + shift) * 16)
-            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(ws, ((w1 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 1) * 16)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w1 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w1 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w1 + 4 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w1 + 4 * nb + shift) * 16)
+            prefetch(ws, ((w1 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w1 + 4 * nb + shift) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -10543,15 +10543,15 @@ def _q8_hvs_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in,
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32()
         s00_1 = zeros_i32()
@@ -10625,15 +10625,15 @@ def _q8_hvs_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in,
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32()
@@ -10793,19 +10793,19 @@ def _q8_hvsw_1_1(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         s00 = zeros_i32_w()
         s00_1 = zeros_i32_w()
@@ -10879,19 +10879,19 @@ def _q8_hvsw_1_2(wq, wd, wm, ws, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 192)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 256)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 320)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 384)
-            prefetch(wq, (w0 + 3 * nb + shift) * 512 + 448)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
-            prefetch(wm, (w0 + 3 * nb + shift) * 16)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 0) * 16)
-            prefetch(ws, ((w0 + 3 * nb + shift) * 2 + 1) * 16)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 192)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 256)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 320)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 384)
+            prefetch(wq, (w0 + 4 * nb + shift) * 512 + 448)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 16)
+            prefetch(wm, (w0 + 4 * nb + shift) * 16)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 0) * 16)
+            prefetch(ws, ((w0 + 4 * nb + shift) * 2 + 1) * 16)
         x0 = (r0 + 0) * n_in + b * 32
         x1 = (r0 + 1) * n_in + b * 32
         s00 = zeros_i32_w()
@@ -11033,11 +11033,11 @@ def _q8_0i_1_1(wq, wd, xw, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragm
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -11096,11 +11096,11 @@ def _q8_0i_1_2(wq, wd, xw, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragm
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -11190,11 +11190,11 @@ def _q8_0i_1_3(wq, wd, xw, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragm
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -11334,12 +11334,12 @@ def _q8_mi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out): 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -11401,12 +11401,12 @@ def _q8_mi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out): 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -11501,12 +11501,12 @@ def _q8_mi_1_3(wq, wd, wm, xw, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out): 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, (w0 + 3 * nb + shift) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, (w0 + 4 * nb + shift) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -11653,13 +11653,13 @@ def _q8_hi_1_1(wq, wd, wm, xw, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out): 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
@@ -11725,13 +11725,13 @@ def _q8_hi_1_2(wq, wd, wm, xw, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out): 
         visit = lap * nb + b
         if visit % laps == 0:
             shift = visit // laps - b
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 0)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 64)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 128)
-            prefetch(wq, (w0 + 3 * nb + shift) * 256 + 192)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 0) * 8)
-            prefetch(wd, ((w0 + 3 * nb + shift) * 2 + 1) * 8)
-            prefetch(wm, (w0 + 3 * nb + shift) * 8)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 0)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 64)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 128)
+            prefetch(wq, (w0 + 4 * nb + shift) * 256 + 192)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 0) * 8)
+            prefetch(wd, ((w0 + 4 * nb + shift) * 2 + 1) * 8)
+            prefetch(wm, (w0 + 4 * nb + shift) * 8)
         x0 = (r0 + 0) * n_in + b * 32
         s0_0 = zeros_i32()
         t0_0 = zeros_i32()
