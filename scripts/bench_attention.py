@@ -1,7 +1,8 @@
 """Attention alone (block_ops.attend_many over every layer) for S sequences of one row
 each (or of --rows R, a verification chain's causal rows), their contexts spread over
 a block of positions (c to c + 7, so that rows end anywhere in a block, as in decode
-rounds), at int16's float16 cache; with --against,
+rounds), at int16's cache (float16 keys and 8-bit values; float16 values before
+2026-12-05, whose block_ops --against cannot take this cache); with --against,
 another copy of block_ops (an earlier commit's) interleaved in the same process, its
 outputs checked bit for bit against this one's.
 

@@ -1,6 +1,7 @@
 """Whole forwards at an integer precision with each KV cache type, interleaved in one
 process (the machine is shared: only ratios taken side by side mean anything):
-float32, float16 (int16's cache) and 8-bit (int8's), model.KV_TYPES.
+float32, float16, float16 keys with 8-bit values (float16+int8) and 8-bit (int8's),
+model.KV_TYPES.
 
     python scripts/bench_kv_cache.py --precision int16 --context 200
     python scripts/bench_kv_cache.py --precision int8 --context 500 --caches float16,int8
@@ -38,7 +39,13 @@ from specq.specdec.loader import default_model_path
 from specq.specdec.model import KVCache, LlamaModel, Segment
 
 CASES = [(1, 1), (5, 1), (1, 8), (1, 32)]  # (rows of each sequence, sequences)
-DTYPES = {"float32": np.float32, "float16": np.float16, "int8": np.int8}
+# (keys, values); float16+int8: float16 keys with 8-bit values
+DTYPES = {
+    "float32": np.float32,
+    "float16": np.float16,
+    "float16+int8": (np.float16, np.int8),
+    "int8": np.int8,
+}
 
 
 def with_float32_caches(model: LlamaModel) -> LlamaModel:

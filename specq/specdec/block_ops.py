@@ -181,7 +181,7 @@ def _scores(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - 
     where it stopped."""
     hd, stride = q.shape[2], keys.shape[1]
     flat = keys.reshape(-1)
-    scales = hd * KEY_BLOCK + KEY_SCALES  # in a block, an 8-bit cache's key scales (bytes)
+    scales = _scale_offset(flat, hd, KEY_SCALES)  # in a block, 8-bit keys' scales
     query = q[r, h]  # read through broadcast_f32: numba's own indexing adds checks to every read
     t0 = 0
     while t0 + 8 * KEY_BLOCK <= end:
@@ -239,7 +239,7 @@ def _scores3(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover -
     Asks for the next task's keys as _scores does."""
     hd, stride = q.shape[2], keys.shape[1]
     flat = keys.reshape(-1)
-    scales = hd * KEY_BLOCK + KEY_SCALES
+    scales = _scale_offset(flat, hd, KEY_SCALES)
     q0, q1, q2 = q[r, h], q[r, h + 1], q[r, h + 2]
     t0 = 0
     while t0 + 4 * KEY_BLOCK <= end:
@@ -313,13 +313,15 @@ def _key_scaled(sums, flat, at):  # pragma: no cover - compiled
 
 @njit(inline="always")
 def _value_scaled(kept, group, slots, first, start, m, keys, hd):  # pragma: no cover - compiled
-    """An 8-bit cache's weights kept[g, t] times the value scale of slot slots[t].
-    Over the cache before the segment (slots first + t there), eight at a time with
-    one load of a block's scales when `first` starts a block; the rest one at a
-    time; one multiply a weight either way."""
+    """8-bit values' weights kept[g, t] times the value scale of slot slots[t] (the
+    scales sit in the blocks of keys, _scale_offset). Over the cache before the
+    segment (slots first + t there), eight at a time with one load of a block's
+    scales when `first` starts a block; the rest one at a time; one multiply a
+    weight either way."""
     stride = keys.shape[1]
     flat = keys.reshape(-1)
-    scales = hd * KEY_BLOCK + VALUE_SCALES  # in a block, the value scales (bytes)
+    scales = _scale_offset(flat, hd, VALUE_SCALES)
+    per_scale = 4 // flat.itemsize  # elements of the keys' type a float32 scale takes
     for g in range(group):
         weights = kept[g]
         t = 0
@@ -329,7 +331,7 @@ def _value_scaled(kept, group, slots, first, start, m, keys, hd):  # pragma: no 
             t += KEY_BLOCK
         for t in range(t, m):
             slot = slots[t]
-            weights[t] *= vec.load_scale(flat, (slot // KEY_BLOCK) * stride + scales + 4 * (slot % KEY_BLOCK))
+            weights[t] *= vec.load_scale(flat, (slot // KEY_BLOCK) * stride + scales + per_scale * (slot % KEY_BLOCK))
 
 
 @njit(inline="always")
@@ -484,15 +486,24 @@ def _chunks(n_tasks):  # pragma: no cover - compiled
 
 
 # Keys are stored in blocks of KEY_BLOCK positions, dimension-major (model.KVCache):
-# one layer's [Hkv, capacity / KEY_BLOCK, rows * KEY_BLOCK], rows = hd, plus SCALE_ROWS
-# in an 8-bit cache, whose last 64 bytes of a block hold its eight key scales and then
-# its eight value scales (float32). Storing a position's key touches hd * KEY_BLOCK *
-# itemsize / 64 cache lines (16 for float16), where keys with positions last touched
-# hd (64): on an Intel Xeon those writes cost a decode round of 32 sequences at
-# context 200 a fifth of its time.
+# one layer's [Hkv, capacity / KEY_BLOCK, rows * KEY_BLOCK], rows = hd, plus the rows
+# of SCALE_BYTES where the values (or keys and values) are 8-bit: a block's last 64
+# bytes hold its eight key scales and then its eight value scales (float32; with
+# float16 keys and 8-bit values the key scales' room is unused, which keeps blocks
+# whole cache lines). Storing a position's key touches hd * KEY_BLOCK * itemsize / 64
+# cache lines (16 for float16), where keys with positions last touched hd (64): on
+# an Intel Xeon those writes cost a decode round of 32 sequences at context 200 a
+# fifth of its time.
 KEY_BLOCK = 8
-SCALE_ROWS = 8
+SCALE_BYTES = 64
 KEY_SCALES, VALUE_SCALES = 0, 4 * KEY_BLOCK  # bytes after a block's hd rows
+
+
+@njit(inline="always")
+def _scale_offset(flat, hd, which):  # pragma: no cover - compiled
+    """Where, in a block of keys (`flat`'s elements), the scales at byte `which` of
+    the block's scale bytes start (KEY_SCALES or VALUE_SCALES)."""
+    return hd * KEY_BLOCK + which // flat.itemsize
 
 
 @njit(inline="always")
@@ -516,18 +527,23 @@ def store_position(cache_k, cache_v, kv, slot, key, value):  # pragma: no cover 
     depend on the path that computed it."""
     hd = key.shape[0]
     block, lane = slot // KEY_BLOCK, slot % KEY_BLOCK
+    # The block's first element, and its lane's float32 scale past it, in the keys' elements.
+    at = (kv * cache_k.shape[1] + block) * cache_k.shape[2] + lane * (4 // cache_k.itemsize)
     if vec.scaled(cache_k):
         key_scale, key_inv = _int8_scale(key)
-        value_scale, value_inv = _int8_scale(value)
         for i in range(hd):
             cache_k[kv, block, i * KEY_BLOCK + lane] = vec.as_element(cache_k, key[i] * key_inv)
-            cache_v[kv, slot, i] = vec.as_element(cache_v, value[i] * value_inv)
-        at = (kv * cache_k.shape[1] + block) * cache_k.shape[2] + hd * KEY_BLOCK + 4 * lane
-        vec.store_scale(cache_k, at + KEY_SCALES, key_scale)
-        vec.store_scale(cache_k, at + VALUE_SCALES, value_scale)
+        vec.store_scale(cache_k, at + _scale_offset(cache_k, hd, KEY_SCALES), key_scale)
     else:
         for i in range(hd):
             cache_k[kv, block, i * KEY_BLOCK + lane] = vec.as_element(cache_k, key[i])
+    if vec.scaled(cache_v):
+        value_scale, value_inv = _int8_scale(value)
+        for i in range(hd):
+            cache_v[kv, slot, i] = vec.as_element(cache_v, value[i] * value_inv)
+        vec.store_scale(cache_k, at + _scale_offset(cache_k, hd, VALUE_SCALES), value_scale)
+    else:
+        for i in range(hd):
             cache_v[kv, slot, i] = vec.as_element(cache_v, value[i])
 
 
@@ -597,7 +613,7 @@ def _attend_task(
             m += 1
     for g in range(group):
         totals[g] = _softmax_weights(raw[g], kept[g], slots, first, start, m, scale, cap, pow2)
-    if vec.scaled(keys_t):  # a value is its int8 values times its scale: so is its weight
+    if vec.scaled(values):  # a value is its int8 values times its scale: so is its weight
         _value_scaled(kept, group, slots, first, start, m, keys_t[kv], q.shape[2])
     values_kv = values[kv]
     hd = values_kv.shape[1]
@@ -616,14 +632,15 @@ def _attend_task(
             out[r, h * hd + i] = out[r, h * hd + i] * inv_total
 
 
-# A KV cache holds float32, float16 as its uint16 bits, or int8 with a float32 scale
-# per position and kv head (model.KVCache): each half the bytes of the one before, and
-# bytes read bound attention over many long sequences.
-CACHE_TYPES = ("float32", "uint16", "int8")
+# A KV cache's keys and values (model.KVCache): float32; float16 as its uint16 bits;
+# float16 keys with int8 values; or int8 keys and values, each position's key and
+# value of each kv head with a float32 scale. Bytes read bound attention over many
+# long sequences, and the keys are what 8 bits cost quality (docs/performance.md).
+CACHE_TYPES = (("float32", "float32"), ("uint16", "uint16"), ("uint16", "int8"), ("int8", "int8"))
 _ATTEND = [
-    f"float32[:, ::1](float32[:, :, ::1], {c}[:, :, ::1], {c}[:, :, ::1], int64, boolean[:, ::1], float32, "
+    f"float32[:, ::1](float32[:, :, ::1], {k}[:, :, ::1], {v}[:, :, ::1], int64, boolean[:, ::1], float32, "
     "int64[::1], float32)"
-    for c in CACHE_TYPES
+    for k, v in CACHE_TYPES
 ]
 
 
@@ -689,7 +706,7 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
     return out
 
 
-_WRITE = [f"void({c}[:, :, ::1], {c}[:, :, ::1], int64, float32[:, :, :], float32[:, :, :])" for c in CACHE_TYPES]
+_WRITE = [f"void({k}[:, :, ::1], {v}[:, :, ::1], int64, float32[:, :, :], float32[:, :, :])" for k, v in CACHE_TYPES]
 
 
 @njit(_WRITE, cache=True, nogil=True)
@@ -702,8 +719,8 @@ def write_kv(cache_k, cache_v, start, k, v):  # pragma: no cover - compiled
 
 _ATTEND_MANY = [
     f"float32[:, ::1](float32[:, :, ::1], int64[::1], int64[::1], ListType(boolean[:, ::1]), "
-    f"ListType({c}[:, :, :, ::1]), ListType({c}[:, :, :, ::1]), int64, float32)"
-    for c in CACHE_TYPES
+    f"ListType({k}[:, :, :, ::1]), ListType({v}[:, :, :, ::1]), int64, float32)"
+    for k, v in CACHE_TYPES
 ]
 
 

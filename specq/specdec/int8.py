@@ -23,7 +23,8 @@ int16: L = 127 * 128, q split into two int8 halves, q = 128 high + low (high in
 [-127, 127], low in [-64, 63]); the kernel sums both halves against the same weights
 (the "split" kernels) and combines them in int32. About 1e-4 from float32 per
 product, and f32's next-token predictions at 99.91% of the bench mix's positions
-(with the float16 KV cache that goes with it), for about 1.6x int8's arithmetic.
+with a float16 KV cache (99.59% with the float16 keys and 8-bit values int16 keeps
+since 2026-12-05), for about 1.6x int8's arithmetic.
 
 Without VNNI (AVX2's vpmaddubsw, which has no int32 accumulate) two kinds of product
 take a shorter road to the same integers: against 4-bit weights a block's pairs are

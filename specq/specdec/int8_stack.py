@@ -137,12 +137,14 @@ def _build_mixed(layers) -> tuple[StackedLayers, tuple]:
 _Q = (types.uint8[:, ::1], types.uint16[:, ::1], types.uint16[:, ::1])  # per kind: quants, d, m (float16 bits)
 WEIGHTS = types.Tuple((*NORMS, *_Q, *_Q, *_Q, *_Q))  # the norms, then each kind's quants, d and m
 SIZES = types.Tuple((*SIZE_TYPES, types.boolean))  # layer_stack's, and whether activations are split
-# The caches are float16 or 8-bit (model.KVCache) at the integer precisions.
+# The caches' (keys, values) at the integer precisions (model.KVCache): float16,
+# float16 keys with 8-bit values, or 8-bit.
+_CACHES = ((HALF_CACHE, HALF_CACHE), (HALF_CACHE, INT8_CACHE), (INT8_CACHE, INT8_CACHE))
 _SIG = [
-    types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), WEIGHTS, ROPE, types.ListType(c), types.ListType(c), SIZES)
-    for c in (HALF_CACHE, INT8_CACHE)
+    types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), WEIGHTS, ROPE, types.ListType(k), types.ListType(v), SIZES)
+    for k, v in _CACHES
 ]
-_SIG_ONE = [types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, ROPE, c, c, SIZES) for c in (HALF_CACHE, INT8_CACHE)]
+_SIG_ONE = [types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, ROPE, k, v, SIZES) for k, v in _CACHES]
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -138,8 +138,9 @@ class StackedLayers:
             seg = segments[0]
             keys, values = seg.cache.kernel_keys, seg.cache.kernel_values
             return run_one(x, positions, starts, bounds, seg.visible(), weights, rope, keys, values, sizes)
-        cache_type = CACHE_TYPES[segments[0].cache.kernel_keys.dtype.name]
-        keys, values = List.empty_list(cache_type), List.empty_list(cache_type)
+        first = segments[0].cache
+        keys = List.empty_list(CACHE_TYPES[first.kernel_keys.dtype.name])
+        values = List.empty_list(CACHE_TYPES[first.kernel_values.dtype.name])
         visible = List.empty_list(VISIBLE)
         for seg in segments:
             keys.append(seg.cache.kernel_keys)
@@ -174,7 +175,7 @@ _Q = (types.uint8[:, :, :, :, ::1], types.uint16[:, :, :, :, ::1])
 CACHE = types.float32[:, :, :, ::1]  # KVCache.kernel_keys / kernel_values
 HALF_CACHE = types.uint16[:, :, :, ::1]  # the same, float16 bits (the integer precisions)
 INT8_CACHE = types.int8[:, :, :, ::1]  # the same, 8-bit (int8 values and their scales)
-CACHE_TYPES = {"float32": CACHE, "uint16": HALF_CACHE, "int8": INT8_CACHE}  # by KVCache.kernel_keys' dtype
+CACHE_TYPES = {"float32": CACHE, "uint16": HALF_CACHE, "int8": INT8_CACHE}  # by the kernel arrays' dtype
 
 
 def _rebuild(state: dict) -> StackedLayers:

@@ -59,9 +59,19 @@ _INTEGER_STACK_ROWS = 1024
 # prefilled about as fast in pieces as whole, 0.85x to 1.27x over runs from 400 to
 # 4,000 tokens (scripts/bench_prefill.py --pieces); 256 keeps most prompts whole.
 PREFILL_PIECE_ROWS = 256
-# The KV cache each precision keeps (KVCache): f32's is float32 (HuggingFace parity);
-# the integer precisions' smaller ones, whose quality docs/performance.md measures.
-KV_TYPES = {"f32": np.float32, "int16": np.float16, "int8": np.int8}
+# The KV cache each precision keeps (KVCache), as (keys, values): f32's is float32
+# (HuggingFace parity); the integer precisions' smaller ones, whose quality and speed
+# docs/performance.md measures. int16's values are 8-bit and its keys float16: a
+# decode round of 32 or 64 sequences reads its cache at the memory's rate, and 8-bit
+# values made it 1.05x (context 200) to 1.08x (500) faster at a mean KL to f32 of
+# 6e-5 nats; 8-bit keys cost far more quality (98.2% top-1 agreement with f32).
+KV_TYPES = {"f32": (np.float32, np.float32), "int16": (np.float16, np.int8), "int8": (np.int8, np.int8)}
+
+
+def cache_types(dtype: type | tuple) -> tuple[np.dtype, np.dtype]:
+    """A cache's (key, value) types from one type for both or a pair."""
+    keys, values = dtype if isinstance(dtype, tuple) else (dtype, dtype)
+    return np.dtype(keys), np.dtype(values)
 
 
 @dataclass(frozen=True)
@@ -296,30 +306,46 @@ class KVCache:
     (block_ops.KEY_BLOCK's comment has the measurement). `stored` gives them by
     position.
 
-    float32, float16 or 8-bit (KV_TYPES): attention over many long sequences is
+    Keys and values are each float32, float16 or 8-bit (`dtype`: one type for both,
+    or a (keys, values) pair; KV_TYPES): attention over many long sequences is
     bound by reading the cache (docs/performance.md), and each halves the bytes of
     the one before. Every path stores a key or value through one compiled function
     (block_ops.write_kv, store_position), so the bits of a row still never depend on
-    the path. The kernels take a float16 cache as its uint16 bits (`kernel_keys`,
+    the path. The kernels take float16 as its uint16 bits (`kernel_keys`,
     `kernel_values`): numba has no float16 arrays.
 
-    An 8-bit cache quantizes each position's key and value of each kv head to int8
-    with a float32 scale each (the largest magnitude maps to 127). A block of keys
-    ends in 8 more rows, 64 bytes: its eight positions' key scales, then their value
-    scales, so that attention reads a block's scales with one load and the scales
-    move and grow with their keys."""
+    8-bit keys or values hold each position's key or value of each kv head as int8
+    with a float32 scale (the largest magnitude maps to 127). With 8-bit values a
+    block of keys ends in 64 more bytes (block_ops.SCALE_BYTES): its eight
+    positions' key scales (unused for float keys), then their value scales, so that
+    attention reads a block's scales with one load and the scales move and grow
+    with their keys."""
 
-    def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype: type = np.float32) -> None:
+    def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype: type | tuple = np.float32) -> None:
         self._cfg = cfg
-        self.dtype = np.dtype(dtype)
+        self.key_dtype, self.value_dtype = cache_types(dtype)
         self.capacity = 0
-        self._rows = cfg.head_dim + (block_ops.SCALE_ROWS if self.dtype == np.int8 else 0)
+        self._rows = self.rows_per_block(cfg.head_dim, self.key_dtype, self.value_dtype)
         self._set(
-            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, self._rows * block_ops.KEY_BLOCK), dtype=self.dtype),
-            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=self.dtype),
+            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, self._rows * block_ops.KEY_BLOCK), dtype=self.key_dtype),
+            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=self.value_dtype),
             0,
         )
         self.reserve(min(capacity, cfg.context_length))
+
+    @property
+    def scaled(self) -> bool:
+        """Whether the cache keeps scales (its values are 8-bit)."""
+        return self.value_dtype == np.int8
+
+    @staticmethod
+    def rows_per_block(head_dim: int, key_dtype: np.dtype, value_dtype: np.dtype) -> int:
+        """A block of keys' rows of KEY_BLOCK elements: the head dimension's, and with
+        8-bit values the scales' bytes."""
+        if key_dtype == np.int8 and value_dtype != np.int8:
+            raise ValueError("8-bit keys need 8-bit values (their scales share the block)")
+        scales = block_ops.SCALE_BYTES // (block_ops.KEY_BLOCK * key_dtype.itemsize) if value_dtype == np.int8 else 0
+        return head_dim + scales
 
     @staticmethod
     def capacity_for(n_positions: int) -> int:
@@ -327,18 +353,22 @@ class KVCache:
         return -(-n_positions // block_ops.KEY_BLOCK) * block_ops.KEY_BLOCK
 
     @staticmethod
-    def bytes_per_position(cfg: LlamaConfig, dtype: type) -> int:
+    def bytes_per_position(cfg: LlamaConfig, dtype: type | tuple) -> int:
         """What one position of a sequence's cache of `dtype` takes, every layer's."""
-        dtype = np.dtype(dtype)
-        per_head = 2 * cfg.head_dim * dtype.itemsize + (block_ops.SCALE_ROWS if dtype == np.int8 else 0)
+        keys, values = cache_types(dtype)
+        key_rows = KVCache.rows_per_block(cfg.head_dim, keys, values)
+        per_head = key_rows * keys.itemsize + cfg.head_dim * values.itemsize
         return cfg.n_layers * cfg.n_kv_heads * per_head
 
     def _set(self, keys: np.ndarray, values: np.ndarray, capacity: int) -> None:
         self.all_keys, self.all_values, self.capacity = keys, values, capacity
         self.keys: list[np.ndarray] = list(keys)  # per layer [Hkv, capacity / 8, rows * 8]
         self.values: list[np.ndarray] = list(values)  # per layer [Hkv, capacity, hd]
-        bits = np.uint16 if self.dtype == np.float16 else self.dtype
-        self.kernel_keys, self.kernel_values = keys.view(bits), values.view(bits)
+
+        def bits(dtype: np.dtype) -> np.dtype:
+            return np.dtype(np.uint16) if dtype == np.float16 else dtype
+
+        self.kernel_keys, self.kernel_values = keys.view(bits(keys.dtype)), values.view(bits(values.dtype))
 
     def _blocks(self, keys: np.ndarray | None = None) -> np.ndarray:
         """`keys` (all_keys by default) as [..., blocks, rows, 8]: a view."""
@@ -346,37 +376,40 @@ class KVCache:
         return keys.reshape(*keys.shape[:-1], self._rows, block_ops.KEY_BLOCK)
 
     def _scales(self, keys: np.ndarray | None = None) -> np.ndarray:
-        """An 8-bit cache's scales as [L, Hkv, blocks, 2, 8] float32 (key scales at
-        [..., 0, j], value scales at [..., 1, j] for a block's position j): a view."""
+        """The scales of 8-bit values (and keys) as [L, Hkv, blocks, 2, 8] float32
+        (key scales at [..., 0, j], value scales at [..., 1, j] for a block's
+        position j): a view."""
         keys = self.all_keys if keys is None else keys
         tail = keys[..., self._cfg.head_dim * block_ops.KEY_BLOCK :]
         return tail.view(np.float32).reshape(*keys.shape[:-1], 2, block_ops.KEY_BLOCK)
 
     def stored(self, end: int) -> tuple[np.ndarray, ...]:
         """What is stored for positions below `end`, by position: keys [L, Hkv, hd,
-        end] and values [L, Hkv, end, hd] (the kernels' dtype), and for an 8-bit
-        cache its scales [L, Hkv, 2, end]."""
+        end] and values [L, Hkv, end, hd] (the kernels' dtype), and with 8-bit
+        values the scales [L, Hkv, 2, end] (keys', then values')."""
         hd = self._cfg.head_dim
         blocks = self._blocks(self.kernel_keys)[..., :hd, :]  # [L, Hkv, blocks, hd, 8]
         keys = np.moveaxis(blocks, -2, -3).reshape(*blocks.shape[:2], hd, -1)[..., :end]
         parts = [keys, self.kernel_values[:, :, :end]]
-        if self.dtype == np.int8:
+        if self.scaled:
             parts.append(np.moveaxis(self._scales(), -2, -3).reshape(*blocks.shape[:2], 2, -1)[..., :end])
         return tuple(parts)
 
     def floats(self, layer: int, end: int) -> tuple[np.ndarray, np.ndarray]:
         """Layer `layer`'s keys [Hkv, hd, end] and values [Hkv, end, hd] of positions
-        below `end` as float32 (for BLAS): exact for float16, each int8 value times its
-        scale for an 8-bit cache."""
+        below `end` as float32 (for BLAS): exact for float16, each int8 key or value
+        times its scale."""
         hd, n_blocks = self._cfg.head_dim, -(-end // block_ops.KEY_BLOCK)
         blocks = self._blocks(self.keys[layer])[:, :n_blocks, :hd, :]  # [Hkv, blocks, hd, 8]
         # One copy: the cast makes the transposed blocks contiguous, so the reshape is a view.
         keys = blocks.transpose(0, 2, 1, 3).astype(np.float32).reshape(blocks.shape[0], hd, -1)[:, :, :end]
         values = self.values[layer][:, :end].astype(np.float32, copy=False)
-        if self.dtype != np.int8:
+        if not self.scaled:
             return keys, values
         scales = self._scales(self.keys[layer])[:, :n_blocks].transpose(0, 2, 1, 3).reshape(blocks.shape[0], 2, -1)
-        return keys * scales[:, None, 0, :end], values * scales[:, 1, :end, None]
+        if self.key_dtype == np.int8:
+            keys = keys * scales[:, None, 0, :end]
+        return keys, values * scales[:, 1, :end, None]
 
     def reserve(self, n_positions: int) -> None:
         if n_positions > self._cfg.context_length:
@@ -388,8 +421,8 @@ class KVCache:
         block = block_ops.KEY_BLOCK
         new_cap = self.capacity_for(min(max(n_positions, 2 * self.capacity), self._cfg.context_length))
         cfg, old = self._cfg, self.capacity
-        keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap // block, self._rows * block), dtype=self.dtype)
-        values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, cfg.head_dim), dtype=self.dtype)
+        keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap // block, self._rows * block), dtype=self.key_dtype)
+        values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, cfg.head_dim), dtype=self.value_dtype)
         keys[:, :, : old // block] = self.all_keys
         values[:, :, :old] = self.all_values
         self._set(keys, values, new_cap)
@@ -403,7 +436,7 @@ class KVCache:
         keys = self._blocks()
         keys[:, :, dst // block, :hd, dst % block] = keys[:, :, src // block, :hd, src % block]
         self.all_values[:, :, dst] = self.all_values[:, :, src]
-        if self.dtype == np.int8:
+        if self.scaled:
             scales = self._scales()
             scales[:, :, dst // block, :, dst % block] = scales[:, :, src // block, :, src % block]
 

@@ -10,7 +10,7 @@ from numba import njit
 
 from specq.specdec import block_ops, vec
 from specq.specdec.loader import load_model_and_tokenizer
-from specq.specdec.model import KVCache, Segment
+from specq.specdec.model import KVCache, Segment, cache_types
 
 RNG = np.random.default_rng(0)
 
@@ -200,30 +200,37 @@ def _layer_cache(keys_t: np.ndarray, values: np.ndarray, dtype) -> tuple[np.ndar
     cache of `dtype` stores them (block_ops.write_kv, as the model does; capacity
     rounded up to whole blocks): (keys, values as the kernels take them; the values
     they hold as float32 [n_kv, hd, capacity] and [n_kv, capacity, hd]; key scales,
-    value scales [n_kv, capacity], ones but for int8)."""
+    value scales [n_kv, capacity], ones where they are float). `dtype`: one type for
+    both or a (keys, values) pair, as KVCache takes it."""
     n_kv, hd, capacity = keys_t.shape
+    key_dtype, value_dtype = cache_types(dtype)
     blocks = -(-capacity // block_ops.KEY_BLOCK)
-    rows = hd + (block_ops.SCALE_ROWS if dtype == np.int8 else 0)
-    kernel = {np.float32: np.float32, np.float16: np.uint16, np.int8: np.int8}[dtype]
-    k = np.zeros((n_kv, blocks, rows * block_ops.KEY_BLOCK), kernel)
-    v = np.zeros((n_kv, blocks * block_ops.KEY_BLOCK, hd), kernel)
+    rows = KVCache.rows_per_block(hd, key_dtype, value_dtype)
+
+    def kernel(t: np.dtype) -> np.dtype:
+        return np.dtype(np.uint16) if t == np.float16 else t
+
+    k = np.zeros((n_kv, blocks, rows * block_ops.KEY_BLOCK), kernel(key_dtype))
+    v = np.zeros((n_kv, blocks * block_ops.KEY_BLOCK, hd), kernel(value_dtype))
     block_ops.write_kv(k, v, 0, keys_t.transpose(2, 0, 1).astype(np.float32), values.transpose(1, 0, 2))
     by_position = k.reshape(n_kv, blocks, rows, block_ops.KEY_BLOCK).transpose(0, 2, 1, 3).reshape(n_kv, rows, -1)
-    ones = np.ones((n_kv, capacity), np.float32)
-    if dtype == np.int8:
-        # A block's last 64 bytes: its 8 key scales, then its 8 value scales (float32).
+    key_scales = value_scales = np.ones((n_kv, capacity), np.float32)
+    if value_dtype == np.int8:
+        # A block's last 64 bytes: its 8 key scales (8-bit keys), then its 8 value scales (float32).
         scales = k[:, :, hd * block_ops.KEY_BLOCK :].copy().view(np.float32).reshape(n_kv, blocks, 2, -1)
         scales = scales.transpose(0, 2, 1, 3).reshape(n_kv, 2, -1)
-        key_scales, value_scales = scales[:, 0, :capacity].copy(), scales[:, 1, :capacity].copy()
-    else:
-        key_scales = value_scales = ones
-    as_float = (
-        (lambda a: a.view(np.float16).astype(np.float32)) if dtype == np.float16 else (lambda a: a.astype(np.float32))
-    )
-    return k, v, as_float(by_position[:, :hd, :capacity]), as_float(v[:, :capacity]), key_scales, value_scales
+        value_scales = scales[:, 1, :capacity].copy()
+        if key_dtype == np.int8:
+            key_scales = scales[:, 0, :capacity].copy()
+
+    def as_float(a: np.ndarray, t: np.dtype) -> np.ndarray:
+        return a.view(np.float16).astype(np.float32) if t == np.float16 else a.astype(np.float32)
+
+    keys_f32, values_f32 = as_float(by_position[:, :hd, :capacity], key_dtype), as_float(v[:, :capacity], value_dtype)
+    return k, v, keys_f32, values_f32, key_scales, value_scales
 
 
-CACHE_DTYPES = [np.float32, np.float16, np.int8]
+CACHE_DTYPES = [np.float32, np.float16, (np.float16, np.int8), np.int8]
 
 
 @pytest.mark.parametrize("n_q", [9, 12], ids=["groups_of_3", "groups_of_4"])
