@@ -316,20 +316,27 @@ def _asks_end(q, keys, end, raw, kept, slots, values, out, ahead_k, ahead_v, k_l
     return three, alone, values1, values3
 
 
-def test_an_8_bit_cache_stores_each_position_as_numpy_quantizes_it():
+@pytest.mark.parametrize("dtype", [np.int8, (np.float16, np.int8)], ids=["8_bit", "float16_keys"])
+def test_an_8_bit_cache_stores_each_position_as_numpy_quantizes_it(dtype):
     """write_kv (and the compiled stacks, through the same store_position) keep a
-    position's key and value of a kv head as int8 values rint(x * 127 / max|x|) and
-    the scale max|x| / 127, float32 arithmetic as numpy's: the same bits on every
+    position's 8-bit key and value of a kv head as int8 values rint(x * 127 / max|x|)
+    and the scale max|x| / 127, float32 arithmetic as numpy's: the same bits on every
     path. Dequantized, every value is within half a step of what was stored. A zero
-    vector stays zero."""
+    vector stays zero. Float16 keys beside 8-bit values are numpy's float16 cast."""
     n, n_kv, hd = 6, 3, 64
     magnitudes = np.float32(10.0) ** RNG.integers(-3, 3, (n, n_kv, 1)).astype(np.float32)
     k = RNG.standard_normal((n, n_kv, hd), dtype=np.float32) * magnitudes
-    v = RNG.standard_normal((n, n_kv, hd), dtype=np.float32)
+    v = RNG.standard_normal((n, n_kv, hd), dtype=np.float32) * magnitudes[::-1]
     k[2, 1] = 0.0
+    v[2, 1] = 0.0
     v[0, 2, 5] = 40.0  # an outlier takes the whole range
-    _, _, keys, values, key_scales, value_scales = _layer_cache(k.transpose(1, 2, 0), v.transpose(1, 0, 2), np.int8)
-    quantized = ((k, keys.transpose(2, 0, 1), key_scales.T), (v, values.transpose(1, 0, 2), value_scales.T))
+    _, _, keys, values, key_scales, value_scales = _layer_cache(k.transpose(1, 2, 0), v.transpose(1, 0, 2), dtype)
+    quantized = [(v, values.transpose(1, 0, 2), value_scales.T)]
+    if dtype == np.int8:
+        quantized.append((k, keys.transpose(2, 0, 1), key_scales.T))
+    else:
+        np.testing.assert_array_equal(keys.transpose(2, 0, 1), k.astype(np.float16).astype(np.float32))
+        assert (key_scales == 1).all()
     for x, quants, scales in quantized:
         largest = np.maximum(np.abs(x).max(axis=-1, keepdims=True), np.float32(1e-30))
         want = np.rint(x * (np.float32(127.0) / largest))
@@ -337,15 +344,18 @@ def test_an_8_bit_cache_stores_each_position_as_numpy_quantizes_it():
         np.testing.assert_array_equal(scales[..., None], largest / np.float32(127.0))
         assert np.all(np.abs(quants * scales[..., None] - x) <= 0.5001 * scales[..., None])
     assert not keys[1, :, 2].any()
+    assert not values[1, 2].any()
 
 
-def test_an_8_bit_cache_keeps_its_scales_through_growth_and_moves(toy):
+@pytest.mark.parametrize("dtype", [np.int8, (np.float16, np.int8)], ids=["8_bit", "float16_keys"])
+def test_an_8_bit_cache_keeps_its_scales_through_growth_and_moves(toy, dtype):
     """The scales live in the keys' blocks: growing the cache keeps every stored
     position's keys, values and scales, and moving slots (a tree's accepted path)
-    moves a position's scales with it, across blocks and lanes."""
+    moves a position's scales with it, across blocks and lanes. The cache takes the
+    bytes bytes_per_position says."""
     model, _ = toy
     cfg = model.config
-    cache = KVCache(cfg, 6, np.int8)
+    cache = KVCache(cfg, 6, dtype)
     assert cache.capacity == block_ops.KEY_BLOCK  # whole blocks
     k = RNG.standard_normal((12, cfg.n_kv_heads, cfg.head_dim), dtype=np.float32)
     v = RNG.standard_normal((12, cfg.n_kv_heads, cfg.head_dim), dtype=np.float32)
@@ -373,7 +383,15 @@ def test_an_8_bit_cache_keeps_its_scales_through_growth_and_moves(toy):
     np.testing.assert_array_equal(keys_after[..., 2:4], keys_before[..., 10:12])  # the stored int8 values
     np.testing.assert_array_equal(values_after[:, :, 2:4], values_before[:, :, 10:12])
     np.testing.assert_array_equal(scales_after[..., 2:4], scales_before[..., 10:12])
-    assert cache.all_keys.nbytes + cache.all_values.nbytes == cache.capacity * KVCache.bytes_per_position(cfg, np.int8)
+    assert cache.all_keys.nbytes + cache.all_values.nbytes == cache.capacity * KVCache.bytes_per_position(cfg, dtype)
+
+
+def test_8_bit_keys_need_8_bit_values(toy):
+    """8-bit keys' scales share a block with the values' scales: keys of 8 bits beside
+    float values are refused, not stored without room for their scales."""
+    model, _ = toy
+    with pytest.raises(ValueError, match="8-bit keys need 8-bit values"):
+        KVCache(model.config, 8, (np.int8, np.float16))
 
 
 @njit(cache=True)
