@@ -570,12 +570,14 @@ def test_a_kv_memory_budget_bounds_a_batch_and_refuses_a_request_too_big_for_it(
     assert [r["token_ids"] for r in records(bounded)] == [r["token_ids"] for r in free]
     assert "note: --kv-memory 40.0 KiB holds as few as" in bounded.stderr and "--batch-size 4" in bounded.stderr
     assert "note: --kv-memory" not in generate(*common).stderr
-    user_error(  # r1's cache takes 48 positions (12.0 KiB), r2's 49, allocated as 56 (whole blocks of 8)
-        generate(*common, "--kv-memory", "13KiB"),
+    # r1's cache takes 48 positions (10.5 KiB at int16's 224 bytes a position on the toy
+    # model), r2's 49, allocated as 56 (whole blocks of 8): 12.25 KiB.
+    user_error(
+        generate(*common, "--kv-memory", "12KiB"),
         1,
         "request 'r2' (line 3)",
-        "KV cache needs 14.0 KiB (56 positions",
-        "more than --kv-memory 13.0 KiB",
+        "(56 positions at 224 bytes)",
+        "more than --kv-memory 12.0 KiB",
     )
     user_error(generate(*common, "--kv-memory", "lots"), 2, "'lots' is not a size")
 

@@ -29,7 +29,7 @@ def env_number(name: str, default: float) -> float:
     return value
 
 
-# A request's key/value cache is allocated for prompt + max_tokens up front (22.5 KiB
+# A request's key/value cache is allocated for prompt + max_tokens up front (17.6 KiB
 # a position for the default model at int16, 45 KiB at f32), so an unbounded
 # max_tokens lets one line claim gigabytes of a worker's memory; submit refuses lines
 # above this.
