@@ -137,8 +137,9 @@ def _build_mixed(layers) -> tuple[StackedLayers, tuple]:
 _Q = (types.uint8[:, ::1], types.uint16[:, ::1], types.uint16[:, ::1])  # per kind: quants, d, m (float16 bits)
 WEIGHTS = types.Tuple((*NORMS, *_Q, *_Q, *_Q, *_Q))  # the norms, then each kind's quants, d and m
 SIZES = types.Tuple((*SIZE_TYPES, types.boolean))  # layer_stack's, and whether activations are split
-# The caches' (keys, values) at the integer precisions (model.KVCache): float16,
-# float16 keys with 8-bit values, or 8-bit.
+# The caches' (keys, values) at the integer precisions (model.KVCache): float16 keys
+# with 8-bit values (int16's), 8-bit (int8's), and float16, which no precision keeps
+# any more but scripts/bench_kv_cache.py compares against.
 _CACHES = ((HALF_CACHE, HALF_CACHE), (HALF_CACHE, INT8_CACHE), (INT8_CACHE, INT8_CACHE))
 _SIG = [
     types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), WEIGHTS, ROPE, types.ListType(k), types.ListType(v), SIZES)
