@@ -1,6 +1,7 @@
 """A request's checkpoint: its decode state (committed output ids, whose length is the
 random generator's counter, the adaptive draft statistics and the metrics), a
-fingerprint of what decoded it, and a checksum over both."""
+fingerprint of what decoded it, the version of its precision's arithmetic
+(precision.numerics), and a checksum over them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,16 @@ class CheckpointError(SpecqError):
     """A checkpoint that cannot be resumed here: corrupt, or made with another model."""
 
 
+class NumericsChanged(CheckpointError):
+    """A sound checkpoint made by arithmetic other than this worker's (another version
+    of specq changed the precision's bits): the request must start again, and
+    `state` is what it had done."""
+
+    def __init__(self, message: str, state: DecodeState) -> None:
+        super().__init__(message)
+        self.state = state
+
+
 def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
 
@@ -26,17 +37,22 @@ def fingerprint(model_sha256: str, proposer: str, proposer_file_sha256: str = ""
     return hashlib.sha256(_canonical([model_sha256, proposer, proposer_file_sha256]).encode()).hexdigest()
 
 
-def encode(state: DecodeState, fp: str) -> str:
-    body = {"state": state.to_dict(), "fingerprint": fp}
+def encode(state: DecodeState, fp: str, numerics: str) -> str:
+    body = {"state": state.to_dict(), "fingerprint": fp, "numerics": numerics}
     return _canonical({**body, "checksum": hashlib.sha256(_canonical(body).encode()).hexdigest()})
 
 
-def decode(text: str, expected_fp: str | None) -> DecodeState:
+def decode(text: str, expected_fp: str | None, expected_numerics: str | None = None) -> DecodeState:
     """The state a checkpoint holds, checksum verified; with expected_fp, only if it
-    was made by that model and proposer (None: a reader that only shows progress)."""
+    was made by that model and proposer (None: a reader that only shows progress);
+    with expected_numerics, only if made by that arithmetic, else NumericsChanged.
+    A checkpoint without numerics (made before they were recorded) was made by
+    version 1 of the precision."""
     try:
         doc = json.loads(text)
         body = {"state": doc["state"], "fingerprint": doc["fingerprint"]}
+        if "numerics" in doc:
+            body["numerics"] = doc["numerics"]
         checksum = doc["checksum"]
     except (ValueError, KeyError, TypeError):
         raise CheckpointError("checkpoint is not valid JSON with state, fingerprint and checksum") from None
@@ -48,6 +64,15 @@ def decode(text: str, expected_fp: str | None) -> DecodeState:
             f"this worker's is {expected_fp[:12]}); refusing to resume it"
         )
     try:
-        return DecodeState.from_dict(body["state"])
+        state = DecodeState.from_dict(body["state"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"checkpoint state is malformed ({exc.__class__.__name__}: {exc})") from None
+    if expected_numerics is not None:
+        made = body.get("numerics", expected_numerics.rpartition(".")[0] + ".1")
+        if made != expected_numerics:
+            raise NumericsChanged(
+                f"checkpoint was decoded with arithmetic {made!r}, this worker's is {expected_numerics!r} "
+                "(another version of specq): the request starts again",
+                state,
+            )
+    return state

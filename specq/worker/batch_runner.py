@@ -30,6 +30,7 @@ from specq.requests import checkpoint
 from specq.requests.config import BatchConfig, kv_memory
 from specq.requests.result import Result
 from specq.specdec.engine import DecodeGroup, Engine
+from specq.specdec.precision import numerics
 from specq.specdec.state import DecodeState, GenerationRequest
 from specq.worker.context import LoadedEngine, WorkerContext
 
@@ -105,6 +106,7 @@ class BatchRunner:
         self.config = config
         self.engine = loaded.engine
         self.fingerprint = loaded.fingerprint
+        self.numerics = numerics(config.precision)
         self.degraded = loaded.degraded
         self.guard = loaded.guard
         self.runtime = runtime
@@ -252,7 +254,7 @@ class BatchRunner:
                 len(state.output_ids) - len(owned.written.output_ids) >= self.config.checkpoint_tokens
                 or now - owned.written_at >= self.config.checkpoint_seconds
             ):
-                payload = checkpoint.encode(state, self.fingerprint)
+                payload = checkpoint.encode(state, self.fingerprint, self.numerics)
                 t_write = time.perf_counter()
                 with self._redis_time():
                     written = self.store.checkpoint(
@@ -347,8 +349,14 @@ class BatchRunner:
             try:
                 spec = self.store.spec(rid)
                 if saved is not None:
-                    state = checkpoint.decode(saved, self.fingerprint)
-                else:
+                    try:
+                        state = checkpoint.decode(saved, self.fingerprint, self.numerics)
+                    except checkpoint.NumericsChanged as exc:
+                        # Started again from its prompt (the batch's generated tokens keep
+                        # counting the first attempt's: they were generated).
+                        log.warning("request %s: %s", rid, exc)
+                        saved = None
+                if saved is None:
                     state = self.engine.start(GenerationRequest.from_dict(spec["request"]))
                 need = self.engine.kv_bytes(state)
             except (SpecqError, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -428,7 +436,7 @@ class BatchRunner:
         state = self.group.drop(rid) if rid in self.group.sessions else owned.written
         if not write_progress:
             state = owned.written
-        payload = checkpoint.encode(state, self.fingerprint) if state.output_ids else ""
+        payload = checkpoint.encode(state, self.fingerprint, self.numerics) if state.output_ids else ""
         return self._settle(rid, new_state, payload, state)
 
     def _settle(self, rid: str, new_state: str, payload: str, state: DecodeState) -> bool:

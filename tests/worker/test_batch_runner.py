@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
 from queue_helpers import N_REQUESTS, outputs, setup_batch, stop_after_rounds
 
 from specq.queue.histograms import field
+from specq.requests import checkpoint
 from specq.requests.config import BatchConfig
 from specq.specdec import int8
 from specq.specdec import model as model_module
@@ -134,6 +136,29 @@ def test_a_checkpoint_from_another_model_is_refused(client, tmp_path, long_model
     errors = {r: json.loads(e) for r, e in store.errors().items()}
     assert errors, "requests with checkpoints must be refused"
     assert all("another model" in e["message"] for e in errors.values())
+
+
+def test_a_checkpoint_made_by_other_numerics_starts_its_request_again(client, tmp_path, long_model_path):
+    """A worker of another version (other arithmetic at the batch's precision) made the
+    checkpoints: continuing them would give outputs no uninterrupted decode gives, so
+    their requests start again from their prompts. Their tokens here are replaced by
+    ones no decode gives, which a resume would keep."""
+    store, config, loaded, alone = setup_batch(client, tmp_path, long_model_path)
+    first = BatchRunner(store, config, loaded, WorkerContext("w1"), deadline=time.monotonic() + 600)
+    stop_after_rounds(first, 3)
+    first.run()
+    checkpointed = [r for r in store.request_ids() if store.checkpoint_of(r)]
+    assert checkpointed, "the stop must leave checkpoints"
+    for rid in checkpointed:
+        state = checkpoint.decode(store.checkpoint_of(rid), None)
+        bogus = replace(state, output_ids=(state.request.prompt_ids[0],) * len(state.output_ids))
+        assert bogus.output_ids != alone[rid].output_ids[: len(state.output_ids)]
+        client.hset(store.keys.ckpt, rid, checkpoint.encode(bogus, loaded.fingerprint, "f32.0"))
+    BatchRunner(store, config, loaded, WorkerContext("w2"), deadline=time.monotonic() + 600).run()
+    assert outputs(store) == {r: list(s.output_ids) for r, s in alone.items()}
+    results = {r: json.loads(raw) for r, raw in zip(store.request_ids(), store.results(store.request_ids()))}
+    assert all(results[r]["metrics"]["resume_prefills"] == 0 for r in checkpointed)  # started again, not resumed
+    assert store.errors() == {}
 
 
 def poison_forward(model, bad_token: int):
