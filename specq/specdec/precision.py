@@ -27,6 +27,7 @@ def numerics(precision: str) -> str:
     """What a checkpoint records of the arithmetic that decoded it, e.g. "int16.2"."""
     return f"{precision}.{NUMERICS_VERSIONS[precision]}"
 
+
 INTEGER = ("int16", "int8")  # the precisions whose products run on int8.py's kernels
 # What a command runs at unless told otherwise: int16 wherever its kernels run, since
 # it predicts what f32 does (docs/performance.md: top-1 agreement 99.59%, mean KL
