@@ -14,6 +14,13 @@ that differ from f32's near ties.
 from specq.errors import ParameterError
 
 PRECISIONS = ("f32", "int16", "int8")
+INTEGER = ("int16", "int8")  # the precisions whose products run on int8.py's kernels
+# What a command runs at unless told otherwise: int16 wherever its kernels run, since
+# it predicts what f32 does (docs/performance.md: top-1 agreement 99.59%, mean KL
+# 6e-5 nats on the bench mix, with its cache of float16 keys and 8-bit values; the
+# rest near ties) at up to twice the speed on many rows.
+AUTO = "auto"
+
 # The version of each precision's arithmetic, raised whenever a release changes its
 # bits on purpose. A checkpoint records it (specq.requests.checkpoint), and a worker
 # whose version differs starts the request again: continuing it with other numbers
@@ -26,14 +33,6 @@ NUMERICS_VERSIONS = {"f32": 1, "int16": 2, "int8": 1}
 def numerics(precision: str) -> str:
     """What a checkpoint records of the arithmetic that decoded it, e.g. "int16.2"."""
     return f"{precision}.{NUMERICS_VERSIONS[precision]}"
-
-
-INTEGER = ("int16", "int8")  # the precisions whose products run on int8.py's kernels
-# What a command runs at unless told otherwise: int16 wherever its kernels run, since
-# it predicts what f32 does (docs/performance.md: top-1 agreement 99.59%, mean KL
-# 6e-5 nats on the bench mix, with its cache of float16 keys and 8-bit values; the
-# rest near ties) at up to twice the speed on many rows.
-AUTO = "auto"
 
 
 def integer_available() -> bool:

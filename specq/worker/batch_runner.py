@@ -354,7 +354,7 @@ class BatchRunner:
                     except checkpoint.NumericsChanged as exc:
                         # Started again from its prompt (the batch's generated tokens keep
                         # counting the first attempt's: they were generated).
-                        log.warning("request %s: %s", rid, exc)
+                        log.warning("request %s: %s (%d tokens to redo)", rid, exc, len(exc.state.output_ids))
                         saved = None
                 if saved is None:
                     state = self.engine.start(GenerationRequest.from_dict(spec["request"]))
