@@ -7,7 +7,6 @@ contain ':', custom ids may)."""
 from __future__ import annotations
 
 import json
-import math
 import socket
 from dataclasses import dataclass
 
@@ -18,7 +17,7 @@ from specq.queue import keys, lua
 from specq.queue.liveness import batch_jobs, fresh_workers, has_claimable_work, process_is_dead_here
 from specq.queue.rq_glue import enqueue_batch_jobs
 from specq.queue.store import BatchStore, _text
-from specq.queue.submit import MAX_PARALLEL_JOBS
+from specq.queue.submit import jobs_for
 from specq.queue.timing import LEASE_TTL_MS, MAX_ATTEMPTS
 from specq.queue.vocabulary import UNFINISHED, Counter, FailureKind, Flag, RequestState
 from specq.requests.config import BatchConfig
@@ -131,10 +130,9 @@ def _enqueue_for(store: BatchStore, n_requests: int) -> int:
     if n_requests <= 0:
         return 0
     try:
-        batch_size = BatchConfig.from_dict(store.config()).batch_size
+        n_jobs = jobs_for(n_requests, BatchConfig.from_dict(store.config()).batch_size)
     except (SpecqError, KeyError, TypeError, ValueError, AttributeError):
-        batch_size = n_requests  # unreadable (damaged): one job, which skips the batch
-    n_jobs = min(math.ceil(n_requests / batch_size), MAX_PARALLEL_JOBS)
+        n_jobs = 1  # unreadable (damaged): one job, which skips the batch
     enqueue_batch_jobs(store.client, store.meta().get("queue", "specq"), store.batch_id, n_jobs)
     return n_jobs
 

@@ -28,6 +28,16 @@ from specq.specdec.model_config import LlamaConfig
 from specq.specdec.tokenizer import Tokenizer
 
 MAX_PARALLEL_JOBS = 64  # at most this many workers decode one batch at once
+# Jobs are wake-ups (docs/queue.md): each lets one more worker join the batch. One per
+# batch size of requests left a fleet idle once the batch size grew: a batch of 100
+# requests at the default of 32 would wake 4 workers. A worker is worth waking for 8.
+REQUESTS_PER_JOB = 8
+
+
+def jobs_for(n_requests: int, batch_size: int) -> int:
+    """How many RQ jobs to enqueue for n_requests pending: one per REQUESTS_PER_JOB (or
+    per batch size, if smaller), at most MAX_PARALLEL_JOBS."""
+    return min(math.ceil(n_requests / min(batch_size, REQUESTS_PER_JOB)), MAX_PARALLEL_JOBS)
 
 
 @dataclass
@@ -159,7 +169,7 @@ def submit(
                 pipe.hincrby(k.counts, RequestState.FAILED, len(failed))
                 pipe.hincrbyfloat(k.stats, Counter.FAILED_INVALID_REQUEST, len(failed))
                 pipe.hset(k.error, mapping={e[1]: e[3] for e in failed})
-            n_jobs = min(math.ceil(len(valid) / config.batch_size), MAX_PARALLEL_JOBS)
+            n_jobs = jobs_for(len(valid), config.batch_size)
             if n_jobs:
                 enqueue_batch_jobs(client, queue, batch_id, n_jobs, pipeline=pipe)
             pipe.execute()

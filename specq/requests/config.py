@@ -36,11 +36,12 @@ def env_number(name: str, default: float) -> float:
 MAX_OUTPUT_TOKENS = int(env_number("SPECQ_MAX_OUTPUT_TOKENS", 4096))
 DEFAULT_KV_MEMORY = "4GiB"
 # Measured on the default model (2-core Intel Xeon, int16, the default proposer): a
-# whole `specq generate` of 224 bench-mix requests of at most 128 tokens took 51.3 s
-# at 8 requests together, 43.9 to 45.2 s at 16, 42.5 to 43.2 s at 32 and 42.4 to
-# 43.0 s at 64 (docs/performance.md): a decode round of 32 sequences costs about 6.4
-# lone steps, one of 8 about 2. 32 caches of 17.6 KiB a position stay far inside the
-# default --kv-memory for most requests, which bounds the rest.
+# whole `specq generate` of 224 bench-mix requests of at most 128 tokens took 51.3 and
+# 51.6 s at 8 requests together, 43.9 and 45.2 s at 16, 42.5 to 44.3 s at 32 and 42.4
+# and 43.0 s at 64 (docs/performance.md): a decode round of 32 sequences costs about
+# 6.4 lone steps, one of 8 about 2. 32 caches of 17.6 KiB a position fit the default
+# --kv-memory up to about 7,400 positions each; it bounds longer ones. How many
+# workers a batch wakes does not follow it (queue.submit.jobs_for).
 DEFAULT_BATCH_SIZE = 32
 DEFAULT_CHECKPOINT_TOKENS = 64
 DEFAULT_CHECKPOINT_SECONDS = 10.0

@@ -139,7 +139,8 @@ WEIGHTS = types.Tuple((*NORMS, *_Q, *_Q, *_Q, *_Q))  # the norms, then each kind
 SIZES = types.Tuple((*SIZE_TYPES, types.boolean))  # layer_stack's, and whether activations are split
 # The caches' (keys, values) at the integer precisions (model.KVCache): float16 keys
 # with 8-bit values (int16's), 8-bit (int8's), and float16, which no precision keeps
-# any more but scripts/bench_kv_cache.py compares against.
+# any more: the tests measure int16's products alone on it, and
+# scripts/bench_kv_cache.py compares against it.
 _CACHES = ((HALF_CACHE, HALF_CACHE), (HALF_CACHE, INT8_CACHE), (INT8_CACHE, INT8_CACHE))
 _SIG = [
     types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), WEIGHTS, ROPE, types.ListType(k), types.ListType(v), SIZES)

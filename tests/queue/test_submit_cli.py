@@ -77,6 +77,19 @@ def test_resubmitting_the_same_file_enqueues_nothing_twice(client, queue_env, tm
     assert other.exit_code == 1 and "different options" in other.output
 
 
+@pytest.mark.parametrize("n, batch_size, jobs", [(100, 32, 13), (100, 3, 34), (1000, 32, 64), (5, 32, 1)])
+def test_a_submit_wakes_a_worker_per_8_requests_whatever_the_batch_size(
+    client, queue_env, tmp_path, long_model_path, n, batch_size, jobs
+):
+    """Jobs are wake-ups: a batch of 100 requests decoded 32 together must still let 13
+    workers join (not 4), a smaller batch size wakes one per batch size, and no batch
+    wakes more than 64."""
+    path = write_prompts(tmp_path / "p.jsonl", n)
+    cli("submit", str(path), "--model", long_model_path, "--batch-id", "b", "--batch-size", str(batch_size))
+    assert make_queue(client, "specq").count == jobs
+    assert client.scard(BatchKeys("b").jobs) == jobs
+
+
 @pytest.mark.parametrize("kind", ["plain", "openai"])
 def test_a_batch_written_before_the_completions_endpoint_takes_its_file_again(
     client, queue_env, tmp_path, long_model_path, kind
