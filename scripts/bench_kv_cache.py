@@ -7,15 +7,17 @@ model.KV_TYPES.
     python scripts/bench_kv_cache.py --precision int8 --context 500 --caches float16,int8
     python scripts/bench_kv_cache.py --model toy.gguf --context 8 --trials 1   # a smoke run (Q4_1 blocks needed)
 
+    python scripts/bench_kv_cache.py --caches float16,float16+int8 --sequences 32,64 --context 500
+
 For each case (a 1-row step, a 5-row verification, decode rounds of 8 and 32
-sequences) it prints each cache's median time, the ratio to the first cache named,
+sequences, or of --sequences) it prints each cache's median time, the ratio to the first cache named,
 and the case's time over the 1-row step's with the same cache (the row-cost figures
 of docs/performance.md). The float32 variant compiles the integer block loop again
 for float32 caches (specq compiles it for float16 and 8-bit caches only).
 
     python scripts/bench_kv_cache.py --growth --caches float16 --context 200
 
---growth instead times decode rounds of 1, 8 and 32 sequences at context 8 and at
+--growth instead times decode rounds of 1, 8 and 32 sequences (or 1 and --sequences) at context 8 and at
 --context, and attention alone (block_ops.attend_many, every layer, over the same
 caches): a round should grow with the context by what its attention does, and where
 it grew by more (storing keys with positions last, docs/performance.md), something
@@ -38,7 +40,7 @@ from specq.specdec import block_ops, int8_stack
 from specq.specdec.loader import default_model_path
 from specq.specdec.model import KVCache, LlamaModel, Segment
 
-CASES = [(1, 1), (5, 1), (1, 8), (1, 32)]  # (rows of each sequence, sequences)
+SINGLE = [(1, 1), (5, 1)]  # (rows of each sequence, sequences): a step, a verification
 # (keys, values); float16+int8: float16 keys with 8-bit values
 DTYPES = {
     "float32": np.float32,
@@ -81,10 +83,18 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=15)
     parser.add_argument("--caches", default="float32,float16,int8", help="cache types, comma-separated")
     parser.add_argument("--growth", action="store_true", help="rounds and attention alone, context 8 against --context")
+    parser.add_argument("--sequences", default="8,32", help="decode rounds' sequence counts, comma-separated")
     args = parser.parse_args()
     names = args.caches.split(",")
     if not names or any(n not in DTYPES for n in names):
         parser.error(f"--caches: a comma-separated list of {', '.join(DTYPES)}")
+    try:
+        rounds = [int(n) for n in args.sequences.split(",")]
+    except ValueError:
+        rounds = []
+    if not rounds or min(rounds) < 1:
+        parser.error("--sequences: a comma-separated list of positive counts, e.g. 8,32")
+    cases = SINGLE + [(1, n) for n in rounds]
     base = LlamaModel.load(args.model or default_model_path(), args.precision)
     if base._stack is None:
         raise SystemExit(
@@ -93,11 +103,11 @@ def main() -> None:
         )
     models = {name: with_caches(base, name) for name in names}
     if args.growth:
-        growth(models, args.precision, args.context, args.trials)
+        growth(models, args.precision, args.context, args.trials, (1, *rounds))
         return
     caches = {}
     for name, model in models.items():
-        caches[name] = [model.new_cache(args.context + 8) for _ in range(max(s for _, s in CASES))]
+        caches[name] = [model.new_cache(args.context + 8) for _ in range(max(s for _, s in cases))]
         for cache in caches[name]:
             model.forward([Segment(cache, [5] * args.context, 0, all_logits=False)])
 
@@ -113,19 +123,19 @@ def main() -> None:
         return time.perf_counter() - t0
 
     for name in models:  # compile and warm up
-        for case in CASES:
+        for case in cases:
             timed(name, *case)
-    times = {(name, case): [] for name in models for case in CASES}
+    times = {(name, case): [] for name in models for case in cases}
     for _ in range(args.trials):
-        for case in CASES:
+        for case in cases:
             for name in models:
                 times[(name, case)].append(timed(name, *case))
     median = {key: statistics.median(t) * 1e3 for key, t in times.items()}
     first = names[0]
-    for case in CASES:
+    for case in cases:
         parts = [
             f"{name} {median[(name, case)]:.2f} ms ({median[(first, case)] / median[(name, case)]:.3f}x {first}, "
-            f"{median[(name, case)] / median[(name, CASES[0])]:.2f}x its 1 row)"
+            f"{median[(name, case)] / median[(name, cases[0])]:.2f}x its 1 row)"
             for name in names
         ]
         print(
@@ -133,9 +143,9 @@ def main() -> None:
         )
 
 
-def growth(models: dict[str, LlamaModel], precision: str, context: int, trials: int) -> None:
+def growth(models: dict[str, LlamaModel], precision: str, context: int, trials: int, counts: tuple) -> None:
     """The --growth figures (the module docstring), interleaved, medians."""
-    contexts, counts = (8, context), (1, 8, 32)
+    contexts = (8, context)
     setups = {}
     for name, model in models.items():
         for n in counts:

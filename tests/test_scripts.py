@@ -384,6 +384,26 @@ def test_bench_kv_cache_on_a_toy(q4_model):
         if (rows, seqs) == ("1", "1"):
             assert all(float(p[4]) == 1.0 for p in parts)
     assert "--caches" in run_script("bench_kv_cache.py", "--caches", "float16,int4").stderr
+    assert "--sequences" in run_script("bench_kv_cache.py", "--sequences", "8,x").stderr
+    out = ok(
+        run_script(
+            "bench_kv_cache.py",
+            "--model",
+            q4_model,
+            "--caches",
+            "float16,float16+int8",
+            "--sequences",
+            "3",
+            "--context",
+            "8",
+            "--trials",
+            "1",
+        )
+    )
+    lines = re.findall(
+        r"^int16, context 8, (\d+) row\(s\) x (\d+) sequence\(s\): float16 .*; float16\+int8 ", out, re.M
+    )
+    assert [(int(r), int(s)) for r, s in lines] == [(1, 1), (5, 1), (1, 3)], out
     out = ok(
         run_script(
             "bench_kv_cache.py", "--model", q4_model, "--growth", "--caches", "int8", "--context", "20", "--trials", "1"
