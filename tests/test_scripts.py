@@ -430,26 +430,74 @@ def _replay_table(out: str) -> dict[str, dict[str, float]]:
     return table
 
 
+def _chain_beam(tokens: list[int], p: float) -> list[tuple[int, int, float]]:
+    """A beam of one path: node i continues node i - 1, each step at probability p."""
+    return [(i - 1, token, p ** (i + 1)) for i, token in enumerate(tokens)]
+
+
 @pytest.mark.slow
 def test_replay_drafts_replays_a_trace(tmp_path):
     # A trace as `record` writes it: per decode (category, output ids, per position the
-    # lookup draft, its match length, the head's 4 guesses and its confidence in each).
+    # lookup draft, its match length, the head's 4 guesses, its confidence in each and
+    # its beam), and the prompts' ids.
     output = [10, 11, 12, 13] * 6
-    right = {t: (output[t : t + 4], 3, output[t : t + 4], [0.95] * 4) for t in range(1, len(output))}
-    wrong = {t: ([], 0, [7, 7, 7, 7], [0.1] * 4) for t in range(1, len(output))}
+    right = {
+        t: (output[t : t + 4], 3, output[t : t + 4], [0.95] * 4, _chain_beam(output[t : t + 4], 0.95))
+        for t in range(1, len(output))
+    }
+    wrong = {t: ([], 0, [7, 7, 7, 7], [0.1] * 4, _chain_beam([7, 7, 7, 7], 0.05)) for t in range(1, len(output))}
     trace = tmp_path / "trace.pkl"
+    data = {"gate": (0.75, 0.9), "traces": [("code", output, right), ("qa", output, wrong)], "prompts": [[1], [2]]}
     with open(trace, "wb") as f:
-        pickle.dump({"gate": (0.75, 0.9), "traces": [("code", output, right), ("qa", output, wrong)]}, f)
+        pickle.dump(data, f)
     out = ok(run_script("replay_drafts.py", "replay", "--trace", trace, "--row-cost", "0.4"))
     assert out.startswith("modeled speedup over plain decoding (prefill aside), row cost 0.4, batch 1:")
     table = _replay_table(out)
-    assert list(table) == ["engine", "batch-aware", "per-source", "flat-prior", "perfect"]
+    assert list(table) == [
+        "engine",
+        "batch-aware",
+        "per-source",
+        "flat-prior",
+        "perfect",
+        "tree-0.1",
+        "tree-0.2",
+        "tree-0.3",
+    ]
     for speedups in table.values():
         assert set(speedups) == {"code", "qa", "all"}
         assert speedups["qa"] <= 1.0 + 1e-9  # nothing right to draft: at best plain decoding
     assert table["perfect"]["code"] > 1.5  # every draft right
     assert table["engine"]["code"] > 1.0
     assert table["engine"] == table["batch-aware"]  # the same at batch 1
+    # The qa beam's paths are below every threshold: no tree, a plain round and the
+    # head's first level (0.06 of a step), run to find nothing; at the last position
+    # there is nothing to draft and no head to run.
+    rounds = len(output) - 1
+    assert table["tree-0.1"]["qa"] == pytest.approx(rounds / ((rounds - 1) * 1.06 + 1), abs=1e-3)
+    # code's lookup drafts everywhere, so its trees are never asked for.
+    assert table["tree-0.3"]["code"] == table["engine"]["code"]
+
+    # The store: answers in which 7 follows 7, 7, 7, 7 continue qa's output wrongly;
+    # ones that continue it as it goes make its drafts right.
+    results = tmp_path / "results.jsonl"
+    ids = {"prompt_token_ids": [2], "token_ids": output}
+    results.write_text(json.dumps({"custom_id": "a", "specq": ids}) + "\n")
+    table = _replay_table(ok(run_script("replay_drafts.py", "replay", "--trace", trace, "--store", results)))
+    assert list(table)[-1] == "store"
+    assert table["store"]["qa"] > 1.2 and table["engine"]["qa"] <= 1.0 + 1e-9
+    assert table["store"]["code"] == table["engine"]["code"]  # lookup first
+
+
+@pytest.mark.slow
+def test_replay_drafts_store_needs_a_trace_with_prompts(tmp_path):
+    trace = tmp_path / "trace.pkl"
+    with open(trace, "wb") as f:
+        pickle.dump({"gate": (0.5,), "traces": []}, f)
+    results = tmp_path / "results.jsonl"
+    results.write_text("")
+    result = run_script("replay_drafts.py", "replay", "--trace", trace, "--store", results)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "has no prompts" in result.stderr and "record it again" in result.stderr
 
 
 @pytest.mark.slow
@@ -469,10 +517,72 @@ def test_replay_drafts_records_on_the_default_model(real_model_path, tmp_path):
     category, output, positions = data["traces"][0]
     assert out.strip() == f"1 decodes, {len(output)} tokens -> {trace}"
     assert category == "qa" and 1 < len(output) <= 8 and sorted(positions) == list(range(1, len(output)))
-    assert all(len(guesses) == len(confidence) == 4 for _, _, guesses, confidence in positions.values())
+    assert len(data["prompts"]) == 1 and len(data["prompts"][0]) > 5  # the chat template's tokens
+    for _, _, guesses, confidence, beam in positions.values():
+        assert len(guesses) == len(confidence) == 4
+        # 4 guesses at the first level, then 4 for each of the 4 likeliest paths.
+        assert len(beam) == 4 + 3 * 16
+        assert [parent for parent, _, _ in beam[:4]] == [-1] * 4
+        assert all(beam[parent][2] >= p for parent, _, p in beam if parent >= 0)  # a path's probability falls
+        # The beam's first guess is the head's chained first guess.
+        assert beam[0][1] == guesses[0] and beam[0][2] == pytest.approx(confidence[0], rel=1e-6)
     table = _replay_table(ok(run_script("replay_drafts.py", "replay", "--trace", trace)))
-    assert set(table) == {"engine", "batch-aware", "per-source", "flat-prior", "perfect"}
+    assert set(table) == {
+        "engine",
+        "batch-aware",
+        "per-source",
+        "flat-prior",
+        "perfect",
+        "tree-0.1",
+        "tree-0.2",
+        "tree-0.3",
+    }
     assert all(v > 0 for speedups in table.values() for v in speedups.values())
+
+
+def _cycling_answers(path: Path, n: int) -> Path:
+    """Results of n answers that count up through 40 tokens from different starts:
+    the token after next always follows from the next, so a head that sees the next
+    token's embedding can learn every held-out label."""
+    with open(path, "w") as fh:
+        for i in range(n):
+            output = [100 + (3 * i + j) % 40 for j in range(24)]
+            ids = {"prompt_token_ids": [1, 2, 3 + i % 5], "token_ids": output}
+            fh.write(json.dumps({"custom_id": f"a{i}", "specq": ids}) + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_probe_head_inputs_learns_what_the_inputs_say(q4_model, tmp_path):
+    results = _cycling_answers(tmp_path / "results.jsonl", 30)
+    args = ["--model", q4_model, "--taps", "0,1", "--epochs", "12", "--batch-rows", "32", "--hidden", "64"]
+    out = ok(run_script("probe_head_inputs.py", results, *args, timeout=300))
+    lines = out.splitlines()
+    # The 10th, 20th and 30th answers held out; 23 rows an answer, from the prompt's
+    # last (label: the answer's second token) to the answer's third last.
+    assert lines[0] == (
+        "30 answers: 621 training rows, 69 held out (1.000 of their labels inside the 40-token draft "
+        "vocabulary); taps after blocks 0,1"
+    )
+    top1 = {line.split()[0]: float(line.split()[-1]) for line in lines[1:]}
+    assert list(top1) == ["last", "taps", "previous"]
+    assert all(v > 0.9 for v in top1.values()), top1
+
+
+@pytest.mark.slow
+def test_probe_head_inputs_refuses_mistakes_in_one_line(q4_model, tmp_path):
+    results = _cycling_answers(tmp_path / "results.jsonl", 30)
+    for args, message in [
+        (["--taps", "0,9"], "--taps: the model has blocks 0 to 1"),
+        (["--taps", "x"], "--taps 'x': not a list of block numbers"),
+        (["--inputs", "last,attention"], "--inputs: attention unknown"),
+    ]:
+        result = run_script("probe_head_inputs.py", results, "--model", q4_model, *args)
+        assert result.returncode != 0 and "Traceback" not in result.stderr
+        assert message in result.stderr
+    few = _cycling_answers(tmp_path / "few.jsonl", 5)  # none of the 10th, 20th, ...: nothing held out
+    result = run_script("probe_head_inputs.py", few, "--model", q4_model, "--taps", "0")
+    assert result.returncode != 0 and "0 held-out rows" in result.stderr
 
 
 # --- the queue: bench_queue.py and chaos.py --------------------------------------------

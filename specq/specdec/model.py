@@ -710,9 +710,7 @@ class LlamaModel:
         positions = np.concatenate([s.positions() for s in segments])
         bounds = np.cumsum([0] + [s.n for s in segments])
 
-        x = embed(w.token_embedding, ids)  # [rows, d]
-        if cfg.gemma:  # as llama.cpp: times sqrtf(d_model), in float32
-            x = x * np.sqrt(np.float32(cfg.d_model))
+        x = self._embedded(ids)
         if self._stack is not None and all(seg.n < self._stack_rows for seg in segments):
             x = self._stack.run(
                 x, segments, positions, self._rope.cos, self._rope.sin, cfg.n_heads, cfg.d_ffn, cfg.rms_eps
@@ -750,6 +748,29 @@ class LlamaModel:
             for i in range(len(segments))
         ]
 
+    def _embedded(self, ids: np.ndarray) -> np.ndarray:
+        x = embed(self.weights.token_embedding, ids)  # [rows, d]
+        if self.config.gemma:  # as llama.cpp: times sqrtf(d_model), in float32
+            x = x * np.sqrt(np.float32(self.config.d_model))
+        return x
+
+    def residuals(self, ids: Sequence[int], layers: Sequence[int]) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+        """For every row of a prefill of `ids` on a fresh cache: the final-normed
+        hidden state [n, d], and the residual stream after each block in `layers`
+        (0-based) [n, d]. For probing what the blocks know (a draft head's inputs,
+        scripts/probe_head_inputs.py); decoding never asks. The blocks run one call
+        at a time (the stack keeps no residuals), which gives the stack's bits."""
+        seg = Segment(self.new_cache(len(ids)), list(ids), 0, all_logits=False)
+        bounds = np.array([0, seg.n])
+        taps: dict[int, np.ndarray] = dict.fromkeys(layers)
+        x = self._embedded(np.asarray(ids, dtype=np.int64))
+        if self.precision in INTEGER:
+            with _blas_threads(1):  # as _forward: one thread pool at a time
+                x = self._blocks([seg], x, seg.positions(), bounds, _attention_workers(), taps)
+        else:
+            x = self._blocks([seg], x, seg.positions(), bounds, taps=taps)
+        return block_ops.rms_norm(x, self.weights.output_norm, self.config.rms_eps), taps
+
     def _blocks(
         self,
         segments: Sequence[Segment],
@@ -757,11 +778,13 @@ class LlamaModel:
         positions: np.ndarray,
         bounds: np.ndarray,
         workers: ThreadPoolExecutor | None = None,
+        taps: dict[int, np.ndarray | None] | None = None,
     ) -> np.ndarray:
         """The blocks, one numpy or numba call at a time: any weight types, any
         number of segments, BLAS for prompts. Gives a row the same bits as
         layer_stack does. `workers`: threads that share a prompt's attention, each
-        with single-threaded BLAS (the caller limits BLAS)."""
+        with single-threaded BLAS (the caller limits BLAS). `taps`: filled with the
+        residual stream after each block it names."""
         cfg, w = self.config, self.weights
         hd, n_q, n_kv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
         plan = RowPlan([s.n for s in segments])  # a prompt's rows by BLAS, the others by the kernels
@@ -797,6 +820,8 @@ class LlamaModel:
             if lw.post_ffn_norm is not None:
                 y = block_ops.rms_norm(y, lw.post_ffn_norm, cfg.rms_eps)
             x = x + y
+            if taps is not None and layer_idx in taps:
+                taps[layer_idx] = x.copy()
         return x
 
     def _attend(

@@ -9,10 +9,13 @@ bit for bit if the two do.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import numpy as np
 import pytest
 
-from specq.specdec import int8
+from specq.specdec import block_ops, int8
 from specq.specdec.matmul import BULK_ROWS
 from specq.specdec.model import LlamaModel, Segment
 
@@ -85,6 +88,27 @@ def test_stack_equals_layer_loop_bit_for_bit(stacked, prefix, new):
     end = len(prefix) + len(new)
     for a_part, b_part in zip(cache_a.stored(end), cache_b.stored(end), strict=True):
         np.testing.assert_array_equal(a_part, b_part)
+
+
+def test_residuals_are_a_prefills_hidden_states_and_each_blocks_output(stacked):
+    prompt = TOKENS[:17]
+    final, taps = stacked.residuals(prompt, [0, 1])
+    out = stacked.forward([Segment(stacked.new_cache(64), prompt, 0)])[0]
+    np.testing.assert_array_equal(final, out.hidden)  # the stack's bits, from the loop
+    assert set(taps) == {0, 1} and taps[0].shape == taps[1].shape == (len(prompt), stacked.config.d_model)
+    # The last block's output is what the final norm reads.
+    np.testing.assert_array_equal(
+        block_ops.rms_norm(taps[1], stacked.weights.output_norm, stacked.config.rms_eps), final
+    )
+    # The first block's output is the second's input: the second block alone, fed it,
+    # gives the last output (the loop on a model of the second block only).
+    second = copy.copy(stacked)
+    second.weights = dataclasses.replace(stacked.weights, layers=stacked.weights.layers[1:])
+    second._stack = None
+    seg = Segment(second.new_cache(64), prompt, 0)
+    rest = second._blocks([seg], taps[0], seg.positions(), np.array([0, len(prompt)]))
+    np.testing.assert_array_equal(rest, taps[1])
+    assert not np.array_equal(taps[0], taps[1])
 
 
 def test_stack_equals_layer_loop_on_a_tree(stacked):
