@@ -156,9 +156,10 @@ def main() -> None:
     local = np.where(vocab[where] == data["label"], where, -1)
     train = np.flatnonzero(~held_mask & (local >= 0))
     held = np.flatnonzero(held_mask)
-    if not len(train) or not len(held):
+    if len(train) < args.batch_rows or not len(held):
         raise SystemExit(
-            f"{len(train)} training and {len(held)} held-out rows: give more answers (every tenth is held out)"
+            f"{len(train)} training and {len(held)} held-out rows: give more answers (every tenth is held out; "
+            f"training takes at least --batch-rows {args.batch_rows})"
         )
     embedding = dequantized(model.weights.token_embedding)
     tied = model.weights.w_output is model.weights.token_embedding

@@ -282,11 +282,6 @@ def main() -> None:
         raise SystemExit(f"no trace at {args.trace}: run `python scripts/replay_drafts.py record` first")
     with open(args.trace, "rb") as f:
         data = pickle.load(f)
-    print(
-        f"modeled speedup over plain decoding{' batched' if args.batch > 1 else ''} (prefill aside), "
-        f"row cost {args.row_cost}, batch {args.batch}:"
-    )
-    has_beam = all(len(p) > 4 for _, _, positions in data["traces"] for p in positions.values())
     store = None
     if args.store:
         if "prompts" not in data:
@@ -295,6 +290,11 @@ def main() -> None:
             store = AnswerStore(read_results(args.store))
         except InputError as exc:
             raise SystemExit(str(exc)) from None
+    print(
+        f"modeled speedup over plain decoding{' batched' if args.batch > 1 else ''} (prefill aside), "
+        f"row cost {args.row_cost}, batch {args.batch}:"
+    )
+    has_beam = all(len(p) > 4 for _, _, positions in data["traces"] for p in positions.values())
     for policy in POLICIES + (TREE_POLICIES if has_beam else ()) + (("store",) if store else ()):
         result = replay(policy, data, args.row_cost, args.batch, store)
         print(f"  {policy:19}" + " ".join(f"{c} {v:.3f}" for c, v in result.items()))

@@ -422,6 +422,10 @@ def test_bench_kv_cache_on_a_toy(q4_model):
 # --- replay_drafts.py ------------------------------------------------------------------
 
 
+# What `replay_drafts.py replay` prints for a trace with the head's beam, in order.
+REPLAY_POLICIES = ["engine", "batch-aware", "per-source", "flat-prior", "perfect", "tree-0.1", "tree-0.2", "tree-0.3"]
+
+
 def _replay_table(out: str) -> dict[str, dict[str, float]]:
     table = {}
     for line in out.splitlines()[1:]:
@@ -453,16 +457,7 @@ def test_replay_drafts_replays_a_trace(tmp_path):
     out = ok(run_script("replay_drafts.py", "replay", "--trace", trace, "--row-cost", "0.4"))
     assert out.startswith("modeled speedup over plain decoding (prefill aside), row cost 0.4, batch 1:")
     table = _replay_table(out)
-    assert list(table) == [
-        "engine",
-        "batch-aware",
-        "per-source",
-        "flat-prior",
-        "perfect",
-        "tree-0.1",
-        "tree-0.2",
-        "tree-0.3",
-    ]
+    assert list(table) == REPLAY_POLICIES
     for speedups in table.values():
         assert set(speedups) == {"code", "qa", "all"}
         assert speedups["qa"] <= 1.0 + 1e-9  # nothing right to draft: at best plain decoding
@@ -527,16 +522,7 @@ def test_replay_drafts_records_on_the_default_model(real_model_path, tmp_path):
         # The beam's first guess is the head's chained first guess.
         assert beam[0][1] == guesses[0] and beam[0][2] == pytest.approx(confidence[0], rel=1e-6)
     table = _replay_table(ok(run_script("replay_drafts.py", "replay", "--trace", trace)))
-    assert set(table) == {
-        "engine",
-        "batch-aware",
-        "per-source",
-        "flat-prior",
-        "perfect",
-        "tree-0.1",
-        "tree-0.2",
-        "tree-0.3",
-    }
+    assert list(table) == REPLAY_POLICIES
     assert all(v > 0 for speedups in table.values() for v in speedups.values())
 
 

@@ -760,6 +760,8 @@ class LlamaModel:
         (0-based) [n, d]. For probing what the blocks know (a draft head's inputs,
         scripts/probe_head_inputs.py); decoding never asks. The blocks run one call
         at a time (the stack keeps no residuals), which gives the stack's bits."""
+        if any(not 0 <= layer < self.config.n_layers for layer in layers):
+            raise ValueError(f"blocks {list(layers)}: the model has blocks 0 to {self.config.n_layers - 1}")
         seg = Segment(self.new_cache(len(ids)), list(ids), 0, all_logits=False)
         bounds = np.array([0, seg.n])
         taps: dict[int, np.ndarray] = dict.fromkeys(layers)

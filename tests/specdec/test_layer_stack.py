@@ -109,6 +109,8 @@ def test_residuals_are_a_prefills_hidden_states_and_each_blocks_output(stacked):
     rest = second._blocks([seg], taps[0], seg.positions(), np.array([0, len(prompt)]))
     np.testing.assert_array_equal(rest, taps[1])
     assert not np.array_equal(taps[0], taps[1])
+    with pytest.raises(ValueError, match="the model has blocks 0 to 1"):
+        stacked.residuals(prompt, [2])
 
 
 def test_stack_equals_layer_loop_on_a_tree(stacked):
