@@ -34,7 +34,7 @@ from specq.errors import SpecqError
 from specq.specdec.loader import default_model_path, load_model_and_tokenizer
 from specq.specdec.matmul import dequantized, embed
 from specq.specdec.model import LlamaModel
-from specq.specdec.precision import resolve
+from specq.specdec.precision import PRECISIONS, resolve
 from specq.specdec.proposers.recurrent import silu
 from specq.training.distill import read_results
 from specq.training.features import Features
@@ -125,7 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results")
     parser.add_argument("--model", default=None)
-    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--precision", default="auto", choices=("auto", *PRECISIONS))
     parser.add_argument("--taps", default="7,15,22", help="0-based blocks whose output the taps input reads")
     parser.add_argument("--inputs", default=",".join(INPUTS))
     parser.add_argument("--epochs", type=int, default=4)
@@ -133,6 +133,8 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--batch-rows", type=int, default=256)
     args = parser.parse_args()
+    if min(args.epochs, args.hidden, args.vocab, args.batch_rows) < 1:
+        raise SystemExit("--epochs, --hidden, --vocab and --batch-rows must each be at least 1")
     names = [n for n in args.inputs.split(",") if n]
     try:
         taps = sorted({int(x) for x in args.taps.split(",") if x.strip()})
@@ -148,10 +150,14 @@ def main() -> None:
         data = collect(model, answers, taps if "taps" in names else [])
     except SpecqError as exc:
         raise SystemExit(str(exc)) from None
+    except OSError as exc:
+        raise SystemExit(f"cannot read {exc.filename or args.model}: {exc.strerror or exc}") from None
     held_mask = data["answer"] % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
     labels = data["label"][:, None]
     rows_of = Features(data["h"], labels, data["answer"], data["t"], np.ones(len(labels), bool))
     vocab = draft_vocabulary(rows_of.subset(~held_mask), args.vocab)
+    if not len(vocab):
+        raise SystemExit("no training rows: every usable answer is a held-out one (the 10th, 20th, ...)")
     where = np.minimum(np.searchsorted(vocab, data["label"]), len(vocab) - 1)
     local = np.where(vocab[where] == data["label"], where, -1)
     train = np.flatnonzero(~held_mask & (local >= 0))

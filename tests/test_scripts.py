@@ -562,6 +562,7 @@ def test_probe_head_inputs_refuses_mistakes_in_one_line(q4_model, tmp_path):
         (["--taps", "0,9"], "--taps: the model has blocks 0 to 1"),
         (["--taps", "x"], "--taps 'x': not a list of block numbers"),
         (["--inputs", "last,attention"], "--inputs: attention unknown"),
+        (["--epochs", "0"], "--epochs, --hidden, --vocab and --batch-rows must each be at least 1"),
     ]:
         result = run_script("probe_head_inputs.py", results, "--model", q4_model, *args)
         assert result.returncode != 0 and "Traceback" not in result.stderr
@@ -569,6 +570,9 @@ def test_probe_head_inputs_refuses_mistakes_in_one_line(q4_model, tmp_path):
     few = _cycling_answers(tmp_path / "few.jsonl", 5)  # none of the 10th, 20th, ...: nothing held out
     result = run_script("probe_head_inputs.py", few, "--model", q4_model, "--taps", "0")
     assert result.returncode != 0 and "0 held-out rows" in result.stderr
+    result = run_script("probe_head_inputs.py", results, "--model", tmp_path / "absent.gguf")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "absent.gguf" in result.stderr
 
 
 # --- the queue: bench_queue.py and chaos.py --------------------------------------------
