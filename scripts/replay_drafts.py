@@ -55,6 +55,7 @@ from specq.specdec.precision import resolve
 from specq.specdec.proposers.hybrid import MIN_MATCH
 from specq.specdec.proposers.ngram import lookup
 from specq.specdec.proposers.recurrent import RecurrentHeadProposer
+from specq.specdec.proposers.recurrent_kernels import draft_confidence
 from specq.training.distill import read_results
 
 K_MAX = 4
@@ -93,10 +94,9 @@ def record(args) -> None:
                 match = next((n for n in range(max_n, 0, -1) if lookup(ids, 1, max_n, n)), 0)  # longest
                 state, token, guesses, confidence = np.asarray(session.last_hidden)[None, :], ids[-1], [], []
                 for _ in range(K_MAX):
-                    state = head.step(state, embed(table, np.array([token])))
-                    logits = linear(state, rows)[0].astype(np.float64)
-                    best = int(np.argmax(logits))
-                    confidence.append(float(1.0 / np.exp(logits - logits[best]).sum()))
+                    state, logits = hybrid.medusa.step_logits(state, token)  # the proposer's own arithmetic
+                    best, sure = draft_confidence(logits)
+                    confidence.append(float(sure))
                     token = int(head.vocab[best])
                     guesses.append(token)
                 beam = _beam(head, rows, table, session.last_hidden, ids[-1])

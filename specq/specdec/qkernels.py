@@ -229,7 +229,7 @@ def qmatmul_t(x: np.ndarray, w: QuantizedMatrix) -> np.ndarray:
     out = np.empty((x.shape[0], w.quants.shape[0] * LANES), dtype=np.float32)
     # One slice of chunks per thread of numba's pool; with fewer active threads (after
     # numba.set_num_threads) the slices are shared out among them.
-    product = q4_1_product if w.type_name == "Q4_1" else _q8_0_product
+    product = q4_1_product if w.type_name == "Q4_1" else q8_0_product
     product(x, w.quants, w.scales, out, config.NUMBA_NUM_THREADS)
     return out if out.shape[1] == n_out else np.ascontiguousarray(out[:, :n_out])
 
@@ -485,7 +485,7 @@ def _q8_0_sums(q, x, b, r, g, s):  # pragma: no cover - compiled
 
 
 @njit(_PRODUCT.format(_Q8_0), parallel=True, fastmath=_FASTMATH, cache=True, nogil=True)
-def _q8_0_product(x, quants, scales, out, n_slices):  # pragma: no cover - compiled
+def q8_0_product(x, quants, scales, out, n_slices):  # pragma: no cover - compiled
     n = x.shape[0]
     n_chunks, n_blocks = quants.shape[0], quants.shape[1]
     for t in prange(n_slices):

@@ -24,6 +24,7 @@ import numpy as np
 from specq.specdec.matmul import embed, linear
 from specq.specdec.model import LlamaModel
 from specq.specdec.proposers.recurrent import RecurrentHead, draft_output_head, sigmoid
+from specq.specdec.proposers.recurrent_kernels import draft_confidences
 from specq.training.configs import RecurrentConfig
 from specq.training.features import NO_LABEL, Features
 from specq.training.heads import Adam
@@ -198,8 +199,7 @@ def chain_ranks(
         for j in range(depth):
             state = head.step(state, embed(model.weights.token_embedding, token))
             logits = linear(state, head_rows)  # [r, n]
-            shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
-            confidence[rows, j] = 1.0 / np.exp(shifted).sum(axis=1)
+            confidence[rows, j] = draft_confidences(np.ascontiguousarray(logits))[1]  # the gate's figure
             label = labels[rows, j]
             where = np.minimum(np.searchsorted(head.vocab, np.maximum(label, 0)), n - 1)
             inside = (label != NO_LABEL) & (head.vocab[where] == label)

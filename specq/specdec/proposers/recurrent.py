@@ -34,6 +34,16 @@ from specq.specdec.int8 import Int8Matrix
 from specq.specdec.matmul import Weight, embed, linear
 from specq.specdec.model import LlamaModel
 from specq.specdec.proposers.base import Draft, ProposeContext
+from specq.specdec.proposers.recurrent_kernels import (
+    draft_confidence,
+    greedy_chain,
+    head_silu,
+    head_step_q8_0,
+    q8_0_arrays,
+    rows_arrays,
+    step_logits,
+)
+from specq.specdec.proposers.recurrent_kernels import threads as kernel_threads
 from specq.specdec.qkernels import QuantizedMatrix
 from specq.specdec.rng import DRAW_PROPOSE, uniform
 from specq.specdec.sampling import probabilities, sample
@@ -95,9 +105,24 @@ class RecurrentHead:
         return self.w_out.shape[0]
 
     def step(self, state: np.ndarray, embedded: np.ndarray) -> np.ndarray:
-        """States [n, d] and the embeddings of the tokens they continue [n, d] -> next states."""
+        """States [n, d] and the embeddings of the tokens they continue [n, d] -> next
+        states. Q8_0 matrices (every trained head's) take one compiled call; the
+        bits are the same either way (recurrent_kernels)."""
+        state = np.ascontiguousarray(state, dtype=np.float32)
+        embedded = np.ascontiguousarray(embedded, dtype=np.float32)
+        arrays = self.q8_0_arrays()
+        if arrays is not None:
+            return head_step_q8_0(state, embedded, arrays, kernel_threads())
         z = linear(np.concatenate([state, embedded], axis=1), self.w_in) + self.b_in
-        return state + linear(silu(z), self.w_out)
+        return state + linear(head_silu(np.ascontiguousarray(z, dtype=np.float32)), self.w_out)
+
+    def q8_0_arrays(self) -> tuple | None:
+        """(w_in's quants and scales, b_in, w_out's quants and scales) for the compiled
+        step, where both matrices are Q8_0; else None."""
+        w_in, w_out = q8_0_arrays(self.w_in), q8_0_arrays(self.w_out)
+        if w_in is None or w_out is None:
+            return None
+        return (*w_in, np.ascontiguousarray(self.b_in, dtype=np.float32), *w_out)
 
     @classmethod
     def load(cls, path: str) -> RecurrentHead:
@@ -223,6 +248,7 @@ class RecurrentHeadProposer:
         self.model = model
         self.head = head
         self.rows = draft_output_head(model, head.vocab)
+        self._compiled = CompiledDrafts.build(model, head, self.rows)
         table = head.metadata.get("gate_by_row_cost")
         # An explicit gate is the caller's choice at every cost; so is a file without a table.
         self.gate_table = parse_gate_table(table) if table and gate is None else ()
@@ -247,17 +273,20 @@ class RecurrentHeadProposer:
         if k <= 0 or gate is None:
             return Draft()
         vocab_size = self.model.config.vocab_size
-        state = np.asarray(ctx.last_hidden, dtype=np.float32)[None, :]
+        state = np.ascontiguousarray(ctx.last_hidden, dtype=np.float32)[None, :]
         token = int(ctx.tokens[-1])
+        compiled = self._compiled
+        if compiled is not None and not (ctx.stochastic or ctx.want_p_draft):
+            drafted = compiled.greedy(state, token, k, gate)
+            return Draft(tokens=tuple(int(t) for t in drafted)) if drafted.size else Draft()
         tokens, dists = [], []
         for i in range(k):
-            state = self.head.step(state, embed(self.model.weights.token_embedding, np.array([token])))
-            logits = linear(state, self.rows)[0].astype(np.float64)  # [n] over the draft vocabulary
-            best = int(np.argmax(logits))
+            state, logits = self.step_logits(state, token)
+            best, confidence = draft_confidence(logits)
             # The gate reads the head's own distribution at temperature 1, whatever the
             # request's sampling: the draft's length depends on the draft side only, so
             # the acceptance rules stay exact.
-            if 1.0 / np.exp(logits - logits[best]).sum() < gate[min(i, len(gate) - 1)]:
+            if confidence < gate[min(i, len(gate) - 1)]:
                 break
             if not (ctx.stochastic or ctx.want_p_draft):
                 token = int(self.head.vocab[best])
@@ -275,3 +304,47 @@ class RecurrentHeadProposer:
         if not tokens:
             return Draft()
         return Draft(tokens=tuple(tokens), p_draft=np.stack(dists) if ctx.want_p_draft else None)
+
+    def step_logits(self, state: np.ndarray, token: int) -> tuple[np.ndarray, np.ndarray]:
+        """One draft step from state [1, d] and the token it continues: (the next state,
+        its logits [n] float32 over the draft vocabulary)."""
+        if self._compiled is not None:
+            return self._compiled.step(state, token)
+        state = self.head.step(state, embed(self.model.weights.token_embedding, np.array([token])))
+        return state, linear(state, self.rows)[0]
+
+
+class CompiledDrafts:
+    """The proposer's drafting as compiled calls (recurrent_kernels), where the head's
+    matrices and the draft rows are Q8_0 (the default model's, at every precision).
+    It keeps the draft vocabulary's embeddings as float32 rows (the shipped head's
+    8,192: 19 MB): a drafted token's row is then 36 cache lines, where the model's
+    embedding, laid out for products, spreads a row over 576."""
+
+    def __init__(self, model: LlamaModel, head: RecurrentHead, arrays: tuple, rows: tuple) -> None:
+        self.model, self.head, self.arrays, self.rows = model, head, arrays, rows
+        self.table = embed(model.weights.token_embedding, head.vocab)  # [n, d] float32
+        self.index = np.full(model.config.vocab_size, -1, dtype=np.int64)  # token -> its table row
+        self.index[head.vocab] = np.arange(len(head.vocab))
+
+    @classmethod
+    def build(cls, model: LlamaModel, head: RecurrentHead, draft_rows: Weight) -> CompiledDrafts | None:
+        arrays, rows = head.q8_0_arrays(), rows_arrays(draft_rows)
+        return None if arrays is None or rows is None else cls(model, head, arrays, rows)
+
+    def embedded(self, token: int) -> np.ndarray:
+        """[1, d]: the token's embedding, from the table where the draft vocabulary has it."""
+        i = self.index[token]
+        if i >= 0:
+            return self.table[i : i + 1]
+        return embed(self.model.weights.token_embedding, np.array([token]))
+
+    def greedy(self, state: np.ndarray, token: int, k: int, gate: tuple[float, ...]) -> np.ndarray:
+        gates = np.asarray(gate, dtype=np.float64)
+        embedded = self.embedded(token)
+        return greedy_chain(
+            state, embedded, k, gates, self.arrays, self.rows, self.table, self.head.vocab, kernel_threads()
+        )
+
+    def step(self, state: np.ndarray, token: int) -> tuple[np.ndarray, np.ndarray]:
+        return step_logits(state, self.embedded(token), self.arrays, self.rows, kernel_threads())
