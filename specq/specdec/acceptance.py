@@ -15,7 +15,7 @@ import numpy as np
 
 from specq.errors import ParameterError
 from specq.specdec.rng import DRAW_ACCEPT, DRAW_SAMPLE
-from specq.specdec.sampling import SamplingParams, probabilities, sample
+from specq.specdec.sampling import SamplingParams, probabilities, sample, warped_row
 
 ACCEPT_RULES = ("greedy", "sample", "typical")
 
@@ -80,23 +80,25 @@ def accept_sample(
     `p_draft` [k, V] is None for a deterministic (one-hot) proposer.
     """
     k = len(draft)
-    p_target = probabilities(target_logits, params)  # [k+1, V]
+    # Row by row, as far as the drafts are kept: a row's distribution does not depend
+    # on the others (sampling.probabilities), and half the rounds stop at the first.
     for i, x in enumerate(draft):
+        p_target = warped_row(target_logits[i], params)
         pd_x = 1.0 if p_draft is None else float(p_draft[i, x])
         assert pd_x > 0, "a proposer drafted a token it gave zero probability"
-        if uniforms(i, DRAW_ACCEPT) < min(1.0, p_target[i, x] / pd_x):
+        if uniforms(i, DRAW_ACCEPT) < min(1.0, p_target[x] / pd_x):
             continue
         if p_draft is None:
-            residual = p_target[i].copy()
+            residual = p_target.copy()
             residual[x] = 0.0
         else:
-            residual = np.maximum(p_target[i] - p_draft[i], 0.0)
+            residual = np.maximum(p_target - p_draft[i], 0.0)
         if residual.sum() <= 0:
             # Only reachable through rounding when p_target == p_draft; then the
             # residual's limit is p_target itself.
-            residual = p_target[i]
+            residual = p_target
         return Verdict(i, sample(residual, uniforms(i, DRAW_SAMPLE)))
-    return Verdict(k, sample(p_target[k], uniforms(k, DRAW_SAMPLE)))
+    return Verdict(k, sample(warped_row(target_logits[k], params), uniforms(k, DRAW_SAMPLE)))
 
 
 def accept_typical(

@@ -8,11 +8,13 @@ distribution, which is what plain sampling would have drawn from.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from specq.errors import ParameterError
+from specq.specdec.sampling_kernels import draw, warp_rows
 
 SEED_MAX = 2**63 - 1
 
@@ -50,76 +52,50 @@ class SamplingParams:
 
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """Warped distributions, one per row of `logits` [n, V] -> [n, V] float64 rows
-    summing to 1. Greedy parameters give the one-hot argmax (lowest id on ties)."""
-    logits = np.atleast_2d(np.asarray(logits, dtype=np.float64))
-    n, vocab = logits.shape
+    summing to 1. Greedy parameters give the one-hot argmax (lowest id on ties).
+    Sampled ones: logits / temperature, those below the top_k-th largest dropped,
+    softmax, then the smallest set of most likely tokens (lower id first on ties)
+    whose mass before each is below top_p, renormalized (sampling_kernels: compiled,
+    each row alone, so a row's bits never depend on the rows beside it)."""
+    logits = np.ascontiguousarray(np.atleast_2d(np.asarray(logits, dtype=np.float64)))
+    out = np.empty(logits.shape)
+    _warp(logits, params, out)
+    return out
+
+
+def warped_row(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """probabilities() of one row [V], in this thread's scratch row: valid until the
+    thread's next call, for a caller that reads it at once (acceptance, a draw)."""
+    row = np.ascontiguousarray(np.asarray(logits, dtype=np.float64).reshape(1, -1))
+    out = _scratch(row.shape[1])[2]
+    _warp(row, params, out)
+    return out[0]
+
+
+def _warp(logits: np.ndarray, params: SamplingParams, out: np.ndarray) -> None:
     if params.greedy:
-        out = np.zeros((n, vocab))
-        out[np.arange(n), logits.argmax(axis=1)] = 1.0
-        return out
-    z = logits / params.temperature
-    if 0 < params.top_k < vocab:
-        kth = np.partition(z, vocab - params.top_k, axis=1)[:, vocab - params.top_k][:, None]
-        z = np.where(z < kth, -np.inf, z)
-    z = z - z.max(axis=1, keepdims=True)
-    probs = np.exp(z)
-    probs /= probs.sum(axis=1, keepdims=True)
-    if params.top_p < 1.0:
-        probs = _top_p(probs, params.top_p)
-    return probs
+        out[:] = 0.0
+        out[np.arange(len(logits)), logits.argmax(axis=1)] = 1.0
+        return
+    z, pow2, _ = _scratch(logits.shape[1])
+    warp_rows(logits, float(params.temperature), int(params.top_k), float(params.top_p), out, z, pow2)
 
 
-# Far above the rounding of a cumulative sum of probabilities (about 1e-16 a term).
-_TOP_P_MARGIN = 1e-9
+_buffers = threading.local()  # per thread: a server's threads may decode side by side
 
 
-def _top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p: in the
-    order of decreasing probability (lower id first on ties), every token whose mass
-    before it is below top_p (so the token that crosses top_p is kept)."""
-    keep = np.zeros(probs.shape, dtype=bool)
-    for row, out in zip(probs, keep):
-        out[_top_p_ids(row, top_p)] = True
-    kept = np.where(keep, probs, 0.0)
-    return kept / kept.sum(axis=1, keepdims=True)
-
-
-def _top_p_ids(row: np.ndarray, top_p: float) -> np.ndarray:
-    """The kept ids of one row. Sorting all 49,152 probabilities of every row at every
-    step cut a batch of 32 sampled requests to a third of its tokens/s; the kept set is nearly
-    always small, so only the most likely m tokens are sorted, m growing until
-    their mass passes top_p. The result is the full sort's: the candidates are every
-    token at least as likely as the m-th, so their order and cumulative sums are the
-    full order's first ones, term for term, and a token outside them has at least
-    their whole mass before it (less a rounding the margin covers)."""
-    vocab = len(row)
-    m = 64
-    while m < vocab:
-        kth = np.partition(row, vocab - m)[vocab - m]
-        candidates = np.flatnonzero(row >= kth)  # ascending ids: the stable sort keeps ties so
-        order = candidates[np.argsort(-row[candidates], kind="stable")]
-        ids = _kept_prefix(row[order], order, top_p)
-        if ids is not None:
-            return ids
-        m *= 8
-    order = np.argsort(-row, kind="stable")
-    return order[np.cumsum(row[order]) - row[order] < top_p]
-
-
-def _kept_prefix(sorted_probs: np.ndarray, order: np.ndarray, top_p: float) -> np.ndarray | None:
-    cumulative = np.cumsum(sorted_probs)
-    if cumulative[-1] < top_p + _TOP_P_MARGIN:
-        return None  # tokens beyond these might be kept too
-    return order[cumulative - sorted_probs < top_p]
+def _scratch(vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This thread's (z, pow2, row) for rows of `vocab` values, made once."""
+    kept = getattr(_buffers, "arrays", None)
+    if kept is None or kept[0].shape[0] != vocab:
+        kept = (np.empty(vocab), np.empty(vocab, dtype=np.int64), np.empty((1, vocab)))
+        _buffers.arrays = kept
+    return kept
 
 
 def sample(probs: np.ndarray, u: float) -> int:
-    """Inverse-CDF draw from one distribution [V] with a uniform u in [0, 1)."""
-    cdf = np.cumsum(probs)
-    idx = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
-    idx = min(idx, len(probs) - 1)
-    # Only rounding can push u * total past the last step of the CDF; the clamp may
-    # then land on a zero-probability tail, so step back to the token owning the mass.
-    while probs[idx] == 0 and idx > 0:
-        idx -= 1
-    return idx
+    """Inverse-CDF draw from one distribution [V] with a uniform u in [0, 1): the first
+    token whose cumulative probability passes u times the total. Only rounding can
+    push u * total past the last step of the CDF; the draw then steps back to the
+    token owning the mass, never a zero-probability one."""
+    return int(draw(np.ascontiguousarray(probs, dtype=np.float64), float(u)))

@@ -41,14 +41,16 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
 
 
 def _top_p_by_full_sort(probs, top_p):
-    """The rule spelled out: every row sorted whole, most likely first, lower id first on ties."""
+    """The rule spelled out: every row sorted whole, most likely first, lower id first
+    on ties; the kept mass summed in that order, as the cumulative sums that chose them."""
     order = np.argsort(-probs, axis=1, kind="stable")
     sorted_probs = np.take_along_axis(probs, order, axis=1)
-    keep_sorted = np.cumsum(sorted_probs, axis=1) - sorted_probs < top_p
+    cumulative = np.cumsum(sorted_probs, axis=1)
+    keep_sorted = cumulative - sorted_probs < top_p
     keep = np.zeros_like(keep_sorted)
     np.put_along_axis(keep, order, keep_sorted, axis=1)
-    kept = np.where(keep, probs, 0.0)
-    return kept / kept.sum(axis=1, keepdims=True)
+    mass = cumulative[np.arange(len(probs)), keep_sorted.sum(axis=1) - 1][:, None]
+    return np.where(keep, probs * (1.0 / mass), 0.0)
 
 
 def test_top_p_is_the_full_sorts_bit_for_bit_on_peaked_flat_and_tied_rows():

@@ -46,7 +46,7 @@ from specq.specdec.proposers.recurrent_kernels import (
 from specq.specdec.proposers.recurrent_kernels import threads as kernel_threads
 from specq.specdec.qkernels import QuantizedMatrix
 from specq.specdec.rng import DRAW_PROPOSE, uniform
-from specq.specdec.sampling import probabilities, sample
+from specq.specdec.sampling import sample, warped_row
 
 RECURRENT_ARCHITECTURE = "medusa_recurrent"
 
@@ -279,7 +279,13 @@ class RecurrentHeadProposer:
         if compiled is not None and not (ctx.stochastic or ctx.want_p_draft):
             drafted = compiled.greedy(state, token, k, gate)
             return Draft(tokens=tuple(int(t) for t in drafted)) if drafted.size else Draft()
-        tokens, dists = [], []
+        tokens: list[int] = []
+        # The draft's distributions over the whole vocabulary, zero outside the draft
+        # vocabulary: allocated once a proposal (a fresh row of 49,152 costs its page
+        # faults), and warped over the draft vocabulary's logits alone. Tokens outside
+        # it have probability zero either way, and its ids ascend, so a draw and its
+        # ties go as over the whole row.
+        dists = np.zeros((k, vocab_size)) if ctx.want_p_draft else None
         for i in range(k):
             state, logits = self.step_logits(state, token)
             best, confidence = draft_confidence(logits)
@@ -291,19 +297,19 @@ class RecurrentHeadProposer:
             if not (ctx.stochastic or ctx.want_p_draft):
                 token = int(self.head.vocab[best])
             else:
-                full = np.full(vocab_size, -np.inf, dtype=np.float64)
-                full[self.head.vocab] = logits
-                p = probabilities(full[None, :], ctx.params)[0]
-                token = (
+                p = warped_row(logits, ctx.params)  # [n] over the draft vocabulary
+                chosen = (
                     sample(p, uniform(ctx.params.seed, ctx.n_output + i, DRAW_PROPOSE))
                     if ctx.stochastic
                     else int(np.argmax(p))
                 )
-                dists.append(p)
+                token = int(self.head.vocab[chosen])
+                if dists is not None:
+                    dists[i, self.head.vocab] = p
             tokens.append(token)
         if not tokens:
             return Draft()
-        return Draft(tokens=tuple(tokens), p_draft=np.stack(dists) if ctx.want_p_draft else None)
+        return Draft(tokens=tuple(tokens), p_draft=dists[: len(tokens)] if dists is not None else None)
 
     def step_logits(self, state: np.ndarray, token: int) -> tuple[np.ndarray, np.ndarray]:
         """One draft step from state [1, d] and the token it continues: (the next state,
