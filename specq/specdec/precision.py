@@ -26,12 +26,14 @@ AUTO = "auto"
 # whose version differs starts the request again: continuing it with other numbers
 # would give an output that no uninterrupted decode gives. Checkpoints made before
 # versions were recorded count as version 1. int16 2: 8-bit values in its KV cache
-# (2026-12-05).
-NUMERICS_VERSIONS = {"f32": 1, "int16": 2, "int8": 1}
+# (2026-12-05). All precisions +1 (f32 2, int16 3, int8 2): sampled decoding's warp
+# and draw compiled (sampling_kernels), and the recurrent head's SiLU and confidence
+# (recurrent_kernels), whose last bits move a seeded request's draws now and then.
+NUMERICS_VERSIONS = {"f32": 2, "int16": 3, "int8": 2}
 
 
 def numerics(precision: str) -> str:
-    """What a checkpoint records of the arithmetic that decoded it, e.g. "int16.2"."""
+    """What a checkpoint records of the arithmetic that decoded it, e.g. "int16.3"."""
     return f"{precision}.{NUMERICS_VERSIONS[precision]}"
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from specq.errors import ParameterError
 from specq.specdec.rng import DRAW_ACCEPT, DRAW_PROPOSE, DRAW_SAMPLE, uniform
-from specq.specdec.sampling import SamplingParams, probabilities, sample
+from specq.specdec.sampling import SamplingParams, probabilities, sample, warped_row
+from specq.specdec.sampling_kernels import exp_nonpositive
 
 LOGITS = np.array([[2.0, 1.0, 0.5, -1.0, 3.0]])
 
@@ -117,3 +118,49 @@ def test_uniform_is_uniform():
     u.sort()
     ks = np.max(np.abs(u - (np.arange(1, len(u) + 1) / len(u))))
     assert ks < 1.95 / np.sqrt(len(u))
+
+
+def test_the_compiled_exp_is_float64s_to_a_few_ulps_and_zero_past_its_floor():
+    x = np.concatenate([-np.geomspace(1e-12, 700, 20000), [0.0, -0.0, -707.9, -708.5, -800.0, -np.inf]])
+    out, scratch = np.empty_like(x), np.empty(len(x), np.int64)
+    exp_nonpositive(x, out, scratch)
+    normal = x >= -708
+    np.testing.assert_allclose(out[normal], np.exp(x[normal]), rtol=1e-15, atol=0)
+    assert out[-3:].tolist() == [0.0, 0.0, 0.0] and out[-4] > 0  # below e^-708: zero, as is -inf
+
+
+def test_a_row_is_warped_alone_and_warped_row_gives_its_bits():
+    """A verification's rows give the bits plain decoding gives for the same row, and
+    acceptance may warp only the rows it reaches (warped_row)."""
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(5, 3000)) * 4
+    logits[2, :1500] = -np.inf  # a draft's row: nothing outside its vocabulary
+    for params in (
+        SamplingParams(temperature=0.7),
+        SamplingParams(temperature=0.7, top_p=0.9),
+        SamplingParams(temperature=1.3, top_k=40),
+        SamplingParams(temperature=0.5, top_k=200, top_p=0.8),
+    ):
+        together = probabilities(logits, params)
+        for i in range(len(logits)):
+            alone = probabilities(logits[i : i + 1], params)[0]
+            assert np.array_equal(together[i], alone) and np.array_equal(warped_row(logits[i], params), alone)
+        assert np.allclose(together.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+        assert not together[2, :1500].any()
+        if params.top_k:  # the top_k most likely at most, every other token zero
+            assert (np.count_nonzero(together, axis=1) <= params.top_k).all()
+            for row, p in zip(logits, together):
+                assert set(np.flatnonzero(p)) <= set(np.argsort(-row, kind="stable")[: params.top_k])
+
+
+def test_the_compiled_draw_is_numpys_inverse_cdf_bit_for_bit():
+    rng = np.random.default_rng(4)
+    for trial in range(200):
+        p = rng.dirichlet(np.full(500, 0.05))
+        p[rng.integers(0, 500, 100)] = 0.0  # zeros inside, where a step back lands
+        u = rng.random() if trial % 10 else 1.0 - 1e-17
+        cdf = np.cumsum(p)
+        want = min(int(np.searchsorted(cdf, u * cdf[-1], side="right")), len(p) - 1)
+        while p[want] == 0 and want > 0:
+            want -= 1
+        assert sample(p, u) == want
