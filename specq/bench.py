@@ -51,7 +51,7 @@ class CategoryResult:
     tau: float | None  # None for the external tools
     acceptance_rate: float | None
     accepted_per_position: list[float]  # share of drafts accepted at each position
-    exact: bool | None  # greedy outputs all identical to the baseline's (batched: to its own single stream)
+    exact: bool | None  # greedy outputs all identical to the baseline's; batched ones to their own single stream
     identical: float | None  # the share of them that are (external tools: a parity figure, not a promise)
     tokens: int
     requests: int
@@ -210,6 +210,8 @@ def run_bench(
             "batch_sizes": list(batch_sizes),
             "max_tokens": sorted({s.overrides.get("max_tokens", defaults.max_tokens) for s in specs}),
             "temperature": defaults.temperature,
+            "top_p": defaults.top_p,
+            "top_k": defaults.top_k,
             "requests": len(specs),
             "configs": list(runs),
             "threads": _threads(),
@@ -319,7 +321,9 @@ def _summarize(
     accepted_pos = _sum_lists([x.accepted_per_position for x in m])
     drafted = sum(x.drafted for x in m)
     identical = None
-    if label != BASELINE and all(r.greedy for r in first):
+    # Greedy outputs are plain decoding's whatever drafts them; sampled ones only the
+    # same configuration's single stream's (the drafts decide which draws pick what).
+    if label != BASELINE and (batch_size > 1 or all(r.greedy for r in first)):
         same = [a.output_ids == b.output_ids for a, b in zip(first, pick(reference_reps[0]))]
         identical = sum(same) / len(same)
     return CategoryResult(

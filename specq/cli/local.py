@@ -303,6 +303,18 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
     help="External tools side by side, if installed: hf, llama.cpp (comma-separated; extra 'compare'). "
     "With --batch-size, llama.cpp also decodes that many sequences per llama_decode.",
 )
+@click.option(
+    "--temperature",
+    type=float,
+    default=0.0,
+    show_default=True,
+    callback=option_check("temperature"),
+    help="Sample at this temperature (0: greedy). Sampled outputs differ from plain decoding's by design; "
+    "batched ones are checked against their own single stream.",
+)
+@click.option("--top-p", type=float, default=1.0, show_default=True, callback=option_check("top_p"))
+@click.option("--top-k", type=int, default=0, show_default=True, callback=option_check("top_k"))
+@click.option("--seed", type=int, default=0, show_default=True, callback=option_check("seed"))
 @precision_option
 @click.option(
     "--quality",
@@ -327,11 +339,16 @@ def bench(
     batch_sizes,
     row_curve,
     compare,
+    temperature,
+    top_p,
+    top_k,
+    seed,
     precision,
     quality,
 ) -> None:
     """Measure speculative decoding against plain decoding on one loaded model
-    (greedy; tokens/s, speedup, tau, acceptance, exactness), as ratios from one run.
+    (greedy unless --temperature; tokens/s, speedup, tau, acceptance, exactness), as
+    ratios from one run.
 
     \b
     specq bench --repeat 3
@@ -339,6 +356,7 @@ def bench(
     specq bench --k 1,2,3,4 --plot docs/bench
     specq bench --batch-size 8 --compare hf,llama.cpp
     specq bench --proposers none --batch-size 4,8,16,32,64 --row-curve 1,2,4,8,16,32,64 --plot charts/
+    specq bench --temperature 0.7 --top-p 0.95 --batch-size 8
     specq bench --quality --limit 2
     """
     from specq.bench import CURVE_CONTEXT, BenchConfig, format_table, run_bench
@@ -353,6 +371,7 @@ def bench(
                 ("--plot", plot_dir),
                 ("--row-curve", row_curve),
                 ("--batch-size", batch_sizes),
+                ("--temperature", temperature),
             )
             if given
         ]
@@ -419,7 +438,9 @@ def bench(
                 specs,
                 configs,
                 proposer_for,
-                defaults=GenerationDefaults(adaptive=adaptive),
+                defaults=GenerationDefaults(
+                    adaptive=adaptive, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
+                ),
                 repeat=repeat,
                 batch_sizes=batch_sizes,
                 row_curve=row_curve,
