@@ -125,6 +125,30 @@ def test_bench_sweeps_batch_sizes_and_measures_the_row_cost_curve(toy_model_path
     assert bad.exit_code == 2 and "batch sizes must be >= 2" in bad.stderr
 
 
+@pytest.mark.slow
+def test_bench_samples_with_temperature_and_checks_batched_against_their_single_stream(toy_model_path, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": f"the cat {i} sat on", "max_tokens": 16}) for i in range(4)))
+    args = ["bench", "--input", str(prompts), "--model", toy_model_path, "--proposers", "ngram", "--k", "3"]
+    args += ["--repeat", "1", "--batch-size", "3", "--json"]
+    sampled = CliRunner().invoke(main, [*args, "--temperature", "0.9", "--top-p", "0.9", "--seed", "7"])
+    greedy = CliRunner().invoke(main, args)
+    assert sampled.exit_code == 0 and greedy.exit_code == 0, sampled.output + greedy.output
+    report = json.loads(sampled.stdout)
+    assert report["settings"]["temperature"] == 0.9 and report["settings"]["top_p"] == 0.9
+    rows = {r["config"]: r for r in report["results"] if r["category"] == "all"}
+    # Sampled speculation is not plain decoding's draws: no promise there; batched, the
+    # same configuration's single stream, token for token.
+    assert rows["ngram k=3"]["exact"] is None
+    assert rows["ngram k=3 batch=3"]["exact"] is True and rows["none batch=3"]["exact"] is True
+    plain = {r["config"]: r for r in json.loads(greedy.stdout)["results"] if r["category"] == "all"}
+    assert plain["ngram k=3"]["exact"] is True  # greedy: plain decoding's outputs
+    # Sampling is on: the outputs are not greedy decoding's (seeded: the same every run).
+    assert rows["none"]["tokens"] != plain["none"]["tokens"]
+    bad = CliRunner().invoke(main, ["bench", "--model", toy_model_path, "--quality", "--temperature", "0.5"])
+    assert bad.exit_code == 2 and "--temperature" in bad.stderr
+
+
 def test_bench_refuses_unknown_proposers_and_bad_lists(toy_model_path):
     runner = CliRunner()
     bad = runner.invoke(main, ["bench", "--model", toy_model_path, "--proposers", "magic"])
