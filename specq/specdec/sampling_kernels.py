@@ -80,16 +80,22 @@ def total(x):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def _keep_top_p(p, top_p):  # pragma: no cover - compiled
+def _keep_top_p(p, top_p, ids):  # pragma: no cover - compiled
     """Zero every token outside the smallest set of most likely ones (lower id first
-    on ties) whose mass before it is below top_p, and renormalize the rest. The
+    on ties) whose mass before it is below top_p, and renormalize the rest (ids:
+    int64 scratch of p's length). The
     candidates are every token at least as likely as a threshold, lowered until
     their mass passes top_p: their order and cumulative sums are then the full sort's
     first ones, term for term, and a token outside them has at least their whole
     mass before it (less a rounding the margin covers)."""
     threshold = p.max() * _THRESHOLD_STEP
     while True:
-        candidates = np.flatnonzero(p >= threshold)  # ascending ids: the stable sort keeps ties so
+        m = 0
+        for i in range(p.shape[0]):
+            if p[i] >= threshold:
+                ids[m] = i
+                m += 1
+        candidates = ids[:m]  # ascending ids: the stable sort keeps ties so
         order = candidates[np.argsort(-p[candidates], kind="mergesort")]
         cumulative = np.cumsum(p[order])
         if cumulative[-1] >= top_p + TOP_P_MARGIN or threshold == 0.0:
@@ -107,6 +113,41 @@ def _keep_top_p(p, top_p):  # pragma: no cover - compiled
         p[order[j]] = kept_values[j]
 
 
+# Up to this top_k, its k-th largest logit is found with a heap of the k largest so
+# far: one pass of comparisons (0.04 ms a row of 49,152), where numba's partition took
+# 0.6 ms. Past it, the partition.
+HEAP_TOP_K = 1024
+
+
+@njit(nogil=True, cache=True)
+def kth_largest(z, k):  # pragma: no cover - compiled
+    """The k-th largest of z counting repeats, as np.partition(z, len(z) - k)[len(z) - k]."""
+    if k > HEAP_TOP_K:
+        return np.partition(z, z.shape[0] - k)[z.shape[0] - k]  # of a copy: z keeps its order
+    heap = z[:k].copy()  # a min-heap of the k largest so far: heap[0] is the k-th
+    for start in range(k // 2 - 1, -1, -1):
+        _sift_down(heap, start, k)
+    for i in range(k, z.shape[0]):
+        if z[i] > heap[0]:
+            heap[0] = z[i]
+            _sift_down(heap, 0, k)
+    return heap[0]
+
+
+@njit(nogil=True, cache=True)
+def _sift_down(heap, i, n):  # pragma: no cover - compiled
+    while True:
+        smallest, left, right = i, 2 * i + 1, 2 * i + 2
+        if left < n and heap[left] < heap[smallest]:
+            smallest = left
+        if right < n and heap[right] < heap[smallest]:
+            smallest = right
+        if smallest == i:
+            return
+        heap[i], heap[smallest] = heap[smallest], heap[i]
+        i = smallest
+
+
 @njit(nogil=True, cache=True)
 def warp_rows(logits, temperature, top_k, top_p, out, z, pow2):  # pragma: no cover - compiled
     """logits [n, V] float64 -> out [n, V] float64 distributions: logits times
@@ -120,7 +161,7 @@ def warp_rows(logits, temperature, top_k, top_p, out, z, pow2):  # pragma: no co
         for i in range(vocab):
             z[i] = logits[r, i] * inverse
         if 0 < top_k < vocab:
-            kth = np.partition(z, vocab - top_k)[vocab - top_k]  # of a copy: z keeps its order
+            kth = kth_largest(z, top_k)
             for i in range(vocab):
                 if z[i] < kth:
                     z[i] = -np.inf
@@ -133,7 +174,7 @@ def warp_rows(logits, temperature, top_k, top_p, out, z, pow2):  # pragma: no co
         for i in range(vocab):
             row[i] *= scale
         if top_p < 1.0:
-            _keep_top_p(row, top_p)
+            _keep_top_p(row, top_p, pow2)  # pow2's values are spent: its room holds ids
 
 
 @njit(nogil=True, cache=True)

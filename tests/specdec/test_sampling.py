@@ -8,7 +8,7 @@ import pytest
 from specq.errors import ParameterError
 from specq.specdec.rng import DRAW_ACCEPT, DRAW_PROPOSE, DRAW_SAMPLE, uniform
 from specq.specdec.sampling import SamplingParams, probabilities, sample, warped_row
-from specq.specdec.sampling_kernels import exp_nonpositive
+from specq.specdec.sampling_kernels import exp_nonpositive, kth_largest
 
 LOGITS = np.array([[2.0, 1.0, 0.5, -1.0, 3.0]])
 
@@ -164,3 +164,11 @@ def test_the_compiled_draw_is_numpys_inverse_cdf_bit_for_bit():
         while p[want] == 0 and want > 0:
             want -= 1
         assert sample(p, u) == want
+
+
+def test_the_kth_largest_is_the_partitions_for_every_k():
+    rng = np.random.default_rng(5)
+    z = np.round(rng.normal(size=5000) * 3, 1)  # many repeats
+    z[:50] = -np.inf
+    for k in (1, 2, 7, 50, 999, 1024, 1025, 3000, 4999, 5000):
+        assert kth_largest(z, k) == np.partition(z, len(z) - k)[len(z) - k], k
