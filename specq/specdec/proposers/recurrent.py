@@ -51,6 +51,8 @@ from specq.specdec.sampling import sample, warped_row
 RECURRENT_ARCHITECTURE = "medusa_recurrent"
 
 
+# The float arithmetic of training and research scripts (any dtype). Drafting uses
+# recurrent_kernels.head_silu, whose bits every drafting path shares.
 def sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))  # 1 / (1 + e^-z), without overflowing for large -z
 
