@@ -46,18 +46,8 @@ def exp_nonpositive(x, out, pow2):  # pragma: no cover - compiled
         k = np.floor(v * _LOG2E + 0.5)
         f = (v - k * _LN2_HI) - k * _LN2_LO
         p = c[12]
-        p = p * f + c[11]
-        p = p * f + c[10]
-        p = p * f + c[9]
-        p = p * f + c[8]
-        p = p * f + c[7]
-        p = p * f + c[6]
-        p = p * f + c[5]
-        p = p * f + c[4]
-        p = p * f + c[3]
-        p = p * f + c[2]
-        p = p * f + c[1]
-        p = p * f + c[0]
+        for j in range(11, -1, -1):  # Horner's rule
+            p = p * f + c[j]
         pow2[i] = (np.int64(k) + np.int64(1023)) << np.int64(52)
         out[i] = p * pow2_f[i] if x[i] >= _FLUSHED else 0.0
 
