@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from specq.errors import ParameterError
-from specq.specdec.sampling_kernels import draw, warp_rows
 
 SEED_MAX = 2**63 - 1
 
@@ -77,6 +76,10 @@ def _warp(logits: np.ndarray, params: SamplingParams, out: np.ndarray) -> None:
         out[:] = 0.0
         out[np.arange(len(logits)), logits.argmax(axis=1)] = 1.0
         return
+    # Imported here: SamplingParams is read by the queue and the command line, which
+    # must not load numba (tests/test_architecture.py).
+    from specq.specdec.sampling_kernels import warp_rows
+
     z, pow2, _ = _scratch(logits.shape[1])
     warp_rows(logits, float(params.temperature), int(params.top_k), float(params.top_p), out, z, pow2)
 
@@ -85,12 +88,14 @@ _buffers = threading.local()  # per thread: a server's threads may decode side b
 
 
 def _scratch(vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """This thread's (z, pow2, row) for rows of `vocab` values, made once."""
+    """This thread's (z, pow2, row) for rows of `vocab` values, made once: a target's
+    rows and a head's draft vocabulary alternate in speculative sampling."""
     kept = getattr(_buffers, "arrays", None)
-    if kept is None or kept[0].shape[0] != vocab:
-        kept = (np.empty(vocab), np.empty(vocab, dtype=np.int64), np.empty((1, vocab)))
-        _buffers.arrays = kept
-    return kept
+    if kept is None:
+        kept = _buffers.arrays = {}
+    if vocab not in kept:
+        kept[vocab] = (np.empty(vocab), np.empty(vocab, dtype=np.int64), np.empty((1, vocab)))
+    return kept[vocab]
 
 
 def sample(probs: np.ndarray, u: float) -> int:
@@ -98,4 +103,6 @@ def sample(probs: np.ndarray, u: float) -> int:
     token whose cumulative probability passes u times the total. Only rounding can
     push u * total past the last step of the CDF; the draw then steps back to the
     token owning the mass, never a zero-probability one."""
+    from specq.specdec.sampling_kernels import draw  # numba: see _warp
+
     return int(draw(np.ascontiguousarray(probs, dtype=np.float64), float(u)))
