@@ -6,7 +6,7 @@ one row per verified position and one per draft. Through numpy a row took about
 0.5 ms (exp, a partition to find the likely tokens, the kept set's sort, masks and
 sums, each a pass over the row) and the draw 0.14 ms more, against a 4 ms decode
 step: measured on the 2-core Intel Xeon, sampled decoding at temperature 0.7 spent
-12% of its time there, and speculative sampling 18% (and ran at 0.86x to 0.90x plain
+12% of its time there, and speculative sampling 20% (and ran at 0.86x to 0.90x plain
 sampling). Here a row is a few passes in one call.
 
 Every row is warped alone, in a fixed order of operations: a row's distribution
