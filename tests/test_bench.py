@@ -147,6 +147,10 @@ def test_bench_samples_with_temperature_and_checks_batched_against_their_single_
     assert rows["none"]["tokens"] != plain["none"]["tokens"]
     bad = CliRunner().invoke(main, ["bench", "--model", toy_model_path, "--quality", "--temperature", "0.5"])
     assert bad.exit_code == 2 and "--temperature" in bad.stderr
+    greedy_tools = CliRunner().invoke(
+        main, ["bench", "--model", toy_model_path, "--compare", "hf", "--temperature", "1"]
+    )
+    assert greedy_tools.exit_code == 2 and "greedily" in greedy_tools.stderr and "Traceback" not in greedy_tools.output
 
 
 def test_bench_refuses_unknown_proposers_and_bad_lists(toy_model_path):

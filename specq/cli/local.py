@@ -387,6 +387,9 @@ def bench(
             INTEGER if not chosen or precision == "f32" else (precision,),
         )
         return
+    if compare and temperature > 0:
+        # The external tools decode greedily: their tokens/s beside sampled ones would mislead.
+        raise click.UsageError("--compare runs HuggingFace and llama.cpp greedily: it takes no --temperature")
     if plot_dir:
         from specq.bench_plot import _pyplot
 

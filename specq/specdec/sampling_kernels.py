@@ -140,7 +140,7 @@ def _sift_down(heap, i, n):  # pragma: no cover - compiled
 
 @njit(nogil=True, cache=True)
 def warp_rows(logits, temperature, top_k, top_p, out, z, pow2):  # pragma: no cover - compiled
-    """logits [n, V] float64 -> out [n, V] float64 distributions: logits times
+    """logits [n, V] float32 or float64 -> out [n, V] float64 distributions: logits times
     1 / temperature, those below the top_k-th largest dropped (top_k > 0), softmax,
     then top_p. z (float64) and pow2 (int64) are scratch of V values: a fresh
     array of a row's size costs its page faults at every call (measured: 0.14 ms
@@ -149,7 +149,7 @@ def warp_rows(logits, temperature, top_k, top_p, out, z, pow2):  # pragma: no co
     inverse = 1.0 / temperature
     for r in range(n):
         for i in range(vocab):
-            z[i] = logits[r, i] * inverse
+            z[i] = np.float64(logits[r, i]) * inverse
         if 0 < top_k < vocab:
             kth = kth_largest(z, top_k)
             for i in range(vocab):

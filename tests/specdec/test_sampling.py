@@ -146,6 +146,10 @@ def test_a_row_is_warped_alone_and_warped_row_gives_its_bits():
             alone = probabilities(logits[i : i + 1], params)[0]
             assert np.array_equal(together[i], alone) and np.array_equal(warped_row(logits[i], params), alone)
         assert np.allclose(together.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+        # The model's float32 logits, widened by the kernel: the bits of their float64 copy.
+        narrow = logits.astype(np.float32)
+        assert np.array_equal(probabilities(narrow, params), probabilities(narrow.astype(np.float64), params))
+        assert np.array_equal(warped_row(narrow[0], params), probabilities(narrow[:1].astype(np.float64), params)[0])
         assert not together[2, :1500].any()
         if params.top_k:  # the top_k most likely at most, every other token zero
             assert (np.count_nonzero(together, axis=1) <= params.top_k).all()
