@@ -18,11 +18,12 @@ from dataclasses import asdict, dataclass, field
 
 from specq.bench_external import TimedBaseline
 from specq.requests.inputs import GenerationDefaults, PromptSpec, to_request
+from specq.specdec.acceptance import drafts_free, resolve_rule
 from specq.specdec.draft_costs import MeasuredCosts
 from specq.specdec.engine import Engine
 from specq.specdec.model import KVCache, LlamaModel, Segment
 from specq.specdec.proposers import Proposer
-from specq.specdec.state import Metrics
+from specq.specdec.state import GenerationRequest, Metrics
 from specq.specdec.tokenizer import Tokenizer
 
 BASELINE = "none"
@@ -51,7 +52,9 @@ class CategoryResult:
     tau: float | None  # None for the external tools
     acceptance_rate: float | None
     accepted_per_position: list[float]  # share of drafts accepted at each position
-    exact: bool | None  # greedy outputs all identical to the baseline's; batched ones to their own single stream
+    # Outputs free of their drafts (greedy, race) all identical to the baseline's;
+    # batched ones to their own single stream.
+    exact: bool | None
     identical: float | None  # the share of them that are (external tools: a parity figure, not a promise)
     tokens: int
     requests: int
@@ -93,7 +96,7 @@ class Run:
     output_ids: list[int]
     seconds: float
     metrics: Metrics | None  # None for the external tools
-    greedy: bool
+    plain_outputs: bool  # the outputs are plain decoding's whatever was drafted (acceptance.drafts_free)
     first_token_seconds: float | None = None  # the prefill's share of `seconds`, where known
 
 
@@ -212,6 +215,7 @@ def run_bench(
             "temperature": defaults.temperature,
             "top_p": defaults.top_p,
             "top_k": defaults.top_k,
+            "accept": defaults.accept,
             "requests": len(specs),
             "configs": list(runs),
             "threads": _threads(),
@@ -242,7 +246,7 @@ def _single(engine: Engine, requests: list) -> Callable[[int], Run]:
             list(state.output_ids),
             time.perf_counter() - t0,
             state.metrics,
-            request.sampling.greedy,
+            _plain_outputs(request),
             state.metrics.prefill_seconds,
         )
 
@@ -255,7 +259,7 @@ def _batched_pass(engine: Engine, requests: list, batch_size: int) -> Callable[[
         states = engine.run_many([r for _, r in requests], group_size=batch_size)
         wall = time.perf_counter() - t0
         return [
-            Run(spec, list(s.output_ids), wall if i == 0 else 0.0, s.metrics, r.sampling.greedy)
+            Run(spec, list(s.output_ids), wall if i == 0 else 0.0, s.metrics, _plain_outputs(r))
             for i, ((spec, r), s) in enumerate(zip(requests, states))
         ]
 
@@ -266,7 +270,7 @@ def _baseline_one(baseline: TimedBaseline, requests: list, end_ids: frozenset[in
     def run(i: int) -> Run:
         spec, request = requests[i]
         timed = baseline.generate_timed(request.prompt_ids, request.max_tokens, end_ids)
-        return Run(spec, timed.ids, timed.seconds, None, request.sampling.greedy, timed.first_token_seconds)
+        return Run(spec, timed.ids, timed.seconds, None, _plain_outputs(request), timed.first_token_seconds)
 
     return run
 
@@ -279,11 +283,15 @@ def _baseline_batched_pass(
             [r.prompt_ids for _, r in requests], [r.max_tokens for _, r in requests], end_ids, batch_size
         )
         return [
-            Run(spec, ids, wall if i == 0 else 0.0, None, r.sampling.greedy)
+            Run(spec, ids, wall if i == 0 else 0.0, None, _plain_outputs(r))
             for i, ((spec, r), ids) in enumerate(zip(requests, outputs))
         ]
 
     return run
+
+
+def _plain_outputs(request: GenerationRequest) -> bool:
+    return drafts_free(resolve_rule(request.accept, request.sampling), request.sampling)
 
 
 def _with_k(defaults: GenerationDefaults, k: int) -> GenerationDefaults:
@@ -299,7 +307,8 @@ def _summarize(
     batch_size: int = 1,
 ) -> CategoryResult:
     """`baseline_reps` (plain decoding) gives the speedup; `reference_reps` the outputs
-    that greedy ones must equal (plain decoding, or a batched config's single stream)."""
+    that ones free of their drafts must equal (plain decoding, or a batched config's
+    single stream)."""
 
     def pick(done: list[Run]) -> list[Run]:
         return [r for r in done if category == "all" or (r.spec.category or "all") == category]
@@ -321,9 +330,10 @@ def _summarize(
     accepted_pos = _sum_lists([x.accepted_per_position for x in m])
     drafted = sum(x.drafted for x in m)
     identical = None
-    # Greedy outputs are plain decoding's whatever drafts them; sampled ones only the
-    # same configuration's single stream's (the drafts decide which draws pick what).
-    if label != BASELINE and (batch_size > 1 or all(r.greedy for r in first)):
+    # Greedy and race-rule outputs are plain decoding's whatever drafts them; the sample
+    # rule's only the same configuration's single stream's (the drafts decide which
+    # draws pick what).
+    if label != BASELINE and (batch_size > 1 or all(r.plain_outputs for r in first)):
         same = [a.output_ids == b.output_ids for a, b in zip(first, pick(reference_reps[0]))]
         identical = sum(same) / len(same)
     return CategoryResult(

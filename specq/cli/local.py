@@ -25,6 +25,7 @@ from specq.jsonl import dumps_line
 from specq.requests.config import DEFAULT_BATCH_SIZE, BatchConfig
 from specq.requests.inputs import GenerationDefaults, PromptSpec, read_jsonl, to_request
 from specq.requests.result import Result
+from specq.specdec.acceptance import ACCEPT_RULES
 from specq.specdec.precision import INTEGER
 from specq.specdec.proposer_names import PROPOSERS
 from specq.specdec.state import DecodeState
@@ -309,8 +310,16 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
     default=0.0,
     show_default=True,
     callback=option_check("temperature"),
-    help="Sample at this temperature (0: greedy). Sampled outputs differ from plain decoding's by design; "
-    "batched ones are checked against their own single stream.",
+    help="Sample at this temperature (0: greedy). With --accept race, sampled outputs are checked against plain "
+    "decoding's; with the sample rule they differ by design, and batched ones are checked against their own "
+    "single stream.",
+)
+@click.option(
+    "--accept",
+    type=click.Choice(("auto",) + ACCEPT_RULES),
+    default="auto",
+    show_default=True,
+    help="The acceptance rule of the sampled runs (auto: greedy at temperature 0, sample otherwise).",
 )
 @click.option("--top-p", type=float, default=1.0, show_default=True, callback=option_check("top_p"))
 @click.option("--top-k", type=int, default=0, show_default=True, callback=option_check("top_k"))
@@ -340,6 +349,7 @@ def bench(
     row_curve,
     compare,
     temperature,
+    accept,
     top_p,
     top_k,
     seed,
@@ -357,6 +367,7 @@ def bench(
     specq bench --batch-size 8 --compare hf,llama.cpp
     specq bench --proposers none --batch-size 4,8,16,32,64 --row-curve 1,2,4,8,16,32,64 --plot charts/
     specq bench --temperature 0.7 --top-p 0.95 --batch-size 8
+    specq bench --temperature 0.7 --top-p 0.95 --accept race --batch-size 8,32
     specq bench --quality --limit 2
     """
     from specq.bench import CURVE_CONTEXT, BenchConfig, format_table, run_bench
@@ -372,6 +383,7 @@ def bench(
                 ("--row-curve", row_curve),
                 ("--batch-size", batch_sizes),
                 ("--temperature", temperature),
+                ("--accept", accept != "auto"),
             )
             if given
         ]
@@ -442,7 +454,12 @@ def bench(
                 configs,
                 proposer_for,
                 defaults=GenerationDefaults(
-                    adaptive=adaptive, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
+                    adaptive=adaptive,
+                    temperature=temperature,
+                    top_p=top_p,
+                    top_k=top_k,
+                    seed=seed,
+                    accept=accept,
                 ),
                 repeat=repeat,
                 batch_sizes=batch_sizes,

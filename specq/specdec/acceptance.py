@@ -15,9 +15,9 @@ import numpy as np
 
 from specq.errors import ParameterError
 from specq.specdec.rng import DRAW_ACCEPT, DRAW_SAMPLE
-from specq.specdec.sampling import SamplingParams, probabilities, sample, warped_row
+from specq.specdec.sampling import SamplingParams, probabilities, race_index, sample, warped_row
 
-ACCEPT_RULES = ("greedy", "sample", "typical")
+ACCEPT_RULES = ("greedy", "sample", "race", "typical")
 
 # Medusa's typical acceptance (Cai et al. 2024, section 2.3.1): accept x when
 # p_target(x) > min(epsilon, delta * exp(-H(p_target))).
@@ -27,6 +27,8 @@ TYPICAL_DELTA = 0.3
 # uniform(position_offset, draw) for the round: position_offset i is the output
 # position of draft token i (the caller adds the committed length).
 Uniforms = Callable[[int, int], float]
+# race_key(position_offset) for the round, as Uniforms' offsets.
+RaceKeys = Callable[[int], int]
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,27 @@ def accept_sample(
     return Verdict(k, sample(warped_row(target_logits[k], params), uniforms(k, DRAW_SAMPLE)))
 
 
+def accept_race(draft: Sequence[int], target_logits: np.ndarray, params: SamplingParams, keys: RaceKeys) -> Verdict:
+    """The race rule: the target's token at each position is the winner of the
+    exponential race keyed by that position (sampling.race_index), a draw from the
+    warped target distribution; drafts are kept while each equals it, and the
+    target's own winner is emitted after them, as greedy verification keeps argmaxes.
+
+    The committed tokens are exactly those plain race sampling emits, whatever was
+    drafted: speculative == plain and batched == single hold for sampled requests as
+    for greedy ones, and a request may draft as much or as little as pays. The price
+    is acceptance: a draft drawn from q by the same race matches the target's draw
+    with the coupling's probability, at least (1 - d) / (1 + d) for d = TV(p, q),
+    where the sample rule keeps it with 1 - d.
+    """
+    for i, x in enumerate(draft):
+        winner = race_index(target_logits[i], params, keys(i))
+        if winner != x:
+            return Verdict(i, winner)
+    k = len(draft)
+    return Verdict(k, race_index(target_logits[k], params, keys(k)))
+
+
 def accept_typical(
     draft: Sequence[int],
     target_logits: np.ndarray,
@@ -132,6 +155,8 @@ def resolve_rule(accept: str, params: SamplingParams) -> str:
     and sample otherwise. Greedy with a temperature is a contradiction, not a default."""
     if accept == "auto":
         return "greedy" if params.greedy else "sample"
+    if accept == "race" and params.greedy:
+        return "greedy"  # the race of a one-hot distribution is its argmax
     if accept not in ACCEPT_RULES:
         raise ParameterError(f"unknown acceptance rule {accept!r} (choose from auto, {', '.join(ACCEPT_RULES)})")
     if accept == "greedy" and not params.greedy:
@@ -142,6 +167,13 @@ def resolve_rule(accept: str, params: SamplingParams) -> str:
     return accept
 
 
+def drafts_free(rule: str, params: SamplingParams) -> bool:
+    """The committed tokens do not depend on what was drafted (greedy decoding, and
+    the race rule's sampling): speculative outputs are plain decoding's, and a draft
+    length may follow a machine's timings."""
+    return params.greedy or rule == "race"
+
+
 def accept(
     rule: str,
     draft: Sequence[int],
@@ -149,12 +181,16 @@ def accept(
     target_logits: np.ndarray,
     params: SamplingParams,
     uniforms: Uniforms,
+    keys: RaceKeys | None = None,
 ) -> Verdict:
     assert target_logits.shape[0] == len(draft) + 1, "the target gives k+1 rows for k drafts"
     if rule == "greedy":
         return accept_greedy(draft, target_logits)
     if rule == "sample":
         return accept_sample(draft, p_draft, target_logits, params, uniforms)
+    if rule == "race":
+        assert keys is not None, "the race rule needs the positions' keys"
+        return accept_race(draft, target_logits, params, keys)
     if rule == "typical":
         return accept_typical(draft, target_logits, params, uniforms)
     raise AssertionError(f"unresolved acceptance rule {rule!r}")

@@ -19,13 +19,13 @@ from time import perf_counter
 import numpy as np
 
 from specq.errors import ParameterError
-from specq.specdec.acceptance import accept, accept_tree_greedy, resolve_rule
+from specq.specdec.acceptance import accept, accept_tree_greedy, drafts_free, resolve_rule
 from specq.specdec.adaptive import ROW_COSTS, choose_k
 from specq.specdec.completion_text import completion_text, final_text_so_far
 from specq.specdec.draft_costs import MeasuredCosts, RoundCosts, prior_round_costs
 from specq.specdec.model import KVCache, LlamaModel, Segment, SegmentOutput
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
-from specq.specdec.rng import uniform
+from specq.specdec.rng import race_key, uniform
 from specq.specdec.state import DecodeState, GenerationRequest, Metrics
 from specq.specdec.stops import truncate_at_stop
 from specq.specdec.tokenizer import Tokenizer
@@ -304,6 +304,7 @@ class DecodeSession:
                     params=req.sampling,
                     stochastic=self.rule == "sample" and not req.sampling.greedy,
                     want_p_draft=self.rule == "sample",
+                    race=self.rule == "race",
                     tree_ok=self.rule == "greedy",
                     # A tree's rows take cache slots up to len(ids) - 1 + rows, inside the context.
                     max_rows=self.model.config.context_length - len(ids),
@@ -334,7 +335,15 @@ class DecodeSession:
         n_out = len(state.output_ids)
         t0 = perf_counter()
         if draft.parents is None:
-            verdict = accept(self.rule, draft.tokens, draft.p_draft, out.logits, req.sampling, self._uniforms(n_out))
+            verdict = accept(
+                self.rule,
+                draft.tokens,
+                draft.p_draft,
+                out.logits,
+                req.sampling,
+                self._uniforms(n_out),
+                self._race_keys(n_out),
+            )
             n_accepted, next_token = verdict.n_accepted, verdict.next_token
             accepted, last_row = draft.tokens[:n_accepted], n_accepted
         else:
@@ -390,14 +399,14 @@ class DecodeSession:
         )
 
     def _measured(self, round_costs: RoundCosts | None) -> bool:
-        """Whether this round drafts by the measured costs: only a greedy request's
-        tokens are the same whatever it drafts (draft_costs.py), and only one that
+        """Whether this round drafts by the measured costs: only a request whose tokens
+        are the same whatever it drafts (draft_costs.py: greedy, or the race rule's
+        sampling), and only one that
         has judged a few drafts of late: the rest explore at the lone figures, or a
         request would never learn that its drafts are right often enough to pay in
         a batch, nor notice when they become so (its evidence fades while it does
         not draft, adaptive.IDLE_DECAY)."""
-        req = self.state.request
-        if round_costs is None or not (req.adaptive and req.sampling.greedy):
+        if round_costs is None or not (self.state.request.adaptive and self.drafts_free):
             return False
         reached = self.state.acceptance.reached
         return bool(reached) and reached[0] >= EXPLORED
@@ -420,11 +429,19 @@ class DecodeSession:
         stats, k_max = self.state.acceptance, self.state.request.k
         if self._measured(round_costs):
             return choose_k(stats, k_max, round_costs.draft, row_cost=round_costs.row)
-        if self.state.request.sampling.greedy and round_costs and round_costs.row + round_costs.draft >= 1.0:
+        if self.drafts_free and round_costs and round_costs.row + round_costs.draft >= 1.0:
             # Not even a draft that is always right pays where it costs a plain
             # round (rounds of 28 requests measure 0.9 + 0.27): nothing to explore.
             return 0
         return choose_k(stats, k_max, self.engine.proposer.draft_cost, row_cost=ROW_COSTS[self.model.precision])
+
+    @property
+    def drafts_free(self) -> bool:
+        return drafts_free(self.rule, self.state.request.sampling)
+
+    def _race_keys(self, n_output: int):
+        seed = self.state.request.sampling.seed
+        return lambda i: race_key(seed, n_output + i)
 
     def _uniforms(self, n_output: int):
         seed = self.state.request.sampling.seed

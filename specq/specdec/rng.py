@@ -17,6 +17,7 @@ import numpy as np
 DRAW_ACCEPT = 0  # the acceptance test of a draft token
 DRAW_SAMPLE = 1  # sampling the emitted token (residual, bonus or plain step)
 DRAW_PROPOSE = 2  # a stochastic proposer sampling its draft token
+DRAW_RACE = 3  # the key of the race rule's exponential race at a position
 
 _MASK64 = (1 << 64) - 1
 
@@ -26,3 +27,10 @@ def uniform(seed: int, position: int, draw: int) -> float:
     assert position >= 0 and draw >= 0
     bits = np.random.Philox(key=seed & _MASK64, counter=[position, draw, 0, 0])
     return float(np.random.Generator(bits).random())
+
+
+def race_key(seed: int, position: int) -> int:
+    """The 64-bit key of output position `position`'s exponential race (the race
+    rule, sampling_kernels.race): the target's and every draft's race there share it."""
+    assert position >= 0
+    return int(np.random.Philox(key=seed & _MASK64, counter=[position, DRAW_RACE, 0, 0]).random_raw())

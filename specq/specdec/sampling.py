@@ -108,6 +108,35 @@ def _scratch(vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return kept[vocab]
 
 
+_IDENTITY = np.empty(0, dtype=np.int64)
+
+
+def race_index(logits: np.ndarray, params: SamplingParams, key: int, ids: np.ndarray | None = None) -> int:
+    """The winner of the exponential race keyed by `key` over one row of logits [n],
+    warped by `params` (sampling_kernels.race): a draw from the warped distribution,
+    decided by the row and the key alone. The noise of entry j is token ids[j]'s
+    (default: j's), so a draft over a part of the vocabulary races its tokens with
+    the noise the target's race gives them. Returns the entry's index."""
+    if params.greedy:
+        return int(np.argmax(logits))
+    from specq.specdec.sampling_kernels import warp_race  # numba: see _warp
+
+    row = _rows(np.asarray(logits).reshape(1, -1))[0]
+    z, pow2, out = _scratch(row.shape[0])
+    chosen = warp_race(
+        row,
+        float(params.temperature),
+        int(params.top_k),
+        float(params.top_p),
+        np.uint64(key),
+        _IDENTITY if ids is None else ids,
+        out[0],
+        z,
+        pow2,
+    )
+    return int(chosen)
+
+
 def sample(probs: np.ndarray, u: float) -> int:
     """Inverse-CDF draw from one distribution [V] with a uniform u in [0, 1): the first
     token whose cumulative probability passes u times the total. Only rounding can

@@ -1,6 +1,6 @@
 """Drafting by measured costs: the engine times its forwards and drafts, and a greedy
-request drafts by what rows cost in its round, its tokens unchanged; a sampled
-request keeps the lone, constant figures, bit for bit; a fresh request explores; a
+or race-rule request drafts by what rows cost in its round, its tokens unchanged; a
+sample-rule request keeps the lone, constant figures, bit for bit; a fresh request explores; a
 recurrent head's gate follows the row cost, and stays off where no gate pays."""
 
 from __future__ import annotations
@@ -121,17 +121,26 @@ def test_an_engine_times_its_rounds_but_not_a_prefill(toy):
     # (Whether a toy's sub-millisecond forwards show a slope is the machine's noise.)
 
 
+RACE = {"accept": "race", "sampling": SamplingParams(temperature=0.8, top_p=0.95, seed=5)}
+
+
 @pytest.mark.parametrize("requests", [2, 4])
-def test_greedy_requests_draft_by_the_costs_and_emit_the_same_tokens(toy, requests):
+@pytest.mark.parametrize("rule", [{}, RACE], ids=["greedy", "race"])
+def test_requests_free_of_their_drafts_draft_by_the_costs_and_emit_the_same_tokens(toy, requests, rule):
+    """Greedy requests, and sampled ones under the race rule, whose tokens are plain
+    decoding's whatever they draft."""
     model, tokenizer = toy
-    # The target itself, free: every draft is right.
+    # The target itself, free: every draft is right (under the race rule too: the
+    # draft runs the target's own race).
     proposer = DraftModelProposer(model, draft_cost=0.0)
-    plain = Engine(model, tokenizer, NoProposer()).run(_request(tokenizer))
+    plain = Engine(model, tokenizer, NoProposer()).run(_request(tokenizer, **rule))
     # Dear: a draft must be right 90% of the time to pay; hopeless: none can.
     cheap, dear, hopeless = SaidCosts(row=0.01), SaidCosts(row=0.9), SaidCosts(row=50.0)
     drafted = {}
     for name, costs in (("cheap", cheap), ("dear", dear), ("hopeless", hopeless), ("lone", None)):
-        states = Engine(model, tokenizer, proposer, costs).run_many([_request(tokenizer)] * requests, group_size=4)
+        states = Engine(model, tokenizer, proposer, costs).run_many(
+            [_request(tokenizer, **rule)] * requests, group_size=4
+        )
         assert all(s.output_ids == plain.output_ids for s in states), name
         drafted[name] = sum(s.metrics.drafted for s in states)
         if name == "dear":
@@ -191,7 +200,7 @@ def test_a_request_alone_drafts_by_the_lone_figures(toy):
     assert not costs.asked and costs._samples.sum() > 0, "timed, not asked"
 
 
-def test_a_sampled_request_keeps_the_lone_figures_bit_for_bit(toy):
+def test_a_sample_rule_request_keeps_the_lone_figures_bit_for_bit(toy):
     model, tokenizer = toy
     proposer = DraftModelProposer(model, draft_cost=0.0)
     request = _request(tokenizer, sampling=SamplingParams(temperature=0.8, seed=5))

@@ -127,6 +127,41 @@ def test_speculative_greedy_equals_plain_greedy(toy, other_toy, name, k):
     assert (total_drafted > 0) == (name != "none")
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["ngram", "draft_same", "draft_other", "medusa", "hybrid", "recurrent", "recurrent_gated", "hybrid_recurrent"],
+)
+@pytest.mark.parametrize("k", [2, 5])
+def test_speculative_race_sampling_equals_plain_race_sampling(toy, other_toy, name, k):
+    """The race rule's committed tokens are its plain sampling's, token for token,
+    whatever drafts them; a draft model identical to the target draws the target's
+    own winners (the same race), so every draft is kept."""
+    model, tokenizer = toy
+    engine = Engine(model, tokenizer, proposers(toy, other_toy)[name])
+    plain = Engine(model, tokenizer, NoProposer())
+    drafted = accepted = 0
+    for i, prompt in enumerate(PROMPTS):
+        sampling = SamplingParams(temperature=0.9, top_p=0.95 if i % 2 else 1.0, seed=i)
+        req = request(tokenizer, prompt, k=k, accept="race", sampling=sampling)
+        state = engine.run(req)
+        assert state.output_ids == plain.run(req).output_ids
+        drafted += state.metrics.drafted
+        accepted += state.metrics.accepted
+    assert drafted > 0
+    if name == "draft_same":
+        assert accepted == drafted
+    # A sample-rule request with the same seeds draws other tokens: the rule matters.
+    sample_rule = [
+        plain.run(request(tokenizer, p, k=k, sampling=SamplingParams(temperature=0.9, seed=i)))
+        for i, p in enumerate(PROMPTS)
+    ]
+    race_rule = [
+        plain.run(request(tokenizer, p, k=k, accept="race", sampling=SamplingParams(temperature=0.9, seed=i)))
+        for i, p in enumerate(PROMPTS)
+    ]
+    assert [s.output_ids for s in sample_rule] != [s.output_ids for s in race_rule]
+
+
 def test_speculation_actually_saves_forwards(toy):
     model, tokenizer = toy
     engine = Engine(model, tokenizer, NgramProposer())
@@ -148,12 +183,13 @@ def test_a_draft_identical_to_the_target_accepts_every_drafted_token(toy):
 @pytest.mark.parametrize(
     "name", ["none", "ngram", "draft_other", "medusa", "hybrid", "recurrent", "recurrent_gated", "hybrid_recurrent"]
 )
-@pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_resume_after_every_round_equals_an_uninterrupted_run(toy, other_toy, name, temperature):
+@pytest.mark.parametrize(("temperature", "accept"), [(0.0, "auto"), (0.8, "auto"), (0.8, "race")])
+def test_resume_after_every_round_equals_an_uninterrupted_run(toy, other_toy, name, temperature, accept):
     model, tokenizer = toy
     proposer = proposers(toy, other_toy)[name]
     engine = Engine(model, tokenizer, proposer)
-    req = request(tokenizer, PROMPTS[0], max_tokens=36, k=4, sampling=SamplingParams(temperature=temperature, seed=42))
+    sampling = SamplingParams(temperature=temperature, seed=42)
+    req = request(tokenizer, PROMPTS[0], max_tokens=36, k=4, accept=accept, sampling=sampling)
     uninterrupted = engine.run(req)
 
     state = engine.start(req)
@@ -421,11 +457,25 @@ def test_load_engine_refuses_mismatched_proposers(toy_model_path, toy_model_file
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["draft_other", "ngram", "medusa", "hybrid", "recurrent", "hybrid_recurrent"])
-def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(toy, other_toy, name):
+@pytest.mark.parametrize(
+    ("name", "accept"),
+    [
+        ("draft_other", "sample"),
+        ("ngram", "sample"),
+        ("medusa", "sample"),
+        ("hybrid", "sample"),
+        ("recurrent", "sample"),
+        ("hybrid_recurrent", "sample"),
+        ("draft_other", "race"),
+        ("hybrid_recurrent", "race"),
+    ],
+)
+def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(toy, other_toy, name, accept):
     """End to end through the engine (seeded draws, draft rows, warping of both
     distributions): the two tokens of a speculative round follow the target's own
-    joint distribution. top_k=3 keeps the joint small enough for a few thousand runs."""
+    joint distribution. top_k=3 keeps the joint small enough for a few thousand runs.
+    (The race rule's tokens are its plain sampling's, test_speculative_race_sampling_
+    equals_plain_race_sampling; this checks that sampling across two positions.)"""
     model, tokenizer = toy
     params = dict(temperature=1.5, top_k=3)
     engine = Engine(model, tokenizer, proposers(toy, other_toy)[name])
@@ -446,7 +496,12 @@ def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(t
     drafted = 0
     for seed in range(3000):
         req = GenerationRequest(
-            prompt_ids=prompt_ids, max_tokens=3, k=3, adaptive=False, sampling=SamplingParams(seed=seed, **params)
+            prompt_ids=prompt_ids,
+            max_tokens=3,
+            k=3,
+            adaptive=False,
+            accept=accept,
+            sampling=SamplingParams(seed=seed, **params),
         )
         state = DecodeState(request=req, output_ids=context[len(prompt_ids) :])
         for state in engine.generate(state):  # noqa: B007 - the last state is the result
@@ -463,8 +518,8 @@ def test_speculative_sampling_through_the_engine_keeps_the_target_distribution(t
 @pytest.mark.parametrize(
     "name", ["ngram", "draft_other", "medusa", "hybrid", "recurrent", "recurrent_gated", "hybrid_recurrent"]
 )
-@pytest.mark.parametrize("temperature", [0.0, 0.9])
-def test_batched_decoding_equals_each_request_alone(toy, other_toy, name, temperature):
+@pytest.mark.parametrize(("temperature", "accept"), [(0.0, "auto"), (0.9, "auto"), (0.9, "race")])
+def test_batched_decoding_equals_each_request_alone(toy, other_toy, name, temperature, accept):
     """Ragged batches (prefills beside verification rounds of different lengths, slots
     refilled as requests finish) decode every request exactly as alone."""
     model, tokenizer = toy
@@ -477,6 +532,7 @@ def test_batched_decoding_equals_each_request_alone(toy, other_toy, name, temper
             max_tokens=12 + 7 * i,
             k=2 + i % 3,
             adaptive=i % 2 == 0,
+            accept=accept,
             sampling=SamplingParams(temperature=temperature, seed=i),
         )
         for i, p in enumerate(prompts)

@@ -51,6 +51,10 @@ class ProposeContext:
     params: SamplingParams
     stochastic: bool  # draw drafts from the draft distribution (the sample rule) rather than argmax
     want_p_draft: bool  # the acceptance rule needs p_draft
+    # Draft each position's race winner over the draft's distribution, keyed as the
+    # target's race there (the race rule; rng.race_key): drafts coupled to the draw
+    # the target will make, so they match it as often as the coupling allows.
+    race: bool = False
     tree_ok: bool = False  # the rule is greedy, which verifies tree drafts
     max_rows: int = 0  # a tree may have at most this many tokens (cache and context room); 0: k
     # A verification row's cost relative to the request's share of this round, when

@@ -6,8 +6,8 @@ import numpy as np
 
 from specq.specdec.model import LlamaModel, Segment
 from specq.specdec.proposers.base import Draft, ProposeContext
-from specq.specdec.rng import DRAW_PROPOSE, uniform
-from specq.specdec.sampling import probabilities, sample
+from specq.specdec.rng import DRAW_PROPOSE, race_key, uniform
+from specq.specdec.sampling import probabilities, race_index, sample
 
 
 class DraftModelProposer:
@@ -44,7 +44,9 @@ class DraftModelSession:
         drafted: list[int] = []
         rows: list[np.ndarray] = []
         for i in range(k):
-            if ctx.want_p_draft or ctx.stochastic:
+            if ctx.race:
+                token = race_index(logits[0], ctx.params, race_key(ctx.params.seed, ctx.n_output + i))
+            elif ctx.want_p_draft or ctx.stochastic:
                 dist = probabilities(logits, ctx.params)[0]  # [V]
                 rows.append(dist)
                 if ctx.stochastic:

@@ -18,8 +18,8 @@ from specq.specdec.gguf_file import GGUFFile, write_file
 from specq.specdec.matmul import linear
 from specq.specdec.model import LlamaModel
 from specq.specdec.proposers.base import Draft, ProposeContext
-from specq.specdec.rng import DRAW_PROPOSE, uniform
-from specq.specdec.sampling import probabilities, sample
+from specq.specdec.rng import DRAW_PROPOSE, race_key, uniform
+from specq.specdec.sampling import probabilities, race_index, sample
 
 HEADS_ARCHITECTURE = "medusa"
 
@@ -141,6 +141,9 @@ class MedusaProposer:
             return self._tree_draft(ctx, k)
         head_hidden = self.heads.hidden(ctx.last_hidden)[:k]  # [k, d]
         logits = linear(head_hidden, self.model.weights.w_output)  # [k, V]: the target's own head
+        if ctx.race:
+            keys = [race_key(ctx.params.seed, ctx.n_output + i) for i in range(k)]
+            return Draft(tokens=tuple(race_index(logits[i], ctx.params, keys[i]) for i in range(k)))
         if not (ctx.stochastic or ctx.want_p_draft):
             return Draft(tokens=tuple(int(t) for t in logits.argmax(axis=1)))
         p_draft = probabilities(logits, ctx.params)  # [k, V]

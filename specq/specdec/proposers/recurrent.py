@@ -45,8 +45,8 @@ from specq.specdec.proposers.recurrent_kernels import (
 )
 from specq.specdec.proposers.recurrent_kernels import threads as kernel_threads
 from specq.specdec.qkernels import QuantizedMatrix
-from specq.specdec.rng import DRAW_PROPOSE, uniform
-from specq.specdec.sampling import sample, warped_row
+from specq.specdec.rng import DRAW_PROPOSE, race_key, uniform
+from specq.specdec.sampling import race_index, sample, warped_row
 
 RECURRENT_ARCHITECTURE = "medusa_recurrent"
 
@@ -278,7 +278,7 @@ class RecurrentHeadProposer:
         state = np.ascontiguousarray(ctx.last_hidden, dtype=np.float32)[None, :]
         token = int(ctx.tokens[-1])
         compiled = self._compiled
-        if compiled is not None and not (ctx.stochastic or ctx.want_p_draft):
+        if compiled is not None and not (ctx.stochastic or ctx.want_p_draft or ctx.race):
             drafted = compiled.greedy(state, token, k, gate)
             return Draft(tokens=tuple(int(t) for t in drafted)) if drafted.size else Draft()
         tokens: list[int] = []
@@ -296,7 +296,11 @@ class RecurrentHeadProposer:
             # the acceptance rules stay exact.
             if confidence < gate[min(i, len(gate) - 1)]:
                 break
-            if not (ctx.stochastic or ctx.want_p_draft):
+            if ctx.race:
+                # Raced with the noise the target's race gives these token ids.
+                key = race_key(ctx.params.seed, ctx.n_output + i)
+                token = int(self.head.vocab[race_index(logits, ctx.params, key, self.head.vocab)])
+            elif not (ctx.stochastic or ctx.want_p_draft):
                 token = int(self.head.vocab[best])
             else:
                 p = warped_row(logits, ctx.params)  # [n] over the draft vocabulary
