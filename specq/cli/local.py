@@ -319,7 +319,7 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
     type=click.Choice(("auto",) + ACCEPT_RULES),
     default="auto",
     show_default=True,
-    help="The acceptance rule of the sampled runs (auto: greedy at temperature 0, sample otherwise).",
+    help="The acceptance rule of the sampled runs (auto: greedy at temperature 0, race otherwise).",
 )
 @click.option("--top-p", type=float, default=1.0, show_default=True, callback=option_check("top_p"))
 @click.option("--top-k", type=int, default=0, show_default=True, callback=option_check("top_k"))

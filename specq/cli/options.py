@@ -107,7 +107,9 @@ generation_options = stack(
         type=click.Choice(("auto",) + ACCEPT_RULES),
         default="auto",
         show_default=True,
-        help="auto: greedy at temperature 0, sample otherwise. typical is faster but not distribution-preserving.",
+        help="auto: greedy at temperature 0, race otherwise (sampled outputs then equal plain sampling's, "
+        "whatever the proposer, k or batch). sample: rejection sampling. typical is faster but not "
+        "distribution-preserving.",
     ),
     click.option("--max-tokens", type=int, default=256, show_default=True, callback=option_check("max_tokens")),
     click.option("--temperature", type=float, default=0.0, show_default=True, callback=option_check("temperature")),

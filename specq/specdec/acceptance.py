@@ -17,7 +17,7 @@ from specq.errors import ParameterError
 from specq.specdec.rng import DRAW_ACCEPT, DRAW_SAMPLE
 from specq.specdec.sampling import SamplingParams, probabilities, race_index, sample, warped_row
 
-ACCEPT_RULES = ("greedy", "sample", "race", "typical")
+ACCEPT_RULES = ("greedy", "race", "sample", "typical")
 
 # Medusa's typical acceptance (Cai et al. 2024, section 2.3.1): accept x when
 # p_target(x) > min(epsilon, delta * exp(-H(p_target))).
@@ -152,9 +152,13 @@ def accept_typical(
 
 def resolve_rule(accept: str, params: SamplingParams) -> str:
     """The rule to run for the user's choice; 'auto' picks greedy at temperature 0
-    and sample otherwise. Greedy with a temperature is a contradiction, not a default."""
+    and race otherwise: then a request's tokens, sampled or not, are a function of its
+    prompt, parameters and seed alone, whatever drafts them, and it drafts as much as
+    pays where it runs (the sample rule keeps drafts more often, in theory; on the
+    bench mix the two kept the same share, docs/performance.md). Greedy with a
+    temperature is a contradiction, not a default."""
     if accept == "auto":
-        return "greedy" if params.greedy else "sample"
+        return "greedy" if params.greedy else "race"
     if accept == "race" and params.greedy:
         return "greedy"  # the race of a one-hot distribution is its argmax
     if accept not in ACCEPT_RULES:

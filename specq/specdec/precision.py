@@ -29,7 +29,9 @@ AUTO = "auto"
 # (2026-12-05). All precisions +1 (f32 2, int16 3, int8 2): sampled decoding's warp
 # and draw compiled (sampling_kernels), and the recurrent head's SiLU and confidence
 # (recurrent_kernels), whose last bits move a seeded request's draws now and then.
-NUMERICS_VERSIONS = {"f32": 2, "int16": 3, "int8": 2}
+# All +1 again (f32 3, int16 4, int8 3; 2026-12-06): a sampled request's `auto` rule
+# became the race rule, which draws other tokens for the same seed.
+NUMERICS_VERSIONS = {"f32": 3, "int16": 4, "int8": 3}
 
 
 def numerics(precision: str) -> str:

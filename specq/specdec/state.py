@@ -23,7 +23,7 @@ class GenerationRequest:
     prompt_ids: tuple[int, ...]
     max_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    accept: str = "auto"  # auto | greedy | sample | typical
+    accept: str = "auto"  # auto | greedy | race | sample | typical
     stop: tuple[str, ...] = ()
     k: int = 5  # the most draft tokens verified in one round
     adaptive: bool = True  # choose 0..k per round from the measured acceptance
