@@ -131,16 +131,22 @@ def test_bench_samples_with_temperature_and_checks_batched_against_their_single_
     prompts.write_text("\n".join(json.dumps({"prompt": f"the cat {i} sat on", "max_tokens": 16}) for i in range(4)))
     args = ["bench", "--input", str(prompts), "--model", toy_model_path, "--proposers", "ngram", "--k", "3"]
     args += ["--repeat", "1", "--batch-size", "3", "--json"]
-    sampled = CliRunner().invoke(main, [*args, "--temperature", "0.9", "--top-p", "0.9", "--seed", "7"])
+    sampling = ["--temperature", "0.9", "--top-p", "0.9", "--seed", "7"]
+    sampled = CliRunner().invoke(main, [*args, *sampling, "--accept", "sample"])
+    raced = CliRunner().invoke(main, [*args, *sampling])
     greedy = CliRunner().invoke(main, args)
-    assert sampled.exit_code == 0 and greedy.exit_code == 0, sampled.output + greedy.output
+    assert sampled.exit_code == 0 and raced.exit_code == 0 and greedy.exit_code == 0, sampled.output + greedy.output
     report = json.loads(sampled.stdout)
     assert report["settings"]["temperature"] == 0.9 and report["settings"]["top_p"] == 0.9
+    assert report["settings"]["accept"] == "sample"
     rows = {r["config"]: r for r in report["results"] if r["category"] == "all"}
-    # Sampled speculation is not plain decoding's draws: no promise there; batched, the
-    # same configuration's single stream, token for token.
+    # The sample rule's speculation is not plain decoding's draws: no promise there;
+    # batched, the same configuration's single stream, token for token.
     assert rows["ngram k=3"]["exact"] is None
     assert rows["ngram k=3 batch=3"]["exact"] is True and rows["none batch=3"]["exact"] is True
+    # The race rule (auto's for sampling): speculative outputs are plain sampling's.
+    race_rows = {r["config"]: r for r in json.loads(raced.stdout)["results"] if r["category"] == "all"}
+    assert race_rows["ngram k=3"]["exact"] is True and race_rows["ngram k=3 batch=3"]["exact"] is True
     plain = {r["config"]: r for r in json.loads(greedy.stdout)["results"] if r["category"] == "all"}
     assert plain["ngram k=3"]["exact"] is True  # greedy: plain decoding's outputs
     # Sampling is on: the outputs are not greedy decoding's (seeded: the same every run).

@@ -43,12 +43,13 @@ PRIOR_REACHED = 2.0
 # default configuration from 1.17x to 1.27x plain decoding (tau 1.28 to 1.51), in two
 # runs of `specq bench --proposers auto --k 4 --repeat 2`.
 #
-# A constant per precision, not a figure the engine times as it goes: for a sampled
-# request the draft length changes which tokens the seeded draws pick (the
+# A constant per precision, not a figure the engine times as it goes: under the
+# sample rule the draft length changes which tokens the seeded draws pick (the
 # distribution is exact either way), so a length that depended on a machine's timings
 # would make a request resumed on another worker, or decoded by `specq generate`,
-# part from the same request decoded in one go. (A greedy request, whose tokens are
-# the same whatever it drafts, drafts by the engine's timings: draft_costs.py.)
+# part from the same request decoded in one go. (Greedy and race-rule requests, whose
+# tokens are the same whatever they draft, draft by the engine's timings when they
+# share a round: draft_costs.py.)
 ROW_COSTS = {"f32": 0.40, "int16": 0.20, "int8": 0.16}
 ROW_COST = ROW_COSTS["f32"]  # what the shipped heads' trees and gates were chosen for (specq.training)
 

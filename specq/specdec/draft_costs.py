@@ -12,13 +12,14 @@ draft, and gives a round's costs relative to a request's share of it: the slope 
 the forward time around the round's rows, over the round's time divided among its
 requests; until those timings say enough (a group's first rounds, and the rounds in
 which prompts go in, which are not timed), the precision's constant row cost over
-the request's share (`prior_round_costs`). Only greedy requests that share their
-round use it (the engine sees to that; alone, a request drafts by the constant
-figures, engine.DecodeSession.step says why). A greedy request's outputs are the target's argmax whatever the drafts,
-so a length chosen from this machine's timings changes how fast they come, never
-which tokens. A sampled request's draft
-length decides which of its seeded draws pick which tokens, so it keeps the lone,
-constant figures, and batched == single == resumed stays exact for it.
+the request's share (`prior_round_costs`). Only requests whose tokens do not depend
+on their drafts (greedy, and the race rule's sampling: acceptance.drafts_free) use
+it, and only when they share their round (the engine sees to that; alone, a request
+drafts by the constant figures, engine.DecodeSession.step says why): a length chosen
+from this machine's timings changes how fast their tokens come, never which. Under
+the sample rule a request's draft length decides which of its seeded draws pick
+which tokens, so it keeps the lone, constant figures, and batched == single ==
+resumed stays exact for it.
 """
 
 from __future__ import annotations

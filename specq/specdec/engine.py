@@ -44,9 +44,10 @@ class Engine:
     def __init__(
         self, model: LlamaModel, tokenizer: Tokenizer, proposer: Proposer, costs: MeasuredCosts | None = None
     ) -> None:
-        """`costs`: time the forwards and drafts, and let greedy requests draft by
-        what rows cost here and now (draft_costs.py); without, every request drafts
-        by the lone, constant figures, and its metrics are a function of its inputs."""
+        """`costs`: time the forwards and drafts, and let the requests whose tokens do
+        not depend on their drafts (greedy, race rule) draft by what rows cost here
+        and now (draft_costs.py); without, every request drafts by the lone, constant
+        figures, and its metrics are a function of its inputs."""
         self.model = model
         self.tokenizer = tokenizer
         self.proposer = proposer

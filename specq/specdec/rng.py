@@ -1,4 +1,5 @@
-"""Counter-based randomness: a draw is a pure function of (seed, position, draw).
+"""Counter-based randomness: a draw is a pure function of (seed, position, draw), and
+a position's race key of (seed, position).
 
 Philox (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) is
 keyed by the request's seed and indexed by a counter, so the uniform used to decide

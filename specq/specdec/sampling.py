@@ -1,7 +1,9 @@
-"""Sampling parameters and the warping of logits into target/draft distributions.
+"""Sampling parameters, the warping of logits into target/draft distributions, and
+the two ways of drawing from them: the race (race_index; the race rule's, and so
+auto's) and the inverse-CDF draw (sample; the sample and typical rules').
 
 The same warp (temperature, then top-k, then top-p) is applied to the target's and
-the draft's logits: the sample rule is exact with respect to the *warped* target
+the draft's logits: both rules are exact with respect to the *warped* target
 distribution, which is what plain sampling would have drawn from.
 """
 

@@ -157,7 +157,8 @@ def test_typical_acceptance_keeps_plausible_tokens_and_rejects_implausible_ones(
 
 def test_resolve_rule():
     assert resolve_rule("auto", SamplingParams()) == "greedy"
-    assert resolve_rule("auto", SamplingParams(temperature=0.8)) == "sample"
+    assert resolve_rule("auto", SamplingParams(temperature=0.8)) == "race"
+    assert resolve_rule("sample", SamplingParams(temperature=0.8)) == "sample"
     assert resolve_rule("typical", SamplingParams(temperature=0.8)) == "typical"
     with pytest.raises(ParameterError, match="takes no temperature"):
         resolve_rule("greedy", SamplingParams(temperature=0.8))

@@ -203,7 +203,7 @@ def test_a_request_alone_drafts_by_the_lone_figures(toy):
 def test_a_sample_rule_request_keeps_the_lone_figures_bit_for_bit(toy):
     model, tokenizer = toy
     proposer = DraftModelProposer(model, draft_cost=0.0)
-    request = _request(tokenizer, sampling=SamplingParams(temperature=0.8, seed=5))
+    request = _request(tokenizer, accept="sample", sampling=SamplingParams(temperature=0.8, seed=5))
     other = replace(request, sampling=SamplingParams(temperature=0.8, seed=6))
     lone = Engine(model, tokenizer, proposer).run_many([request, other], group_size=2)
     for costs in (SaidCosts(row=0.01), SaidCosts(row=50.0)):

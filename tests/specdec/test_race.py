@@ -131,6 +131,6 @@ def test_the_race_rule_resolves_and_frees_the_drafts():
     sampled = SamplingParams(temperature=0.7)
     assert resolve_rule("race", sampled) == "race"
     assert resolve_rule("race", SamplingParams()) == "greedy"
-    assert resolve_rule("auto", sampled) == "sample"
+    assert resolve_rule("auto", sampled) == "race"
     assert drafts_free("race", sampled) and drafts_free("greedy", SamplingParams())
     assert not drafts_free("sample", sampled) and not drafts_free("typical", sampled)

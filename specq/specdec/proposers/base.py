@@ -49,7 +49,7 @@ class ProposeContext:
     n_output: int
     last_hidden: np.ndarray  # [d]: the target's final hidden state that predicted tokens[-1]
     params: SamplingParams
-    stochastic: bool  # draw drafts from the draft distribution (the sample rule) rather than argmax
+    stochastic: bool  # draw drafts from the draft distribution (the sample rule's uniforms) rather than argmax
     want_p_draft: bool  # the acceptance rule needs p_draft
     # Draft each position's race winner over the draft's distribution, keyed as the
     # target's race there (the race rule; rng.race_key): drafts coupled to the draw
