@@ -310,9 +310,9 @@ def _first_per_category(specs: list[PromptSpec], limit: int) -> list[PromptSpec]
     default=0.0,
     show_default=True,
     callback=option_check("temperature"),
-    help="Sample at this temperature (0: greedy). With --accept race, sampled outputs are checked against plain "
-    "decoding's; with the sample rule they differ by design, and batched ones are checked against their own "
-    "single stream.",
+    help="Sample at this temperature (0: greedy). Under the race rule (auto's) sampled outputs are checked "
+    "against plain sampling's; under --accept sample they differ by design, and batched ones are checked "
+    "against their own single stream.",
 )
 @click.option(
     "--accept",
@@ -367,7 +367,7 @@ def bench(
     specq bench --batch-size 8 --compare hf,llama.cpp
     specq bench --proposers none --batch-size 4,8,16,32,64 --row-curve 1,2,4,8,16,32,64 --plot charts/
     specq bench --temperature 0.7 --top-p 0.95 --batch-size 8
-    specq bench --temperature 0.7 --top-p 0.95 --accept race --batch-size 8,32
+    specq bench --temperature 0.7 --top-p 0.95 --accept sample --batch-size 8,32
     specq bench --quality --limit 2
     """
     from specq.bench import CURVE_CONTEXT, BenchConfig, format_table, run_bench

@@ -402,11 +402,10 @@ class DecodeSession:
     def _measured(self, round_costs: RoundCosts | None) -> bool:
         """Whether this round drafts by the measured costs: only a request whose tokens
         are the same whatever it drafts (draft_costs.py: greedy, or the race rule's
-        sampling), and only one that
-        has judged a few drafts of late: the rest explore at the lone figures, or a
-        request would never learn that its drafts are right often enough to pay in
-        a batch, nor notice when they become so (its evidence fades while it does
-        not draft, adaptive.IDLE_DECAY)."""
+        sampling), and only one that has judged a few drafts of late: the rest
+        explore at the lone figures, or a request would never learn that its drafts
+        are right often enough to pay in a batch, nor notice when they become so
+        (its evidence fades while it does not draft, adaptive.IDLE_DECAY)."""
         if round_costs is None or not (self.state.request.adaptive and self.drafts_free):
             return False
         reached = self.state.acceptance.reached
