@@ -166,7 +166,7 @@ def resolve_rule(accept: str, params: SamplingParams) -> str:
     if accept == "greedy" and not params.greedy:
         raise ParameterError(
             f"acceptance 'greedy' decodes the argmax and takes no temperature (got {params.temperature}); "
-            "use 'sample' or temperature 0"
+            "use 'race' (auto's), 'sample' or temperature 0"
         )
     return accept
 
