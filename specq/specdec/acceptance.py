@@ -103,7 +103,13 @@ def accept_sample(
     return Verdict(k, sample(warped_row(target_logits[k], params), uniforms(k, DRAW_SAMPLE)))
 
 
-def accept_race(draft: Sequence[int], target_logits: np.ndarray, params: SamplingParams, keys: RaceKeys) -> Verdict:
+def accept_race(
+    draft: Sequence[int],
+    target_logits: np.ndarray,
+    params: SamplingParams,
+    keys: RaceKeys,
+    first: int | None = None,
+) -> Verdict:
     """The race rule: the target's token at each position is the winner of the
     exponential race keyed by that position (sampling.race_index), a draw from the
     warped target distribution; drafts are kept while each equals it, and the
@@ -115,12 +121,17 @@ def accept_race(draft: Sequence[int], target_logits: np.ndarray, params: Samplin
     is acceptance: a draft drawn from q by the same race matches the target's draw
     with the coupling's probability, at least (1 - d) / (1 + d) for d = TV(p, q),
     where the sample rule keeps it with 1 - d.
+
+    `first`: the first row's winner, where the caller raced it already (a round's
+    first rows race together, sampling.race_indexes).
     """
     for i, x in enumerate(draft):
-        winner = race_index(target_logits[i], params, keys(i))
+        winner = first if i == 0 and first is not None else race_index(target_logits[i], params, keys(i))
         if winner != x:
             return Verdict(i, winner)
     k = len(draft)
+    if k == 0 and first is not None:
+        return Verdict(0, first)
     return Verdict(k, race_index(target_logits[k], params, keys(k)))
 
 
@@ -186,7 +197,9 @@ def accept(
     params: SamplingParams,
     uniforms: Uniforms,
     keys: RaceKeys | None = None,
+    first_race: int | None = None,
 ) -> Verdict:
+    """`first_race`: the race rule's winner of the first row, where the caller raced it already."""
     assert target_logits.shape[0] == len(draft) + 1, "the target gives k+1 rows for k drafts"
     if rule == "greedy":
         return accept_greedy(draft, target_logits)
@@ -194,7 +207,7 @@ def accept(
         return accept_sample(draft, p_draft, target_logits, params, uniforms)
     if rule == "race":
         assert keys is not None, "the race rule needs the positions' keys"
-        return accept_race(draft, target_logits, params, keys)
+        return accept_race(draft, target_logits, params, keys, first_race)
     if rule == "typical":
         return accept_typical(draft, target_logits, params, uniforms)
     raise AssertionError(f"unresolved acceptance rule {rule!r}")

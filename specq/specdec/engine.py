@@ -26,6 +26,7 @@ from specq.specdec.draft_costs import MeasuredCosts, RoundCosts, prior_round_cos
 from specq.specdec.model import KVCache, LlamaModel, Segment, SegmentOutput
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
 from specq.specdec.rng import race_key, uniform
+from specq.specdec.sampling import SamplingParams, race_indexes
 from specq.specdec.state import DecodeState, GenerationRequest, Metrics
 from specq.specdec.stops import truncate_at_stop
 from specq.specdec.tokenizer import Tokenizer
@@ -207,7 +208,28 @@ class DecodeGroup:
         t0 = perf_counter()
         outputs = self.engine.model.forward([p.segment for p in planned])
         self.engine.record(planned, perf_counter() - t0)
-        return [(key, session.finish(p, out, out.seconds)) for (key, session), p, out in zip(active, planned, outputs)]
+        firsts = _first_races([session for _, session in active], planned, outputs)
+        return [
+            (key, session.finish(p, out, out.seconds, first))
+            for (key, session), p, out, first in zip(active, planned, outputs, firsts)
+        ]
+
+
+def _first_races(
+    sessions: Sequence[DecodeSession], planned: Sequence[PlannedRound], outputs: Sequence[SegmentOutput]
+) -> list[int | None]:
+    """For each session, the race rule's winner of its first row this round, where two
+    or more race: their rows share numba's threads (sampling.race_indexes), where one
+    by one they took a core for about 0.17 ms a row while the other waited. None for
+    the rest, whose acceptance races as it goes."""
+    raced = [(i, r) for i, (s, p, out) in enumerate(zip(sessions, planned, outputs)) if (r := s.first_race(p, out))]
+    firsts: list[int | None] = [None] * len(sessions)
+    if len(raced) < 2:
+        return firsts
+    rows, params, keys = zip(*(r for _, r in raced))
+    for (i, _), winner in zip(raced, race_indexes(rows, params, keys)):
+        firsts[i] = winner
+    return firsts
 
 
 @dataclass(frozen=True)
@@ -323,12 +345,28 @@ class DecodeSession:
         )
         return PlannedRound(draft, segment, perf_counter() - t0, asked=k > 0)
 
-    def finish(self, planned: PlannedRound, out: SegmentOutput, forward_s: float) -> DecodeState:
+    def first_race(self, planned: PlannedRound, out: SegmentOutput) -> tuple[np.ndarray, SamplingParams, int] | None:
+        """What the race rule races at this round's first row (its logits, warp and
+        key), or None where this round races nothing (other rules, a prompt's piece
+        before its last)."""
+        if self.rule != "race" or self._piece_before_last(planned):
+            return None
+        req = self.state.request
+        return out.logits[0], req.sampling, race_key(req.sampling.seed, len(self.state.output_ids))
+
+    def _piece_before_last(self, planned: PlannedRound) -> bool:
+        prompt = len(self.state.request.prompt_ids)
+        return planned.prefill and planned.segment.start + planned.segment.n < prompt
+
+    def finish(
+        self, planned: PlannedRound, out: SegmentOutput, forward_s: float, first_race: int | None = None
+    ) -> DecodeState:
         """Accept and commit, given the target's output for the planned rows (a
-        prompt's piece before its last commits nothing)."""
+        prompt's piece before its last commits nothing). `first_race`: the winner of
+        the first row's race, where the round raced it already (first_race)."""
         state = self.state
         req = state.request
-        if planned.prefill and planned.segment.start + planned.segment.n < len(req.prompt_ids):
+        if self._piece_before_last(planned):
             self.prefilled += planned.segment.n  # a piece before the prompt's last
             self._prefill_s += forward_s
             return state
@@ -344,6 +382,7 @@ class DecodeSession:
                 req.sampling,
                 self._uniforms(n_out),
                 self._race_keys(n_out),
+                first_race,
             )
             n_accepted, next_token = verdict.n_accepted, verdict.next_token
             accepted, last_row = draft.tokens[:n_accepted], n_accepted

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,6 +138,29 @@ def race_index(logits: np.ndarray, params: SamplingParams, key: int, ids: np.nda
         pow2,
     )
     return int(chosen)
+
+
+def race_indexes(rows: Sequence[np.ndarray], params: Sequence[SamplingParams], keys: Sequence[int]) -> list[int]:
+    """race_index of each row (of the same vocabulary) with its own params (not
+    greedy) and key, the rows shared among numba's threads (a round's first rows:
+    0.17 ms each on one core, 32 of them beside a 35 ms forward). Each winner is
+    race_index's, whichever thread computes it."""
+    from numba import get_num_threads, typed
+
+    from specq.specdec.sampling_kernels import warp_races  # numba: see _warp
+
+    assert not any(p.greedy for p in params), "a greedy row's winner is its argmax"
+    winners = np.empty(len(rows), dtype=np.int64)
+    warp_races(
+        typed.List([_rows(np.asarray(r).reshape(1, -1))[0] for r in rows]),
+        np.array([p.temperature for p in params], dtype=np.float64),
+        np.array([p.top_k for p in params], dtype=np.int64),
+        np.array([p.top_p for p in params], dtype=np.float64),
+        np.array(keys, dtype=np.uint64),
+        winners,
+        max(1, min(get_num_threads(), len(rows))),
+    )
+    return [int(w) for w in winners]
 
 
 def sample(probs: np.ndarray, u: float) -> int:

@@ -17,7 +17,7 @@ plain decoding gives, and acceptance may warp only the rows it reaches.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 # exp for float64 softmax arguments (x <= 0): Cody-Waite range reduction, x = k ln2 +
 # f with |f| <= ln2 / 2, then Taylor's series of e^f to degree 12 (its remainder is
@@ -326,3 +326,19 @@ def warp_race(logits, temperature, top_k, top_p, key, ids, row, z, pow2):  # pra
     (into row), keyed by `key`; ids as race's."""
     kept = warp_row(logits, temperature, top_k, top_p, row, z, pow2)
     return race(row, key, ids, pow2[:kept])
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def warp_races(rows, temperatures, top_ks, top_ps, keys, winners, n_chunks):  # pragma: no cover - compiled
+    """winners[i] = warp_race of rows[i] (a list of rows [V]) with its own warp and
+    key, the rows split into n_chunks chunks on numba's threads, each chunk with
+    scratch of its own: a row's winner is warp_race's whichever thread computes it."""
+    n = len(rows)
+    for c in prange(n_chunks):
+        lo, hi = c * n // n_chunks, (c + 1) * n // n_chunks
+        if hi > lo:
+            vocab = rows[lo].shape[0]
+            z, pow2, row = np.empty(vocab), np.empty(vocab, dtype=np.int64), np.empty(vocab)
+            identity = np.empty(0, dtype=np.int64)
+            for i in range(lo, hi):
+                winners[i] = warp_race(rows[i], temperatures[i], top_ks[i], top_ps[i], keys[i], identity, row, z, pow2)

@@ -27,7 +27,7 @@ from specq.specdec.proposers import (
     RecurrentHeadProposer,
 )
 from specq.specdec.proposers.base import ProposeContext
-from specq.specdec.sampling import SamplingParams, probabilities
+from specq.specdec.sampling import SamplingParams, probabilities, race_indexes
 from specq.specdec.state import DecodeState, GenerationRequest
 
 PROMPTS = [
@@ -542,6 +542,29 @@ def test_batched_decoding_equals_each_request_alone(toy, other_toy, name, temper
     assert [s.output_ids for s in together] == [s.output_ids for s in alone]
     assert [s.metrics.target_forwards for s in together] == [s.metrics.target_forwards for s in alone]
     assert all(s.finished for s in together)
+
+
+def test_a_rounds_first_races_run_together(toy, monkeypatch):
+    """In a group, the race rule's first rows of a round race in one call
+    (engine._first_races), and every request still decodes exactly as alone."""
+    from specq.specdec import engine as engine_module
+
+    model, tokenizer = toy
+    calls = []
+
+    def counted(rows, params, keys):
+        calls.append(len(rows))
+        return race_indexes(rows, params, keys)
+
+    monkeypatch.setattr(engine_module, "race_indexes", counted)
+    engine = Engine(model, tokenizer, NgramProposer())
+    requests = [
+        request(tokenizer, p, max_tokens=15, k=2, sampling=SamplingParams(temperature=0.9, seed=i))
+        for i, p in enumerate(PROMPTS)
+    ]
+    together = engine.run_many(requests, group_size=4)
+    assert calls and max(calls) == min(4, len(PROMPTS))
+    assert [s.output_ids for s in together] == [engine.run(r).output_ids for r in requests]
 
 
 def test_a_kv_budget_bounds_the_requests_decoded_together(toy, monkeypatch):

@@ -12,7 +12,7 @@ from stats import chi_square, chi_square_critical
 
 from specq.specdec.acceptance import Verdict, accept, accept_race, drafts_free, resolve_rule
 from specq.specdec.rng import race_key
-from specq.specdec.sampling import SamplingParams, probabilities, race_index
+from specq.specdec.sampling import SamplingParams, probabilities, race_index, race_indexes
 from specq.specdec.sampling_kernels import race, race_uniforms
 
 V = 4096
@@ -134,3 +134,34 @@ def test_the_race_rule_resolves_and_frees_the_drafts():
     assert resolve_rule("auto", sampled) == "race"
     assert drafts_free("race", sampled) and drafts_free("greedy", SamplingParams())
     assert not drafts_free("sample", sampled) and not drafts_free("typical", sampled)
+
+
+@pytest.mark.parametrize("n_rows", [1, 2, 3, 17])
+def test_rows_raced_together_win_as_each_alone(n_rows):
+    """sampling.race_indexes shares the rows among numba's threads, each with its own
+    warp and key: every winner is race_index's for that row."""
+    rng = np.random.default_rng(n_rows)
+    choices = [
+        SamplingParams(temperature=0.7),
+        SamplingParams(temperature=1.2, top_p=0.9),
+        SamplingParams(temperature=1.0, top_k=7),
+        SamplingParams(temperature=0.5, top_k=40, top_p=0.8),
+    ]
+    rows = [peaked_logits(100 + i) for i in range(n_rows)]
+    params = [choices[i % len(choices)] for i in range(n_rows)]
+    keys = [int(k) for k in rng.integers(0, 2**64, n_rows, dtype=np.uint64)]
+    assert race_indexes(rows, params, keys) == [race_index(r, p, k) for r, p, k in zip(rows, params, keys)]
+
+
+def test_a_precomputed_first_winner_is_what_acceptance_would_race():
+    """accept's first_race stands in for the first row's race: the verdicts agree
+    whenever it is that row's winner."""
+    params = SamplingParams(temperature=0.8)
+    logits = np.stack([peaked_logits(200 + i) for i in range(3)])
+    keys = [race_key(5, 40 + i) for i in range(3)]
+    winners = [race_index(logits[i], params, keys[i]) for i in range(3)]
+    for draft in ([], [winners[0]], [winners[0], winners[1]], [winners[0] + 1, 3]):
+        rows = logits[: len(draft) + 1]
+        plain = accept("race", draft, None, rows, params, None, keys.__getitem__)
+        given = accept("race", draft, None, rows, params, None, keys.__getitem__, winners[0])
+        assert given == plain
