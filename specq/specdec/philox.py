@@ -4,7 +4,7 @@ Why. rng.uniform and rng.race_key are pure functions of (seed, position, draw), 
 numpy answers one by building a Philox bit generator (and a Generator) each time:
 about 30 us a call, against 0.17 ms for the warp and race of a row it keys. A
 sampled round of 32 requests asked for 32 keys or more, about 1 ms of Python a
-round. Here a call is the ten rounds of the cipher, a few hundred nanoseconds.
+round. Here a call is the ten rounds of the cipher: about 1 us from Python.
 
 numpy's Philox (Salmon et al. 2011, Random123's philox4x64_R with 10 rounds) keeps
 a 256-bit counter and a 128-bit key, and on its first draw adds one to the counter
