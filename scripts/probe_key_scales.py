@@ -11,6 +11,7 @@ every position compares the candidate's next-token prediction with that token
 Group 0 is the check: float32 keys, the same step-by-step path, must agree at 100%.
 
 Usage:  python scripts/probe_key_scales.py [--groups 0,64,32,16,8] [--input F] [--max-tokens 128]
+                                          [--model PATH]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 
 import numpy as np
 
+from specq.errors import SpecqError
 from specq.quality import _log_softmax, greedy
 from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
 from specq.specdec.loader import default_model_path, load_model_and_tokenizer
@@ -44,12 +46,26 @@ def main() -> None:
     ap.add_argument("--groups", default="0,64,32,16,8", help="dimensions a scale covers (0: float32 keys)")
     ap.add_argument("--input", default="examples/bench_prompts.jsonl")
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--model", default=None, help="a GGUF file (default: the shipped model)")
     args = ap.parse_args()
-    groups = [int(g) for g in args.groups.split(",")]
-    model, tokenizer = load_model_and_tokenizer(default_model_path(), "f32")
+    try:
+        groups = [int(g) for g in args.groups.split(",")]
+    except ValueError:
+        raise SystemExit(f"--groups {args.groups!r}: not a list of numbers") from None
+    if args.max_tokens < 1:
+        raise SystemExit("--max-tokens must be at least 1")
+    try:
+        specs = read_jsonl(args.input)
+        model, tokenizer = load_model_and_tokenizer(args.model or default_model_path(), "f32")
+    except SpecqError as exc:
+        raise SystemExit(str(exc)) from None
+    except OSError as exc:
+        raise SystemExit(f"cannot read {exc.filename or args.model}: {exc.strerror or exc}") from None
     head_dim = model.config.head_dim
+    if bad := [g for g in groups if g < 0 or (g and head_dim % g)]:
+        raise SystemExit(f"--groups {bad}: each must divide the head's {head_dim} dimensions (or be 0)")
     totals = {g: [0, 0, 0.0] for g in groups}  # agreeing positions, positions, KL sum
-    for spec in read_jsonl(args.input):
+    for spec in specs:
         prompt = list(to_request(spec, tokenizer, GenerationDefaults()).prompt_ids)
         continuation = greedy(model, prompt, args.max_tokens, tokenizer.end_of_turn_ids)
         tokens = prompt + continuation

@@ -575,6 +575,75 @@ def test_probe_head_inputs_refuses_mistakes_in_one_line(q4_model, tmp_path):
     assert "absent.gguf" in result.stderr
 
 
+# --- probe_product_bits.py and probe_key_scales.py -------------------------------------
+
+
+def _report(out: str) -> dict[str, list[str]]:
+    """Each variant's report lines, by the line that names it."""
+    reports: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        if not line.startswith(" ") and line.endswith(":"):
+            reports[line[:-1]] = []
+        elif reports:
+            reports[list(reports)[-1]].append(line)
+    return reports
+
+
+@needs_int8
+@pytest.mark.slow
+def test_probe_product_bits_compares_each_variant_with_f32(q4_model, tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl", 2)
+    args = ["--model", q4_model, "--input", prompts, "--max-tokens", "6", "--variants", ",w_out,w_gate_up+w_qkv"]
+    reports = _report(ok(run_script("probe_product_bits.py", *args, timeout=300)))
+    assert list(reports) == ["int16", "w_out at 8 bits", "w_gate_up+w_qkv at 8 bits"]
+    assert len({lines[0] for lines in reports.values()}) == 1  # the same positions for every variant
+    for lines in reports.values():
+        assert lines[0].startswith("positions compared (teacher-forced): ")
+        agreement = re.fullmatch(r"top-1 agreement with f32: +([0-9.]+)% \(target >= 99%\)", lines[1])
+        assert agreement and 0 <= float(agreement.group(1)) <= 100
+
+
+@pytest.mark.slow
+def test_probe_product_bits_refuses_mistakes_in_one_line(q4_model, tmp_path):
+    for args, message in [
+        (["--variants", "w_qkv+w_attn"], "--variants: unknown kinds w_attn"),
+        (["--max-tokens", "0"], "--max-tokens must be at least 1"),
+        (["--model", tmp_path / "absent.gguf"], "absent.gguf"),
+    ]:
+        result = run_script("probe_product_bits.py", "--model", q4_model, *args)
+        assert result.returncode != 0 and "Traceback" not in result.stderr
+        assert message in result.stderr
+
+
+@pytest.mark.slow
+def test_probe_key_scales_checks_itself_and_rounds_keys(q4_model, tmp_path):
+    """The check (float32 keys by the step-by-step path) agrees at 100%; rounded keys
+    give figures of their own."""
+    prompts = write_prompts(tmp_path / "p.jsonl", 2)
+    args = ["--model", q4_model, "--input", prompts, "--max-tokens", "6", "--groups", "0,16,4"]
+    lines = ok(run_script("probe_key_scales.py", *args, timeout=300)).splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "float32 keys (the check)",
+        "one scale per 16 dimensions",
+        "one scale per 4 dimensions",
+    ]
+    counts = {line.split(" of ")[1].split()[0] for line in lines}
+    assert len(counts) == 1 and int(counts.pop()) > 0  # the same positions for every grouping
+    assert "top-1 agreement 100.00% of " in lines[0] and lines[0].endswith("mean KL 0.000000 nats")
+
+
+@pytest.mark.slow
+def test_probe_key_scales_refuses_mistakes_in_one_line(q4_model, tmp_path):
+    for args, message in [
+        (["--groups", "0,5"], "--groups [5]: each must divide the head's 16 dimensions"),
+        (["--groups", "a"], "--groups 'a': not a list of numbers"),
+        (["--model", tmp_path / "absent.gguf"], "absent.gguf"),
+    ]:
+        result = run_script("probe_key_scales.py", "--model", q4_model, *args)
+        assert result.returncode != 0 and "Traceback" not in result.stderr
+        assert message in result.stderr
+
+
 # --- the queue: bench_queue.py and chaos.py --------------------------------------------
 
 
