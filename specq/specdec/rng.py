@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from specq.specdec.philox import first_draw
-
 # Which uniform of an output position is meant. Each (position, draw) pair is used
 # at most once per request, which keeps the draws independent (the sample rule's
 # exactness relies on it).
@@ -25,13 +23,22 @@ DRAW_RACE = 3  # the key of the race rule's exponential race at a position
 _MASK64 = (1 << 64) - 1
 _ZERO = np.uint64(0)
 _2_TO_MINUS_53 = 1.0 / (1 << 53)
+_compiled_draw = None  # philox.first_draw, once a draw is asked for
 
 
 def _first_draw(seed: int, position: int, draw: int) -> int:
     """The first 64-bit draw of np.random.Philox(key=seed mod 2**64, counter=[position,
     draw, 0, 0]), compiled (philox.py: numpy's bits, about 1 us a call from Python,
     where numpy built a generator for each draw in about 30)."""
-    return int(first_draw(np.uint64(seed & _MASK64), _ZERO, np.uint64(position), np.uint64(draw), _ZERO, _ZERO))
+    global _compiled_draw
+    if _compiled_draw is None:
+        # Imported at the first draw: acceptance (and so this module) is read by the
+        # command line, which must not load numba until a command decodes
+        # (tests/test_architecture.py). An import at every call cost 1 us more.
+        from specq.specdec.philox import first_draw
+
+        _compiled_draw = first_draw
+    return int(_compiled_draw(np.uint64(seed & _MASK64), _ZERO, np.uint64(position), np.uint64(draw), _ZERO, _ZERO))
 
 
 def uniform(seed: int, position: int, draw: int) -> float:
