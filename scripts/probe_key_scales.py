@@ -21,7 +21,7 @@ import argparse
 import numpy as np
 
 from specq.errors import SpecqError
-from specq.quality import _log_softmax, greedy
+from specq.quality import _log_softmax, continuation_tokens, greedy
 from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
 from specq.specdec.loader import default_model_path, load_model_and_tokenizer
 from specq.specdec.model import KVCache, Segment
@@ -57,17 +57,19 @@ def main() -> None:
     try:
         specs = read_jsonl(args.input)
         model, tokenizer = load_model_and_tokenizer(args.model or default_model_path(), "f32")
-    except SpecqError as exc:
+    except SpecqError as exc:  # a missing or unreadable file, a CPU without AVX2
         raise SystemExit(str(exc)) from None
-    except OSError as exc:
-        raise SystemExit(f"cannot read {exc.filename or args.model}: {exc.strerror or exc}") from None
     head_dim = model.config.head_dim
     if bad := [g for g in groups if g < 0 or (g and head_dim % g)]:
         raise SystemExit(f"--groups {bad}: each must divide the head's {head_dim} dimensions (or be 0)")
     totals = {g: [0, 0, 0.0] for g in groups}  # agreeing positions, positions, KL sum
     for spec in specs:
         prompt = list(to_request(spec, tokenizer, GenerationDefaults()).prompt_ids)
-        continuation = greedy(model, prompt, args.max_tokens, tokenizer.end_of_turn_ids)
+        try:
+            n = continuation_tokens(model, spec, prompt, args.max_tokens)
+        except SpecqError as exc:  # a prompt that fills the context
+            raise SystemExit(str(exc)) from None
+        continuation = greedy(model, prompt, n, tokenizer.end_of_turn_ids)
         tokens = prompt + continuation
         reference = model.forward([Segment(model.new_cache(len(tokens)), tokens, 0)])[0].logits
         reference = _log_softmax(reference[len(prompt) - 1 : len(tokens) - 1])

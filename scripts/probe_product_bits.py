@@ -20,7 +20,7 @@ import argparse
 from dataclasses import replace
 
 from specq.errors import SpecqError
-from specq.quality import QualityReport, compare
+from specq.quality import QualityReport, compare, continuation_tokens
 from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
 from specq.specdec.int8 import Int8Matrix
 from specq.specdec.loader import default_model_path, load_model_and_tokenizer
@@ -56,16 +56,18 @@ def main() -> None:
         require_integer()
         specs = read_jsonl(args.input)
         f32, tokenizer = load_model_and_tokenizer(args.model or default_model_path(), "f32")
-    except SpecqError as exc:
+    except SpecqError as exc:  # a missing or unreadable file, a CPU without AVX2
         raise SystemExit(str(exc)) from None
-    except OSError as exc:
-        raise SystemExit(f"cannot read {exc.filename or args.model}: {exc.strerror or exc}") from None
     models = {"+".join(v) or "int16": with_8_bit(f32, v) for v in variants}
     reports = {name: QualityReport() for name in models}
     for spec in specs:
         prompt = to_request(spec, tokenizer, GenerationDefaults()).prompt_ids
+        try:
+            n = continuation_tokens(f32, spec, prompt, args.max_tokens)
+        except SpecqError as exc:  # a prompt that fills the context
+            raise SystemExit(str(exc)) from None
         for name, model in models.items():
-            compare(f32, model, [prompt], args.max_tokens, tokenizer.end_of_turn_ids, reports[name])
+            compare(f32, model, [prompt], n, tokenizer.end_of_turn_ids, reports[name])
     for name, report in reports.items():
         print(f"{name} at 8 bits:" if name != "int16" else "int16:", report.format(name), sep="\n")
 

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from specq.errors import InputError
+from specq.requests.inputs import PromptSpec
 from specq.specdec.model import LlamaModel, Segment
 
 
@@ -61,6 +63,19 @@ class QualityReport:
                 f"f32 top-2 logit gap where they part: largest {gaps[-1]:.3f}, median {gaps[len(gaps) // 2]:.3f}"
             )
         return "\n".join(lines)
+
+
+def continuation_tokens(model: LlamaModel, spec: PromptSpec, prompt: Sequence[int], max_tokens: int) -> int:
+    """How many tokens a compared continuation may have after `prompt`: max_tokens,
+    clipped to the model's context; an InputError naming the request where the
+    prompt alone fills it."""
+    room = model.config.context_length - len(prompt)
+    if room < 1:
+        raise InputError(
+            f"request {spec.custom_id!r} (line {spec.line}): prompt has {len(prompt)} tokens; "
+            f"the model's context is {model.config.context_length}"
+        )
+    return min(max_tokens, room)
 
 
 def greedy(model: LlamaModel, prompt: Sequence[int], max_tokens: int, end_ids: frozenset[int]) -> list[int]:

@@ -632,6 +632,24 @@ def test_probe_key_scales_checks_itself_and_rounds_keys(q4_model, tmp_path):
     assert "top-1 agreement 100.00% of " in lines[0] and lines[0].endswith("mean KL 0.000000 nats")
 
 
+@needs_int8
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["probe_product_bits.py", "probe_key_scales.py"])
+def test_probes_name_a_prompt_that_fills_the_context(toy_model_file, tmp_path, script):
+    """As `specq bench --quality`: a continuation is clipped to the context, and a prompt
+    that fills it alone is named in one line."""
+    small = toy_model_file(tensor_type="Q4_1", embedding_type="Q8_0", context_length=64)
+    prompts = tmp_path / "long.jsonl"
+    prompts.write_text(json.dumps({"custom_id": "long", "prompt": " ".join(["word"] * 100)}) + "\n")
+    groups = ["--groups", "0,8"] if script == "probe_key_scales.py" else []
+    result = run_script(script, "--model", small, "--input", prompts, "--max-tokens", "4", *groups)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "request 'long' (line 1): prompt has" in result.stderr
+    assert "the model's context is 64" in result.stderr
+    fits = write_prompts(tmp_path / "short.jsonl", 1)  # clipped to the room the context leaves
+    ok(run_script(script, "--model", small, "--input", fits, "--max-tokens", "200", *groups, timeout=300))
+
+
 @pytest.mark.slow
 def test_probe_key_scales_refuses_mistakes_in_one_line(q4_model, tmp_path):
     for args, message in [

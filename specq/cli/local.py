@@ -489,7 +489,7 @@ def _bench_quality(input_path, model_path, limit, max_tokens, as_json, candidate
     """`specq bench --quality`: the f32 model against the same weights at each of the
     candidate precisions (specq.quality), one prompt at a time, each continuation
     clipped to the context."""
-    from specq.quality import QualityReport, compare
+    from specq.quality import QualityReport, compare, continuation_tokens
     from specq.specdec.loader import default_model_path, load_model_and_tokenizer
 
     try:
@@ -502,14 +502,9 @@ def _bench_quality(input_path, model_path, limit, max_tokens, as_json, candidate
         reports = {name: QualityReport() for name in candidates}
         for i, spec in enumerate(specs, 1):
             prompt = to_request(spec, tokenizer, GenerationDefaults()).prompt_ids
-            room = f32.config.context_length - len(prompt)
-            if room < 1:
-                raise InputError(
-                    f"request {spec.custom_id!r} (line {spec.line}): prompt has {len(prompt)} tokens; "
-                    f"the model's context is {f32.config.context_length}"
-                )
+            n = continuation_tokens(f32, spec, prompt, max_tokens)
             for name, model in models.items():
-                compare(f32, model, [prompt], min(max_tokens, room), tokenizer.end_of_turn_ids, reports[name])
+                compare(f32, model, [prompt], n, tokenizer.end_of_turn_ids, reports[name])
             click.echo(f"{i}/{len(specs)} prompts compared", err=True)
     except SpecqError as exc:
         raise click.ClickException(str(exc)) from None
