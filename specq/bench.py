@@ -363,10 +363,11 @@ CURVE_CONTEXT = 200  # the context the row costs are measured at
 
 
 def measure_verify_cost(
-    model: LlamaModel, rows: Sequence[int], *, context: int = CURVE_CONTEXT, trials: int = 15
+    model: LlamaModel, rows: Sequence[int], *, context: int = CURVE_CONTEXT, trials: int = 9
 ) -> dict[int, float]:
     """Time of one forward over n new rows relative to one row, at a typical context
-    length; the trials interleave the sizes and the median ratio is kept."""
+    length, each in the steady state of its own shape (_settled); the trials
+    interleave the sizes and the median ratio is kept."""
     cache = model.new_cache(context + max(rows, default=1) + 1)
     model.forward([Segment(cache, [5] * context, 0, all_logits=False)])
     ratios: dict[int, list[float]] = {n: [] for n in rows}
@@ -378,10 +379,11 @@ def measure_verify_cost(
 
 
 def measure_batch_cost(
-    model: LlamaModel, sizes: Sequence[int], *, context: int = CURVE_CONTEXT, trials: int = 15
+    model: LlamaModel, sizes: Sequence[int], *, context: int = CURVE_CONTEXT, trials: int = 7
 ) -> tuple[dict[int, float], dict[int, float]]:
     """Time of one decode round of n requests (n segments of one new row each, every
-    one at `context` positions) relative to a lone request's; n over that ratio is
+    one at `context` positions) relative to a lone request's, each in the steady
+    state of its own shape (_settled); n over that ratio is
     what batching multiplies decoding throughput by, prefill aside. And, from the
     same trials, what a second row per request (one draft each) adds to the round,
     per request, in lone steps: the price a draft pays in a batch
@@ -407,15 +409,34 @@ def measure_batch_cost(
 # request's: wanting only each row's largest logit (from head_screen.SCREEN_ROWS rows,
 # the screened output head).
 def _time_round(model: LlamaModel, caches: list, start: int, rows: int = 1) -> float:
-    t0 = time.perf_counter()
-    model.forward([Segment(cache, [7] * rows, start, argmax_only=True) for cache in caches])
-    return time.perf_counter() - t0
+    return _settled(lambda: model.forward([Segment(c, [7] * rows, start, argmax_only=True) for c in caches]))
 
 
 def _time_forward(model: LlamaModel, cache: KVCache, n: int, start: int) -> float:
-    t0 = time.perf_counter()
-    model.forward([Segment(cache, [7] * n, start, argmax_only=True)])
-    return time.perf_counter() - t0
+    return _settled(lambda: model.forward([Segment(cache, [7] * n, start, argmax_only=True)]))
+
+
+# A forward is timed once it has run SETTLE_RUNS times in a row, as decoding runs it:
+# a step follows steps of its own shape. On an Intel Xeon whose 480 MB L3 holds the
+# model's 96 MB of weights (2026-12-06), lone steps right after a round of 64 took
+# 5.6, 5.1, 4.8, 4.5 ... ms and settled at 3.3 to 3.5 ms after about ten: the weights
+# come back into the cache as the steps reread them. Timed right after bigger
+# forwards, as this bench did before, the lone step that every ratio is divided by
+# was the unsettled one, and a round of 32 measured 6.2x a lone step where settled
+# it is 10.8x (docs/performance.md, eleventh session).
+SETTLE_RUNS, TIMED_RUNS = 10, 3
+
+
+def _settled(forward: Callable[[], object]) -> float:
+    """The median time of TIMED_RUNS calls of `forward` after SETTLE_RUNS untimed ones."""
+    for _ in range(SETTLE_RUNS):
+        forward()
+    times = []
+    for _ in range(TIMED_RUNS):
+        t0 = time.perf_counter()
+        forward()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def format_table(report: BenchReport) -> str:

@@ -125,6 +125,42 @@ def test_bench_sweeps_batch_sizes_and_measures_the_row_cost_curve(toy_model_path
     assert bad.exit_code == 2 and "batch sizes must be >= 2" in bad.stderr
 
 
+def test_row_costs_time_each_forward_once_its_own_shape_has_settled(toy_model_path):
+    """Every timed forward of the row costs comes after SETTLE_RUNS forwards of its own
+    shape and is one of TIMED_RUNS in a row: a lone step timed right after a bigger
+    forward is not the lone step decoding runs (bench._settled says by how much)."""
+    from itertools import groupby
+
+    from specq import bench
+    from specq.specdec.model import LlamaModel
+
+    model = LlamaModel.load(toy_model_path, "f32")
+    shapes: list[tuple[int, ...]] = []
+    forward = model.forward
+
+    def spy(segments):
+        shapes.append(tuple(len(s.token_ids) for s in segments))
+        return forward(segments)
+
+    model.forward = spy
+    verify = bench.measure_verify_cost(model, [1, 3], context=8, trials=2)
+    batch, drafts = bench.measure_batch_cost(model, [2, 3], context=8, trials=2)
+    assert set(verify) == {1, 3} and set(batch) == set(drafts) == {2, 3}
+    assert bench.SETTLE_RUNS >= 10  # lone steps on the Xeon settled after about ten
+    per_timing = bench.SETTLE_RUNS + bench.TIMED_RUNS
+    timed = [(shape, len(list(run))) for shape, run in groupby(s for s in shapes if 8 not in s)]  # prompts aside
+    # verify: (1 row, the divisor, and 1 row), 3 rows; batch: 1 row, then per size a
+    # round of one row and one of two rows a request; each trial in turn.
+    expected = [((1,), 2 * per_timing), ((3,), per_timing)] * 2 + [
+        ((1,), per_timing),
+        ((1, 1), per_timing),
+        ((2, 2), per_timing),
+        ((1, 1, 1), per_timing),
+        ((2, 2, 2), per_timing),
+    ] * 2
+    assert timed == expected
+
+
 @pytest.mark.slow
 def test_bench_samples_with_temperature_and_checks_batched_against_their_single_stream(toy_model_path, tmp_path):
     prompts = tmp_path / "p.jsonl"
