@@ -83,7 +83,7 @@ if AVAILABLE:
     _32_REGISTERS = "avx512vl" in vec.cpu_features()
     if _512:
         _drive_q4_1, _drive_q8_0v = _kernels.q4_1w_2x3, _kernels.q8_0vw_2x3
-        _drive_q4_1s, _drive_q8_0vs = _kernels.q4_1sw_2x3, _kernels.q8_0vsw_2x3
+        _drive_q4_1s, _drive_q8_0vs = _kernels.q4_1sw_2x4, _kernels.q8_0vsw_2x3
     else:
         _drive_q4_1 = _kernels.q4_1_2x3 if _32_REGISTERS else _kernels.q4_1_1x3
         _drive_q8_0v = _kernels.q8_0v_2x3 if _32_REGISTERS else _kernels.q8_0v_1x4
