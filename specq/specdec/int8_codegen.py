@@ -94,10 +94,11 @@ FAMILIES = (
     # by two, the layers' products 1.05x to 1.06x faster at 3 and 5 rows and 1.03x at
     # 8, the output head 1.07x at 8; 1 and 32 rows the same (docs/performance.md).
     # Q4_1 takes two by four (30 registers: eight float sums, sixteen integer ones,
-    # four of unpacked weights, two of activations): on an Intel Xeon (2026-12-06;
-    # the same bits) the layers' products of 8, 32 and 64 rows 1.12x, 1.05x to 1.09x
-    # and 1.10x faster than two by three, 5 rows 1.02x; two by two, one by four,
-    # three by two and one by six were slower than two by three (not measured on a Zen 4).
+    # four of unpacked weights, two of activations): on an Intel Xeon (2026-12-06,
+    # quiet; the same bits) the layers' products of 5, 8, 32 and 64 rows 1.02x,
+    # 1.23x, 1.12x and 1.08x faster than two by three; three by two and one by four
+    # fell between the two at 8 and 32 rows and below two by three at 5 and 64
+    # (docs/performance.md; not measured on a Zen 4).
     ("q4_1s", 16, ((2, 4),)),
     ("q8_0vs", 16, ((2, 3),)),
     # The formats other GGUF types are unpacked into (int8.py). They compile on first
