@@ -268,6 +268,61 @@ def test_bench_qkernels_refuses_mistakes_before_loading(tmp_path):
         assert refused.returncode == 2 and "Traceback" not in refused.stderr and named in refused.stderr
 
 
+# --- bench_forward_parts.py -------------------------------------------------------------
+
+
+@needs_int8
+def test_bench_forward_parts_splits_each_shape_and_checks_its_copy_of_the_loop(q4_model):
+    out = ok(
+        run_script(
+            "bench_forward_parts.py",
+            "--model",
+            q4_model,
+            "--rows",
+            "1,3",
+            "--context",
+            "8",
+            "--trials",
+            "1",
+            timeout=600,
+        )
+    )
+    part = (
+        r"products (-?[\d.]+) ms \(-?\d+%\), attention (-?[\d.]+) ms \(-?\d+%\), rest of the layers (-?[\d.]+) ms "
+        r"\(-?\d+%\), outside the layers (-?[\d.]+) ms"
+    )
+    lines = re.findall(r"^(.*): forward ([\d.]+) ms = " + part, out, re.M)
+    assert [line[0] for line in lines] == ["1 row", "3 rows of one sequence", "3 sequences of 1 row"], out
+    for _, forward, *parts in lines:  # the parts add up to the forward, by construction, and it took time
+        assert float(forward) > 0 and abs(sum(map(float, parts)) - float(forward)) < 0.02 * float(forward) + 0.02, out
+    for bad, named in ((("--rows", "0"), "--rows"), (("--rows", "x"), "--rows"), (("--context", "0"), "--context")):
+        result = run_script("bench_forward_parts.py", "--model", q4_model, *bad)
+        assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr, result.stderr
+    missing = run_script("bench_forward_parts.py", "--model", "/nonexistent.gguf")
+    assert missing.returncode != 0 and "not found" in missing.stderr and "Traceback" not in missing.stderr
+
+
+@needs_int8
+def test_bench_forward_parts_copy_check_tells_a_different_loop(q4_model):
+    """The guard that stops the script when its copy of the loop drifts from
+    int8_stack._run: true for the whole copy, false for a copy without attention."""
+    spec = importlib.util.spec_from_file_location("bench_forward_parts", SCRIPTS / "bench_forward_parts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from specq.specdec.model import LlamaModel, Segment
+
+    model = LlamaModel.load(q4_model, "int16")
+    ids = [5, 6, 7, 8, 9, 10]
+    caches = [model.new_cache(32) for _ in range(2)]
+    for i, cache in enumerate(caches):
+        model.forward([Segment(cache, ids[i : i + 4], 0, all_logits=False)])
+    timer = module._Timed(model._stack)
+    segments = module._segments(caches, ids, 1, 4)
+    assert module._same_bits(model, timer, module._loop(True, True), segments)
+    assert not module._same_bits(model, timer, module._loop(True, False), segments)
+    assert model._stack.compiled is timer.real  # the real loop back in place
+
+
 # --- bench_scales.py, bench_attention.py -------------------------------------------------
 
 
