@@ -15,12 +15,13 @@ Per shape it prints the forward's median time and its parts:
 
 The layers run in a copy of the compiled loop (int8_stack._run) with a part switched
 off; a part's time is the whole loop's less the loop's without it, each timed inside
-the real forward. The copy with nothing switched off must give the real loop's bits
-(checked first), so a change to the loop that this copy has not followed stops the
-script instead of timing something else. Each figure is the median of --trials
-forwards of one shape, the variants taking turns, each timed forward after 6 untimed
-ones of the same variant: on a CPU whose L3 holds the weights, forwards take several
-steps to settle after a different one (docs/performance.md).
+the real forward (the forward's own time is the copy's, nothing switched off). The
+copy with nothing switched off must give the real loop's bits (checked first), so a
+change to the loop that this copy has not followed stops the script instead of
+timing something else. Each figure is the median of --trials forwards of one shape,
+the variants taking turns, each timed forward after 6 untimed ones of the same
+variant: on a CPU whose L3 holds the weights, forwards take several steps to settle
+after a different one (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -205,8 +206,10 @@ def main() -> None:
         model.forward([Segment(cache, ids[i : i + args.context], 0, all_logits=False)])
     shapes = [(1, 1)] + [(r, 1) for r in rows if r > 1] + [(1, r) for r in rows if r > 1]
     shapes = sorted(set(shapes), key=lambda s: (s[1] > 1, s[0] * s[1]))
-    if not _same_bits(model, timer, variants["whole"], _segments(caches[:2], ids, 1, args.context)):
-        raise SystemExit("the copied loop no longer gives the real loop's bits: follow int8_stack._run's changes")
+    # Both of the copy's entry points: a sequence's rows, and a row of each of two.
+    for checked in (_segments(caches[:1], ids, 2, args.context), _segments(caches[:2], ids, 1, args.context)):
+        if not _same_bits(model, timer, variants["whole"], checked):
+            raise SystemExit("the copied loop no longer gives the real loop's bits: follow int8_stack._run's changes")
     print(f"int16, context {args.context}, medians of {args.trials} forwards, each after {SETTLE} of its own")
     for per_seq, n_seqs in shapes:
         segments = _segments(caches[:n_seqs], ids, per_seq, args.context)
@@ -216,13 +219,11 @@ def main() -> None:
         attention = layers - times["no attention"][1]
         rest = layers - products - attention
         outside = forward - layers
-        what = (
-            f"{n_seqs} sequences of 1 row"
-            if n_seqs > 1
-            else f"{per_seq} rows of one sequence"
-            if per_seq > 1
-            else "1 row"
-        )
+        what = "1 row"
+        if n_seqs > 1:
+            what = f"{n_seqs} sequences of 1 row"
+        elif per_seq > 1:
+            what = f"{per_seq} rows of one sequence"
         parts = ", ".join(
             f"{label} {ms:.2f} ms ({100 * ms / forward:.0f}%)"
             for label, ms in (
