@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specq.specdec import int8
@@ -676,16 +677,75 @@ def test_probe_key_scales_checks_itself_and_rounds_keys(q4_model, tmp_path):
     """The check (float32 keys by the step-by-step path) agrees at 100%; rounded keys
     give figures of their own."""
     prompts = write_prompts(tmp_path / "p.jsonl", 2)
-    args = ["--model", q4_model, "--input", prompts, "--max-tokens", "6", "--groups", "0,16,4"]
+    args = ["--model", q4_model, "--input", prompts, "--max-tokens", "6", "--groups", "0,16,4", "--blocks", "8,16"]
     lines = ok(run_script("probe_key_scales.py", *args, timeout=300)).splitlines()
     assert [line.split(":")[0] for line in lines] == [
         "float32 keys (the check)",
         "one scale per 16 dimensions",
         "one scale per 4 dimensions",
+        "per channel over 8 positions, with a minimum",
+        "per channel over 16 positions, with a minimum",
     ]
     counts = {line.split(" of ")[1].split()[0] for line in lines}
     assert len(counts) == 1 and int(counts.pop()) > 0  # the same positions for every grouping
     assert "top-1 agreement 100.00% of " in lines[0] and lines[0].endswith("mean KL 0.000000 nats")
+
+
+@needs_int8
+@pytest.mark.slow
+def test_probe_key_scales_at_int16_names_its_own_keys(q4_model, tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl", 1)
+    args = ["--model", q4_model, "--input", prompts, "--max-tokens", "4", "--groups", "0", "--blocks", "8"]
+    lines = ok(run_script("probe_key_scales.py", *args, "--precision", "int16", timeout=300)).splitlines()
+    names = ["int16's own keys", "per channel over 8 positions, with a minimum"]
+    assert [line.split(":")[0] for line in lines] == names
+    for line in lines:
+        agreement = re.search(r"top-1 agreement ([0-9.]+)% of [1-9]", line)
+        assert agreement and 0 <= float(agreement.group(1)) <= 100
+
+
+def _probe_key_scales():
+    spec = importlib.util.spec_from_file_location("probe_key_scales", SCRIPTS / "probe_key_scales.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_probe_key_scales_rounds_whole_blocks_per_channel():
+    """Blocks are rounded only once whole, each channel on its own range: a channel of
+    large keys does not coarsen its neighbours, whose keys land within half a step."""
+    probe = _probe_key_scales()
+    rng = np.random.default_rng(0)
+    blocks = rng.normal(size=(2, 3, 4, 16, 8)).astype(np.float16)  # [layers, kv, blocks, head_dim, 8]
+    blocks[:, :, :, 5] = blocks[:, :, :, 5] * 400 + 1000  # one channel far larger, and offset
+    before = blocks.astype(np.float32)
+    after = probe.rounder("blocks", 16, blocks)
+    after(15)  # 15 positions: no block of 16 is whole
+    assert np.array_equal(blocks.astype(np.float32), before)
+    after(31)  # positions 0..15 are
+    rounded = blocks.astype(np.float32)
+    assert np.array_equal(rounded[:, :, 2:], before[:, :, 2:])
+    span = before[:, :, :2]
+    low, high = span.min(axis=(2, 4)), span.max(axis=(2, 4))  # [layers, kv, head_dim]
+    step = ((high - low) / 255).astype(np.float16).astype(np.float32)[:, :, None, :, None]
+    error = np.abs(rounded[:, :, :2] - span)
+    # float16 storage adds its own rounding (a relative 2^-11) to the 8 bits' half step
+    assert (error <= 0.5 * step + np.abs(span) * 2.0**-10 + 1e-6).all()
+    assert not np.array_equal(rounded[:, :, :2], span)  # 8 bits did round something
+    narrow = [c for c in range(16) if c != 5]
+    assert error[:, :, :, narrow].max() < 0.05  # one scale for all 16 would have cost them ~5
+
+
+def test_probe_key_scales_rounds_each_position_by_groups():
+    probe = _probe_key_scales()
+    blocks = np.zeros((1, 1, 2, 8, 8), np.float32)
+    blocks[0, 0, 1, :, 2] = [1.0, -3.0, 0.5, 2.0, 100.0, 0.01, 7.0, -7.0]  # position 10
+    after = probe.rounder("groups", 4, blocks)
+    after(11)
+    key = blocks[0, 0, 1, :, 2]
+    assert np.allclose(key[:4], [1.0, -3.0, 0.5, 2.0], atol=3.0 / 254)
+    assert key[5] == 0.0  # 0.01 is below half of 100 / 127
+    assert np.isclose(key[4], 100.0) and not blocks[0, 0, 0].any()
 
 
 @needs_int8
@@ -711,6 +771,9 @@ def test_probe_key_scales_refuses_mistakes_in_one_line(q4_model, tmp_path):
     for args, message in [
         (["--groups", "0,5"], "--groups [5]: each must divide the head's 16 dimensions"),
         (["--groups", "a"], "--groups 'a': not a list of numbers"),
+        (["--blocks", "8,12"], "--blocks [12]: each must be a multiple of 8 positions"),
+        (["--blocks", "x"], "--blocks 'x': not a list of numbers"),
+        (["--precision", "int8"], "--precision 'int8': one of f32, int16"),
         (["--model", tmp_path / "absent.gguf"], "absent.gguf"),
     ]:
         result = run_script("probe_key_scales.py", "--model", q4_model, *args)
