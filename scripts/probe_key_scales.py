@@ -120,6 +120,8 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="a GGUF file (default: the shipped model)")
     args = ap.parse_args()
     groups, sizes = numbers(args.groups, "--groups"), numbers(args.blocks, "--blocks")
+    if not groups and not sizes:
+        raise SystemExit("--groups and --blocks name nothing to compare")
     if args.max_tokens < 1:
         raise SystemExit("--max-tokens must be at least 1")
     if args.precision not in PRECISIONS:

@@ -774,6 +774,7 @@ def test_probe_key_scales_refuses_mistakes_in_one_line(q4_model, tmp_path):
         (["--blocks", "8,12"], "--blocks [12]: each must be a multiple of 8 positions"),
         (["--blocks", "x"], "--blocks 'x': not a list of numbers"),
         (["--precision", "int8"], "--precision 'int8': one of f32, int16"),
+        (["--groups", ""], "--groups and --blocks name nothing to compare"),
         (["--model", tmp_path / "absent.gguf"], "absent.gguf"),
     ]:
         result = run_script("probe_key_scales.py", "--model", q4_model, *args)
