@@ -296,7 +296,10 @@ def test_bench_forward_parts_splits_each_shape_and_checks_its_copy_of_the_loop(q
     for _, forward, *figures in lines:  # each part's share is its time over the forward's
         assert float(forward) > 0, out
         for ms, share in zip(figures[::2], figures[1::2]):
-            assert abs(100 * float(ms) / float(forward) - int(share)) <= 1 + 100 * 0.005 / float(forward), out
+            # Times print to 0.01 ms and shares to 1%: the share must fit some time and
+            # forward that print as these (forwards of a toy model take about 0.1 ms).
+            ratios = [(float(ms) + a) / (float(forward) + b) for a in (-0.005, 0.005) for b in (-0.005, 0.005)]
+            assert 100 * min(ratios) - 0.5 <= int(share) <= 100 * max(ratios) + 0.5, out
     for bad, named in ((("--rows", "0"), "--rows"), (("--rows", "x"), "--rows"), (("--context", "0"), "--context")):
         result = run_script("bench_forward_parts.py", "--model", q4_model, *bad)
         assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr, result.stderr
