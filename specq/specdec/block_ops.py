@@ -167,8 +167,9 @@ def gelu_gate(gate_up: np.ndarray, d_ffn: int) -> np.ndarray:
 
 
 @njit(inline="always")
-def _scores(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - compiled
-    """raw[g, t] = sum_i q[r, h, i] key_t[i] for t < end, keys one kv head's
+def _scores(q, r, h, keys, begin, end, raw, g, ahead, at, last):  # pragma: no cover - compiled
+    """raw[g, t] = sum_i q[r, h, i] key_t[i] for begin <= t < end (begin a whole
+    block's first position), keys one kv head's
     [capacity / KEY_BLOCK, rows * KEY_BLOCK] (model.KVCache: a block holds eight
     positions, dimension-major): per position one fused multiply-add per i, in i
     order, from 0. Eight blocks at a time keep their sums in registers over all of i
@@ -183,7 +184,7 @@ def _scores(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - 
     flat = keys.reshape(-1)
     scales = _scale_offset(flat, hd, KEY_SCALES)  # in a block, 8-bit keys' scales
     query = q[r, h]  # read through broadcast_f32: numba's own indexing adds checks to every read
-    t0 = 0
+    t0 = begin
     while t0 + 8 * KEY_BLOCK <= end:
         # Eight sums in flight: a fused multiply-add takes 4 cycles and the core
         # starts two a cycle, so four chains left it waiting half the time.
@@ -230,7 +231,7 @@ def _scores(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - 
 
 
 @njit(inline="always")
-def _scores3(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - compiled
+def _scores3(q, r, h, keys, begin, end, raw, g, ahead, at, last):  # pragma: no cover - compiled
     """_scores for query heads h, h + 1 and h + 2 (raw[g], raw[g + 1], raw[g + 2]) at
     once: each vector of keys is read (a float16 cache: widened) once for the three,
     where each head read it again; every head's sums are _scores' fused multiply-adds
@@ -241,7 +242,7 @@ def _scores3(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover -
     flat = keys.reshape(-1)
     scales = _scale_offset(flat, hd, KEY_SCALES)
     q0, q1, q2 = q[r, h], q[r, h + 1], q[r, h + 2]
-    t0 = 0
+    t0 = begin
     while t0 + 4 * KEY_BLOCK <= end:
         a00, a01, a02, a03 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         a10, a11, a12, a13 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
@@ -335,12 +336,13 @@ def _value_scaled(kept, group, slots, first, start, m, keys, hd):  # pragma: no 
 
 
 @njit(inline="always")
-def _weighted_values(kept, g, slots, m, values, out, r, h, ahead, at, last):  # pragma: no cover - compiled
+def _weighted_values(kept, g, slots, m, values, hd, out, r, h, ahead, at, last):  # pragma: no cover - compiled
     """out[r, h * hd + i] = sum_t kept[g, t] values[slots[t], i] for t < m: one fused
     multiply-add per t, in t order, from 0; eight vectors of i in registers at a time
-    (the same operations in the remainder, as in _scores). Asks for the next task's
-    values as _scores asks for its keys."""
-    hd = values.shape[1]
+    (the same operations in the remainder, as in _scores). A value's row may be
+    longer than hd (frozen keys follow it: KVCache). Asks for the next task's values
+    (whole rows) as _scores asks for its keys."""
+    stride = values.shape[1]
     flat = values.reshape(-1)
     weights = kept[g]
     base = h * hd
@@ -350,9 +352,9 @@ def _weighted_values(kept, g, slots, m, values, out, r, h, ahead, at, last):  # 
         a4, a5, a6, a7 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         for t in range(m):
             if t % 8 == 0:
-                at = _ask(ahead, at, last, 8 * 64)
+                at = _ask(ahead, at, last, 8 * stride * 64 // hd)
             w = vec.broadcast_f32(weights, t)
-            row = slots[t] * hd + i0
+            row = slots[t] * stride + i0
             a0 = vec.fma(w, vec.load_f32(flat, row), a0)
             a1 = vec.fma(w, vec.load_f32(flat, row + 8), a1)
             a2 = vec.fma(w, vec.load_f32(flat, row + 16), a2)
@@ -375,8 +377,8 @@ def _weighted_values(kept, g, slots, m, values, out, r, h, ahead, at, last):  # 
         a0 = vec.zeros_f32()
         for t in range(m):
             if t % 8 == 0:
-                at = _ask(ahead, at, last, 8 * 8)
-            a0 = vec.fma(vec.broadcast_f32(weights, t), vec.load_f32(flat, slots[t] * hd + i0), a0)
+                at = _ask(ahead, at, last, 8 * stride * 8 // hd)
+            a0 = vec.fma(vec.broadcast_f32(weights, t), vec.load_f32(flat, slots[t] * stride + i0), a0)
         vec.store_f32(out[r], base + i0, a0)
         i0 += 8
     for i in range(i0, hd):
@@ -388,14 +390,14 @@ def _weighted_values(kept, g, slots, m, values, out, r, h, ahead, at, last):  # 
 
 
 @njit(inline="always")
-def _weighted_values3(kept, g, slots, m, values, out, r, h, ahead, at, last):  # pragma: no cover - compiled
+def _weighted_values3(kept, g, slots, m, values, hd, out, r, h, ahead, at, last):  # pragma: no cover - compiled
     """_weighted_values for heads h, h + 1 and h + 2 (weights kept[g], kept[g + 1],
     kept[g + 2]) at once, hd a multiple of 32: each vector of values is widened once
     for the three, where each head widened it again (a float16 cache: one conversion
     an FMA), and each head's sums are the same fused multiply-adds in the same order,
     so the same bits. Four vectors of i at a time: twelve sums in registers. Asks for
     the next task's values as _weighted_values does."""
-    hd = values.shape[1]
+    stride = values.shape[1]
     flat = values.reshape(-1)
     w0, w1, w2 = kept[g], kept[g + 1], kept[g + 2]
     for i0 in range(0, hd, 32):
@@ -404,8 +406,8 @@ def _weighted_values3(kept, g, slots, m, values, out, r, h, ahead, at, last):  #
         a20, a21, a22, a23 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         for t in range(m):
             if t % 8 == 0:
-                at = _ask(ahead, at, last, 8 * 32)
-            row = slots[t] * hd + i0
+                at = _ask(ahead, at, last, 8 * stride * 32 // hd)
+            row = slots[t] * stride + i0
             v0, v1 = vec.load_f32(flat, row), vec.load_f32(flat, row + 8)
             v2, v3 = vec.load_f32(flat, row + 16), vec.load_f32(flat, row + 24)
             w = vec.broadcast_f32(w0, t)
@@ -547,6 +549,172 @@ def store_position(cache_k, cache_v, kv, slot, key, value):  # pragma: no cover 
             cache_v[kv, slot, i] = vec.as_element(cache_v, value[i])
 
 
+# Frozen keys (int16's cache: float16 keys, 8-bit values, a head width a multiple of
+# FROZEN_BLOCK). Attention over many long sequences waits on reading their caches,
+# and float16 keys are two thirds of the bytes (docs/performance.md). 8-bit keys with
+# a scale per position cost the model's predictions (98.2% top-1 agreement with f32);
+# per channel over a block of positions, with a minimum (KIVI's keys), they cost
+# nothing measurable (scripts/probe_key_scales.py: 99.59% at int16, as float16 keys).
+# So once a block of FROZEN_BLOCK positions is whole, each channel's FROZEN_BLOCK keys
+# are stored again as 0..255 steps above a float16 minimum, in float16 steps
+# (freeze_block), in the bytes after each position's values (KVCache), and a row at
+# position p reads a block frozen when the block ended FROZEN_DELAY positions before
+# p or earlier, its float16 keys otherwise. The rule depends on p alone, so a row has
+# the same bits alone, in a verification, in a tree or in a prefill of any split. The
+# delay keeps every frozen block a row reads before its segment: a tree's rows (up
+# to FROZEN_DELAY deep) never read a block holding the tree's slots, and a block
+# holding drafts that were then rejected is frozen again when its last position is
+# stored again, before any row reads it frozen.
+FROZEN_BLOCK = 32
+FROZEN_DELAY = 32
+
+
+@njit(inline="always")
+def frozen_blocks(position):  # pragma: no cover - compiled
+    """How many frozen blocks a row at `position` reads frozen (from position 0)."""
+    return max(0, (position + 1 - FROZEN_DELAY) // FROZEN_BLOCK)
+
+
+@njit(inline="always")
+def has_frozen_keys(keys, values, hd):  # pragma: no cover - compiled
+    """Whether a layer's cache keeps frozen keys: float16 keys and 8-bit values (a
+    constant once compiled) with rows longer than hd (KVCache makes them so)."""
+    return vec.is_half(keys) and vec.scaled(values) and values.shape[values.ndim - 1] > hd
+
+
+@njit(inline="always")
+def _frozen_at(hd, b0, channel):  # pragma: no cover - compiled
+    """Where channel `channel` of the frozen block starting at position b0 lies: the
+    row (position) holding it and its byte in that row. Each position's row holds,
+    after its hd values, hd / FROZEN_BLOCK channels' FROZEN_BLOCK bytes, then their
+    float16 minimum and step (4 bytes a channel): a block's keys and their
+    parameters spread over its own positions' rows, which attention reads anyway."""
+    per = hd // FROZEN_BLOCK
+    return b0 + channel // per, hd + (channel % per) * FROZEN_BLOCK, 2 * hd + 4 * (channel % per)
+
+
+@njit(inline="always")
+def freeze_block(cache_k, cache_v, kv, b0, hd):  # pragma: no cover - compiled
+    """Freezes the keys of positions b0 .. b0 + FROZEN_BLOCK - 1 of kv head kv (a
+    layer's cache): per channel, the smallest key rounded to float16 is the minimum,
+    (largest - minimum) / 255 rounded to float16 the step (1 where that is 0), and
+    each key the nearest whole number of steps above the minimum, 0..255. Every path
+    freezes through here, compiled without fastmath, so the bits never depend on the
+    path."""
+    for c in range(hd):
+        row, at, params = _frozen_at(hd, b0, c)
+        low, high = np.float32(np.inf), np.float32(-np.inf)
+        for t in range(FROZEN_BLOCK):
+            p = b0 + t
+            key = vec.as_f32(cache_k[kv, p // KEY_BLOCK, c * KEY_BLOCK + p % KEY_BLOCK])
+            low, high = min(low, key), max(high, key)
+        target = cache_v[kv, row]
+        vec.store_half(target, params, low)
+        low = vec.load_half(target, params)
+        vec.store_half(target, params + 2, max(high - low, np.float32(0.0)) / np.float32(255.0))
+        step = vec.load_half(target, params + 2)
+        if step == 0:
+            step = np.float32(1.0)
+            vec.store_half(target, params + 2, step)
+        for t in range(FROZEN_BLOCK):
+            p = b0 + t
+            key = vec.as_f32(cache_k[kv, p // KEY_BLOCK, c * KEY_BLOCK + p % KEY_BLOCK])
+            u = min(max(np.rint((key - low) / step), np.float32(0.0)), np.float32(255.0))
+            target[at + t] = np.int8(u - 256) if u >= 128 else np.int8(u)
+
+
+@njit(inline="always")
+def freeze_stored(cache_k, cache_v, start, n, hd):  # pragma: no cover - compiled
+    """After slots start .. start + n - 1 were stored: freezes each block whose last
+    slot was among them (its earlier slots were stored before it)."""
+    if has_frozen_keys(cache_k, cache_v, hd):
+        for slot in range(start, start + n):
+            if slot % FROZEN_BLOCK == FROZEN_BLOCK - 1:
+                for kv in range(cache_k.shape[0]):
+                    freeze_block(cache_k, cache_v, kv, slot - (FROZEN_BLOCK - 1), hd)
+
+
+@njit(inline="always")
+def _frozen_scores3(q, r, h, values, begin, end, raw, g):  # pragma: no cover - compiled
+    """raw[g + k, t] for query heads h + k (k = 0, 1, 2) over the frozen blocks from
+    position `begin` to `end` (whole blocks), values one kv head's [capacity, row]:
+    per block and head, c = sum_i q_i minimum_i (one fused multiply-add per i, in i
+    order, from 0), then per position sum_i (q_i step_i) u_i (likewise), plus c.
+    Each of the three heads gets _frozen_scores' operations, so its bits."""
+    hd, stride = q.shape[2], values.shape[1]
+    flat = values.reshape(-1)
+    q0, q1, q2 = q[r, h], q[r, h + 1], q[r, h + 2]
+    for b0 in range(begin, end, FROZEN_BLOCK):
+        c0, c1, c2 = np.float32(0.0), np.float32(0.0), np.float32(0.0)
+        for i in range(hd):
+            row, _, params = _frozen_at(hd, b0, i)
+            low = vec.load_half(flat, row * stride + params)
+            c0, c1, c2 = vec.fma1(q0[i], low, c0), vec.fma1(q1[i], low, c1), vec.fma1(q2[i], low, c2)
+        a00, a01, a02, a03 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+        a10, a11, a12, a13 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+        a20, a21, a22, a23 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+        for i in range(hd):
+            row, at, params = _frozen_at(hd, b0, i)
+            data = row * stride + at
+            step = vec.splat_f32(vec.load_half(flat, row * stride + params + 2))
+            u0, u1 = vec.load_u8_f32(flat, data), vec.load_u8_f32(flat, data + 8)
+            u2, u3 = vec.load_u8_f32(flat, data + 16), vec.load_u8_f32(flat, data + 24)
+            w = vec.mul(vec.broadcast_f32(q0, i), step)
+            a00, a01, a02, a03 = vec.fma(w, u0, a00), vec.fma(w, u1, a01), vec.fma(w, u2, a02), vec.fma(w, u3, a03)
+            w = vec.mul(vec.broadcast_f32(q1, i), step)
+            a10, a11, a12, a13 = vec.fma(w, u0, a10), vec.fma(w, u1, a11), vec.fma(w, u2, a12), vec.fma(w, u3, a13)
+            w = vec.mul(vec.broadcast_f32(q2, i), step)
+            a20, a21, a22, a23 = vec.fma(w, u0, a20), vec.fma(w, u1, a21), vec.fma(w, u2, a22), vec.fma(w, u3, a23)
+        one = vec.splat_f32(np.float32(1.0))
+        for k, c, (s0, s1, s2, s3) in (
+            (0, c0, (a00, a01, a02, a03)),
+            (1, c1, (a10, a11, a12, a13)),
+            (2, c2, (a20, a21, a22, a23)),
+        ):
+            out, constant = raw[g + k], vec.splat_f32(c)
+            vec.store_f32(out, b0, vec.fma(one, s0, constant))  # s + c, rounded once
+            vec.store_f32(out, b0 + 8, vec.fma(one, s1, constant))
+            vec.store_f32(out, b0 + 16, vec.fma(one, s2, constant))
+            vec.store_f32(out, b0 + 24, vec.fma(one, s3, constant))
+
+
+@njit(inline="always")
+def _frozen_scores(q, r, h, values, begin, end, raw, g):  # pragma: no cover - compiled
+    """_frozen_scores3 for query head h alone (raw[g])."""
+    hd, stride = q.shape[2], values.shape[1]
+    flat = values.reshape(-1)
+    query = q[r, h]
+    one = vec.splat_f32(np.float32(1.0))
+    for b0 in range(begin, end, FROZEN_BLOCK):
+        c = np.float32(0.0)
+        for i in range(hd):
+            row, _, params = _frozen_at(hd, b0, i)
+            c = vec.fma1(query[i], vec.load_half(flat, row * stride + params), c)
+        a0, a1, a2, a3 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+        for i in range(hd):
+            row, at, params = _frozen_at(hd, b0, i)
+            data = row * stride + at
+            w = vec.mul(vec.broadcast_f32(query, i), vec.splat_f32(vec.load_half(flat, row * stride + params + 2)))
+            a0 = vec.fma(w, vec.load_u8_f32(flat, data), a0)
+            a1 = vec.fma(w, vec.load_u8_f32(flat, data + 8), a1)
+            a2 = vec.fma(w, vec.load_u8_f32(flat, data + 16), a2)
+            a3 = vec.fma(w, vec.load_u8_f32(flat, data + 24), a3)
+        constant = vec.splat_f32(c)
+        out = raw[g]
+        vec.store_f32(out, b0, vec.fma(one, a0, constant))
+        vec.store_f32(out, b0 + 8, vec.fma(one, a1, constant))
+        vec.store_f32(out, b0 + 16, vec.fma(one, a2, constant))
+        vec.store_f32(out, b0 + 24, vec.fma(one, a3, constant))
+
+
+@njit(inline="always")
+def frozen_end(keys, values, hd, position):  # pragma: no cover - compiled
+    """Where a row at `position` stops reading frozen keys (0 in a cache without)."""
+    if has_frozen_keys(keys, values, hd):
+        return frozen_blocks(position) * FROZEN_BLOCK
+    return 0
+
+
 @njit(inline="always")
 def _warm(flat, begin, end):  # pragma: no cover - compiled
     """Loads one element of each cache line of flat[begin:end], all at once, before a
@@ -589,7 +757,7 @@ def _attend_task(
     find their lines asked for by the task before, _ask, and a segment's later rows
     find them read by its first). Its loops ask for the next task's keys (ahead_k, elements 0
     to k_last) and values (ahead_v, 0 to v_last)."""
-    n_q = q.shape[1]
+    n_q, hd = q.shape[1], q.shape[2]
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
     n = visible.shape[0]
@@ -597,34 +765,45 @@ def _attend_task(
     raw, kept, totals, pow2, slots = scratch
     for t in range(start - first):
         slots[t] = first + t
-    if warm:
-        row_len = keys_t.shape[2]
-        _warm(keys_t[kv].reshape(-1), (first // KEY_BLOCK) * row_len, -(-end // KEY_BLOCK) * row_len)
-    g = 0
-    while g + 3 <= group:
-        _scores3(q, r, kv * group + g, keys_t[kv], end, raw, g, ahead_k, 0, k_last)
-        g += 3
-    for g in range(g, group):
-        _scores(q, r, kv * group + g, keys_t[kv], end, raw, g, ahead_k, 0, k_last)
     m = start - first
     for j in range(n):
         if visible[r_seg, j]:
             slots[m] = start + j
             m += 1
+    # The row's position: its segment's start plus its depth (a chain's index), from
+    # the segment rows it sees. A sliding window never hides one of them here: models
+    # with windows (512 positions and more) send `attend` segments of fewer than
+    # matmul.BULK_ROWS rows, and longer ones to BLAS (model._attend).
+    frozen = frozen_end(keys_t, values, hd, start + m - (start - first) - 1)
+    below = (first // FROZEN_BLOCK) * FROZEN_BLOCK  # frozen blocks a window hides are not read
+    if warm:
+        row_len = keys_t.shape[2]
+        tail = max(first, frozen)
+        _warm(keys_t[kv].reshape(-1), (tail // KEY_BLOCK) * row_len, -(-end // KEY_BLOCK) * row_len)
+    g = 0
+    while g + 3 <= group:
+        if frozen > below:
+            _frozen_scores3(q, r, kv * group + g, values[kv], below, frozen, raw, g)
+        _scores3(q, r, kv * group + g, keys_t[kv], frozen, end, raw, g, ahead_k, 0, k_last)
+        g += 3
+    for g in range(g, group):
+        if frozen > below:
+            _frozen_scores(q, r, kv * group + g, values[kv], below, frozen, raw, g)
+        _scores(q, r, kv * group + g, keys_t[kv], frozen, end, raw, g, ahead_k, 0, k_last)
     for g in range(group):
         totals[g] = _softmax_weights(raw[g], kept[g], slots, first, start, m, scale, cap, pow2)
     if vec.scaled(values):  # a value is its int8 values times its scale: so is its weight
         _value_scaled(kept, group, slots, first, start, m, keys_t[kv], q.shape[2])
     values_kv = values[kv]
-    hd = values_kv.shape[1]
     if warm:
-        _warm(values_kv.reshape(-1), first * hd, end * hd)
+        stride = values_kv.shape[1]
+        _warm(values_kv.reshape(-1), first * stride, end * stride)
     g = 0
     while hd % 32 == 0 and g + 3 <= group:
-        _weighted_values3(kept, g, slots, m, values_kv, out, r, kv * group + g, ahead_v, 0, v_last)
+        _weighted_values3(kept, g, slots, m, values_kv, hd, out, r, kv * group + g, ahead_v, 0, v_last)
         g += 3
     for g in range(g, group):
-        _weighted_values(kept, g, slots, m, values_kv, out, r, kv * group + g, ahead_v, 0, v_last)
+        _weighted_values(kept, g, slots, m, values_kv, hd, out, r, kv * group + g, ahead_v, 0, v_last)
     for g in range(group):
         h = kv * group + g
         inv_total = np.float32(1.0 / totals[g])  # normalized once, not once per weight
@@ -637,6 +816,19 @@ def _attend_task(
 # value of each kv head with a float32 scale. Bytes read bound attention over many
 # long sequences, and the keys are what 8 bits cost quality (docs/performance.md).
 CACHE_TYPES = (("float32", "float32"), ("uint16", "uint16"), ("uint16", "int8"), ("int8", "int8"))
+_FREEZE = [f"void({k}[:, :, :, ::1], {v}[:, :, :, ::1], int64[::1], int64)" for k, v in CACHE_TYPES[2:3]]
+
+
+@njit(_FREEZE, cache=True, nogil=True)
+def freeze_blocks(all_keys, all_values, firsts, hd):  # pragma: no cover - compiled
+    """Freezes the blocks starting at `firsts` in every layer (a whole cache,
+    KVCache.all_keys / all_values: after a tree's accepted path moved)."""
+    for layer in range(all_keys.shape[0]):
+        for b0 in firsts:
+            for kv in range(all_keys.shape[1]):
+                freeze_block(all_keys[layer], all_values[layer], kv, b0, hd)
+
+
 _ATTEND = [
     f"float32[:, ::1](float32[:, :, ::1], {k}[:, :, ::1], {v}[:, :, ::1], int64, boolean[:, ::1], float32, "
     "int64[::1], float32)"
@@ -650,7 +842,8 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
 
     q [n, Hq, hd]; keys_t [Hkv, capacity / KEY_BLOCK, rows * KEY_BLOCK] (blocks of
     positions, each dimension-major: a block's positions are the vector lanes) and
-    values [Hkv, capacity, hd], the segment's own keys and values already written at
+    values [Hkv, capacity, row] (row: hd, then any frozen keys' bytes; KVCache), the
+    segment's own keys and values already written at
     slots start..start+n-1; visible [n, n] bool: may row i see row j of the
     segment; firsts [n]: the first cache position row i sees (0, or the start of a
     sliding window, which must not reach into the segment); cap: gemma2's soft cap
@@ -678,11 +871,14 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
             # head's first row finds its lines not yet read (the rest ask for element 0).
             after = min(task + 1, n_tasks - 1)
             fresh = after > task and after % n == 0
-            row_len, first_a = keys_t.shape[2], firsts[after % n]
-            keys_a = keys_t[after // n].reshape(-1)[(first_a // KEY_BLOCK) * row_len :]
-            values_a = values[after // n].reshape(-1)[first_a * hd :]
-            k_last = (-(-(start + n) // KEY_BLOCK) - first_a // KEY_BLOCK) * row_len - 1 if fresh else 0
-            v_last = (start + n - first_a) * hd - 1 if fresh else 0
+            row_len, first_a, stride = keys_t.shape[2], firsts[after % n], values.shape[2]
+            # Its float16 keys from where it stops reading frozen ones (a chain's row;
+            # an ask is a hint, and a tree's deeper rows read their own).
+            tail_a = max(first_a, frozen_end(keys_t, values, hd, start + after % n))
+            keys_a = keys_t[after // n].reshape(-1)[(tail_a // KEY_BLOCK) * row_len :]
+            values_a = values[after // n].reshape(-1)[first_a * stride :]
+            k_last = (-(-(start + n) // KEY_BLOCK) - tail_a // KEY_BLOCK) * row_len - 1 if fresh else 0
+            v_last = (start + n - first_a) * stride - 1 if fresh else 0
             _attend_task(
                 q,
                 r,
@@ -711,10 +907,12 @@ _WRITE = [f"void({k}[:, :, ::1], {v}[:, :, ::1], int64, float32[:, :, :], float3
 
 @njit(_WRITE, cache=True, nogil=True)
 def write_kv(cache_k, cache_v, start, k, v):  # pragma: no cover - compiled
-    """k and v [n, Hkv, hd] into a layer's cache at positions start..start+n-1."""
+    """k and v [n, Hkv, hd] into a layer's cache at positions start..start+n-1, then
+    the blocks they end frozen (freeze_stored)."""
     for r in range(k.shape[0]):
         for kv in range(k.shape[1]):
             store_position(cache_k, cache_v, kv, start + r, k[r, kv], v[r, kv])
+    freeze_stored(cache_k, cache_v, start, k.shape[0], k.shape[2])
 
 
 _ATTEND_MANY = [
@@ -760,10 +958,12 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
             s_a = np.searchsorted(bounds, row_a, side="right") - 1
             fresh = after > task and row_a == bounds[s_a]
             end_a = starts[s_a] + bounds[s_a + 1] - bounds[s_a]
-            keys_a = keys[s_a][layer][after % n_kv].reshape(-1)
-            values_a = values[s_a][layer][after % n_kv].reshape(-1)
-            k_last = -(-end_a // KEY_BLOCK) * keys[s_a].shape[3] - 1 if fresh else 0
-            v_last = end_a * hd - 1 if fresh else 0
+            keys_next, values_next = keys[s_a][layer], values[s_a][layer]
+            tail_a = frozen_end(keys_next, values_next, hd, starts[s_a] + row_a - bounds[s_a]) // KEY_BLOCK
+            keys_a = keys_next[after % n_kv].reshape(-1)[tail_a * keys_next.shape[2] :]
+            values_a = values_next[after % n_kv].reshape(-1)
+            k_last = (-(-end_a // KEY_BLOCK) - tail_a) * keys_next.shape[2] - 1 if fresh else 0
+            v_last = end_a * values_next.shape[2] - 1 if fresh else 0
             _attend_task(
                 q,
                 row,

@@ -325,19 +325,42 @@ class KVCache:
     block of keys ends in 64 more bytes (block_ops.SCALE_BYTES): its eight
     positions' key scales (unused for float keys), then their value scales, so that
     attention reads a block's scales with one load and the scales move and grow
-    with their keys."""
+    with their keys.
+
+    With float16 keys and 8-bit values (int16's cache) and a head width a multiple
+    of block_ops.FROZEN_BLOCK, each position's row of values is longer: after its hd
+    values, its share of its block's frozen keys (block_ops.freeze_block; 9 hd / 8
+    bytes), which long rows read in place of the float16 keys."""
 
     def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype: type | tuple = np.float32) -> None:
         self._cfg = cfg
         self.key_dtype, self.value_dtype = cache_types(dtype)
         self.capacity = 0
         self._rows = self.rows_per_block(cfg.head_dim, self.key_dtype, self.value_dtype)
+        self._value_row = self.value_row(cfg.head_dim, self.key_dtype, self.value_dtype)
         self._set(
             np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, self._rows * block_ops.KEY_BLOCK), dtype=self.key_dtype),
-            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=self.value_dtype),
+            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, self._value_row), dtype=self.value_dtype),
             0,
         )
         self.reserve(min(capacity, cfg.context_length))
+
+    @property
+    def head_dim(self) -> int:
+        return self._cfg.head_dim
+
+    @property
+    def frozen(self) -> bool:
+        """Whether the cache keeps frozen 8-bit keys beside its float16 ones."""
+        return self._value_row > self._cfg.head_dim
+
+    @staticmethod
+    def value_row(head_dim: int, key_dtype: np.dtype, value_dtype: np.dtype) -> int:
+        """A position's row of values: hd, and with float16 keys and 8-bit values its
+        share of its block's frozen keys (when hd is a multiple of FROZEN_BLOCK)."""
+        if key_dtype == np.float16 and value_dtype == np.int8 and head_dim % block_ops.FROZEN_BLOCK == 0:
+            return head_dim + head_dim + head_dim // 8
+        return head_dim
 
     @property
     def scaled(self) -> bool:
@@ -363,7 +386,7 @@ class KVCache:
         """What one position of a sequence's cache of `dtype` takes, every layer's."""
         keys, values = cache_types(dtype)
         key_rows = KVCache.rows_per_block(cfg.head_dim, keys, values)
-        per_head = key_rows * keys.itemsize + cfg.head_dim * values.itemsize
+        per_head = key_rows * keys.itemsize + KVCache.value_row(cfg.head_dim, keys, values) * values.itemsize
         return cfg.n_layers * cfg.n_kv_heads * per_head
 
     def _set(self, keys: np.ndarray, values: np.ndarray, capacity: int) -> None:
@@ -390,8 +413,9 @@ class KVCache:
 
     def stored(self, end: int) -> tuple[np.ndarray, ...]:
         """What is stored for positions below `end`, by position: keys [L, Hkv, hd,
-        end] and values [L, Hkv, end, hd] (the kernels' dtype), and with 8-bit
-        values the scales [L, Hkv, 2, end] (keys', then values')."""
+        end] and values [L, Hkv, end, row] (the kernels' dtype; row: hd, and the
+        frozen keys' bytes where the cache keeps them), and with 8-bit values the
+        scales [L, Hkv, 2, end] (keys', then values')."""
         hd = self._cfg.head_dim
         blocks = self._blocks(self.kernel_keys)[..., :hd, :]  # [L, Hkv, blocks, hd, 8]
         keys = np.moveaxis(blocks, -2, -3).reshape(*blocks.shape[:2], hd, -1)[..., :end]
@@ -408,7 +432,7 @@ class KVCache:
         blocks = self._blocks(self.keys[layer])[:, :n_blocks, :hd, :]  # [Hkv, blocks, hd, 8]
         # One copy: the cast makes the transposed blocks contiguous, so the reshape is a view.
         keys = blocks.transpose(0, 2, 1, 3).astype(np.float32).reshape(blocks.shape[0], hd, -1)[:, :, :end]
-        values = self.values[layer][:, :end].astype(np.float32, copy=False)
+        values = self.values[layer][:, :end, :hd].astype(np.float32, copy=False)
         if not self.scaled:
             return keys, values
         scales = self._scales(self.keys[layer])[:, :n_blocks].transpose(0, 2, 1, 3).reshape(blocks.shape[0], 2, -1)
@@ -427,7 +451,7 @@ class KVCache:
         new_cap = self.capacity_for(min(max(n_positions, 2 * self.capacity), self._cfg.context_length))
         cfg, old = self._cfg, self.capacity
         keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap // block, self._rows * block), dtype=self.key_dtype)
-        values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, cfg.head_dim), dtype=self.value_dtype)
+        values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, self._value_row), dtype=self.value_dtype)
         keys[:, :, : old // block] = self.all_keys
         values[:, :, :old] = self.all_values
         self._set(keys, values, new_cap)
@@ -440,10 +464,31 @@ class KVCache:
         block, hd = block_ops.KEY_BLOCK, self._cfg.head_dim
         keys = self._blocks()
         keys[:, :, dst // block, :hd, dst % block] = keys[:, :, src // block, :hd, src % block]
-        self.all_values[:, :, dst] = self.all_values[:, :, src]
+        self.all_values[:, :, dst, :hd] = self.all_values[:, :, src, :hd]
         if self.scaled:
             scales = self._scales()
             scales[:, :, dst // block, :, dst % block] = scales[:, :, src // block, :, src % block]
+        if self.frozen:  # a block whose last slot moved is whole now (block_ops.freeze_stored)
+            frozen = block_ops.FROZEN_BLOCK
+            ends = dst[dst % frozen == frozen - 1]
+            if len(ends):
+                firsts = (ends - (frozen - 1)).astype(np.int64)
+                block_ops.freeze_blocks(self.kernel_keys, self.kernel_values, firsts, hd)
+
+    def frozen_floats(self, layer: int, end: int) -> np.ndarray:
+        """Layer `layer`'s frozen keys of the whole blocks below `end` as float32 [Hkv,
+        hd, positions] (minimum + steps x step, for BLAS)."""
+        hd, frozen = self._cfg.head_dim, block_ops.FROZEN_BLOCK
+        n_blocks, per = end // frozen, hd // frozen
+        rows = self.values[layer][:, : n_blocks * frozen].reshape(-1, n_blocks, frozen, self._value_row)
+        n_kv = rows.shape[0]
+        # Position p of a block holds channels p * per + j (j < per): their bytes, then
+        # each one's float16 minimum and step (block_ops._frozen_at).
+        steps = rows[..., hd : 2 * hd].view(np.uint8).astype(np.float32).reshape(n_kv, n_blocks, hd, frozen)
+        params = rows[..., 2 * hd : 2 * hd + 4 * per].copy().view(np.float16).astype(np.float32)
+        params = params.reshape(n_kv, n_blocks, hd, 2)
+        keys = params[..., 0:1] + steps * params[..., 1:2]  # [Hkv, blocks, hd, t]
+        return keys.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1)
 
 
 @dataclass
@@ -867,7 +912,11 @@ class LlamaModel:
         # BLAS multiplies float32: a float16 or 8-bit cache is widened first.
         cache_k, cache_v = seg.cache.floats(layer, end)
         firsts = np.minimum(firsts, seg.start)
-        return self._attend_prompt(seg, visible, q * scale, cache_k, cache_v, firsts, workers)
+        frozen = None
+        if seg.cache.frozen:  # each row reads frozen keys below its own bound (block_ops.frozen_blocks)
+            bounds = np.maximum(0, (positions.astype(np.int64) + 1 - block_ops.FROZEN_DELAY) // block_ops.FROZEN_BLOCK)
+            frozen = (seg.cache.frozen_floats(layer, end), bounds * block_ops.FROZEN_BLOCK)
+        return self._attend_prompt(seg, visible, q * scale, cache_k, cache_v, firsts, workers, frozen)
 
     def _attend_prompt(
         self,
@@ -878,9 +927,12 @@ class LlamaModel:
         cache_v: np.ndarray,
         firsts: np.ndarray,
         workers: ThreadPoolExecutor | None = None,
+        frozen: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:
         """_attend for a long segment, whose keys and values are in the cache already;
         q_scaled [n, Hq, hd] is q over sqrt(hd); row i sees the cache from firsts[i].
+        `frozen`: the cache's frozen keys as floats [Hkv, hd, positions] and where each
+        row stops reading them.
         With `workers`, the blocks of rows are shared among its threads: each block
         is the same calls with the same shapes either way, so the same bits."""
         cfg = self.config
@@ -900,6 +952,11 @@ class LlamaModel:
             rows, seen = r1 - r0, seg.start + r1
             qg = q_scaled[:, :, r0:r1].reshape(n_kv, group * rows, hd)
             scores = (qg @ cache_k[:, :, :seen]).reshape(n_kv, group, rows, seen)
+            if frozen is not None and frozen[1][r0:r1].max() > 0:
+                keys, ends = frozen[0], frozen[1][r0:r1]
+                top = int(ends.max())
+                below = (qg @ keys[:, :, :top]).reshape(n_kv, group, rows, top)
+                np.copyto(scores[..., :top], below, where=np.arange(top)[None, :] < ends[:, None])
             if cfg.attn_softcap:  # gemma2: cap * tanh(score / cap)
                 cap = np.float32(cfg.attn_softcap)
                 scores = np.tanh(scores / cap) * cap

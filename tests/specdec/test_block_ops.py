@@ -127,12 +127,15 @@ def test_a_sliding_window_hides_the_cache_before_each_rows_first_position():
 
 @njit(fastmath={"nnan", "ninf", "contract"}, cache=True)
 def _plain_loop_attention(
-    q, keys_t, values, start, visible, scale, key_scales, value_scales
+    q, keys_t, values, start, visible, scale, key_scales, value_scales, frozen_ends, lows, steps, units
 ):  # pragma: no cover - compiled
     """The plain loops attention ran as before its register-blocked form: every score
     and weighted sum one fused multiply-add at a time in the same order, with sums
     in memory (its bits are the reference). An 8-bit cache's scales [n_kv, capacity]
-    multiply each score and each weight once (ones for a float cache: exact)."""
+    multiply each score and each weight once (ones for a float cache: exact). Row r
+    reads positions below frozen_ends[r] frozen (block_ops.freeze_block): lows,
+    steps and units [n_kv, hd, capacity] by position; its score there is sum_i (q_i
+    step_i) u_i plus the constant sum_i q_i low_i, each sum from 0 in i order."""
     n, n_q, hd = q.shape
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
@@ -152,6 +155,15 @@ def _plain_loop_attention(
                     qi = q[r, kv * group + g, i]
                     for t in range(end):
                         raw[g, t] += qi * keys_t[kv, i, t]
+            for g in range(group):
+                for t in range(frozen_ends[r]):
+                    constant, total = np.float32(0.0), np.float32(0.0)
+                    for i in range(hd):
+                        qi = q[r, kv * group + g, i]
+                        constant += qi * lows[kv, i, t]
+                        weight = qi * steps[kv, i, t]
+                        total += weight * units[kv, i, t]
+                    raw[g, t] = total + constant
             for g in range(group):
                 for t in range(end):
                     raw[g, t] *= key_scales[kv, t]
@@ -258,8 +270,117 @@ def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache
     visible = np.tri(n, dtype=bool)
     no_window = np.zeros(len(q), np.int64)
     got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.125), no_window, np.float32(0))
-    want = _plain_loop_attention(q, keys_f32, values_f32, start, visible, np.float32(0.125), key_scales, value_scales)
+    none = np.zeros((n_kv, hd, 0), np.float32)  # no frozen keys: a cache of narrower rows
+    scale = np.float32(0.125)
+    want = _plain_loop_attention(
+        q, keys_f32, values_f32, start, visible, scale, key_scales, value_scales, no_window, none, none, none
+    )
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def _frozen_cache(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """keys and values [n, n_kv, hd] written from position 0 into a layer's cache of
+    int16's types with frozen keys (KVCache's layout), as the model writes them."""
+    n, n_kv, hd = keys.shape
+    key_t, value_t = np.dtype(np.float16), np.dtype(np.int8)
+    blocks = -(-n // block_ops.KEY_BLOCK)
+    k = np.zeros((n_kv, blocks, KVCache.rows_per_block(hd, key_t, value_t) * block_ops.KEY_BLOCK), np.uint16)
+    v = np.zeros((n_kv, blocks * block_ops.KEY_BLOCK, KVCache.value_row(hd, key_t, value_t)), np.int8)
+    block_ops.write_kv(k, v, 0, keys, values)
+    return k, v
+
+
+def _frozen_parts(v: np.ndarray, hd: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The frozen blocks' units, minima and steps [n_kv, hd, positions] read from a
+    cache's rows of values (block_ops._frozen_at), whole blocks only."""
+    n_kv, frozen = v.shape[0], block_ops.FROZEN_BLOCK
+    n_blocks, per = v.shape[1] // frozen, hd // frozen
+    rows = v[:, : n_blocks * frozen].reshape(n_kv, n_blocks, frozen, -1)
+    units = rows[..., hd : 2 * hd].view(np.uint8).reshape(n_kv, n_blocks, hd, frozen).astype(np.float32)
+    params = rows[..., 2 * hd : 2 * hd + 4 * per].copy().view(np.float16).reshape(n_kv, n_blocks, hd, 1, 2)
+    params = np.broadcast_to(params.astype(np.float32), (n_kv, n_blocks, hd, frozen, 2))
+
+    def by_position(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1))
+
+    return by_position(units), by_position(params[..., 0]), by_position(params[..., 1])
+
+
+def test_a_whole_block_of_keys_is_frozen_per_channel_with_a_minimum():
+    """freeze_block: each channel of a whole block of 32 positions as 0..255 steps
+    above its float16 minimum (probe_key_scales.py's rounding), within half a step of
+    the float16 key; a channel of large, offset keys does not coarsen the others;
+    the block still being written is not frozen."""
+    rng = np.random.default_rng(5)
+    n, n_kv, hd = 70, 2, 64
+    keys = rng.standard_normal((n, n_kv, hd)).astype(np.float32)
+    keys[:, :, 7] = keys[:, :, 7] * 30 + 100
+    keys[:, 1, 9] = 0.25  # a constant channel: its step is 1, every unit 0
+    values = rng.standard_normal((n, n_kv, hd)).astype(np.float32)
+    k, v = _frozen_cache(keys, values)
+    units, lows, steps = _frozen_parts(v, hd)
+    held = keys.astype(np.float16).astype(np.float32).transpose(1, 2, 0)  # [n_kv, hd, n]: the float16 keys
+    for b0 in (0, 32):
+        block = held[:, :, b0 : b0 + 32]
+        low = block.min(-1).astype(np.float16).astype(np.float32)
+        step = (np.maximum(block.max(-1) - low, 0) / np.float32(255)).astype(np.float16).astype(np.float32)
+        step[step == 0] = 1
+        want = np.clip(np.rint((block - low[..., None]) / step[..., None]), 0, 255)
+        np.testing.assert_array_equal(units[:, :, b0 : b0 + 32], want)
+        np.testing.assert_array_equal(lows[:, :, b0], low)
+        np.testing.assert_array_equal(steps[:, :, b0], step)
+    error = np.abs(lows + units * steps - held[:, :, :64])
+    assert (error <= 0.5 * steps * (1 + 1e-5) + np.abs(held[:, :, :64]) * 2.0**-11).all()
+    others = [c for c in range(hd) if c != 7]
+    assert error[:, others].max() < 0.03  # one step for all channels would be about 0.8
+    assert steps[1, 9, 0] == 1 and not units[1, 9, :64].any()
+    assert not v[:, 64:, hd:].any()  # positions 64..69: not a whole block yet
+
+
+def _depths(visible: np.ndarray) -> np.ndarray:
+    return visible.sum(axis=1) - 1
+
+
+@pytest.mark.parametrize("n_q", [6, 8], ids=["groups_of_3", "groups_of_4"])
+@pytest.mark.parametrize(
+    "start,parents",
+    [(200, (-1,)), (93, (-1, 0, 1, 2, 3)), (63, (-1, 0)), (30, (-1, 0, 1)), (94, (-1, 0, 0, 1, 2, 3))],
+    ids=["step", "chain_across_a_bound", "at_the_first_bound", "before_any", "tree"],
+)
+def test_rows_read_frozen_keys_below_their_own_bound(start, parents, n_q):
+    """A row at position p reads the frozen keys of the blocks that ended
+    FROZEN_DELAY positions before it or earlier, the float16 keys after them: the
+    plain loops' bits with each score there computed from the frozen form, for a
+    step, a chain whose rows fall on both sides of a bound, and a tree; three query
+    heads of a kv head together (_frozen_scores3), a fourth alone."""
+    rng = np.random.default_rng(start)
+    n_kv, hd, n = 2, 64, len(parents)
+    capacity = start + n + 7
+    keys = rng.standard_normal((capacity, n_kv, hd)).astype(np.float32)
+    values = rng.standard_normal((capacity, n_kv, hd)).astype(np.float32)
+    k, v = _frozen_cache(keys, values)
+    visible = Segment(None, [0] * n, start, parents=parents).visible()
+    q = rng.standard_normal((n, n_q, hd)).astype(np.float32)
+    no_window = np.zeros(n, np.int64)
+    got = block_ops.attend(q, k, v, start, visible, np.float32(0.125), no_window, np.float32(0))
+    positions = start + _depths(visible)
+    ends = np.maximum(0, (positions + 1 - block_ops.FROZEN_DELAY) // block_ops.FROZEN_BLOCK) * block_ops.FROZEN_BLOCK
+    units, lows, steps = _frozen_parts(v, hd)
+    blocks = k.reshape(n_kv, k.shape[1], -1, block_ops.KEY_BLOCK)[:, :, :hd]
+    keys_f32 = blocks.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1).view(np.float16).astype(np.float32)
+    values_f32 = v[:, :, :hd].astype(np.float32)
+    scales = k[:, :, hd * block_ops.KEY_BLOCK :].copy().view(np.float32).reshape(n_kv, -1, 2, block_ops.KEY_BLOCK)
+    value_scales = np.ascontiguousarray(scales[:, :, 1].reshape(n_kv, -1))
+    ones = np.ones_like(value_scales)
+    want = _plain_loop_attention(
+        q, keys_f32, values_f32, start, visible, np.float32(0.125), ones, value_scales, ends, lows, steps, units
+    )
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    if ends.any():  # the frozen form did change the scores
+        plain = _plain_loop_attention(
+            q, keys_f32, values_f32, start, visible, np.float32(0.125), ones, value_scales, 0 * ends, lows, steps, units
+        )
+        assert not np.array_equal(got, plain)
 
 
 @pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
@@ -307,12 +428,13 @@ def _asks_end(q, keys, end, raw, kept, slots, values, out, ahead_k, ahead_v, k_l
     multiple of 32, else -1) _weighted_values3, for query heads 0 to 2 of row 0.
     One compiled function, not four: each took 15 s to compile."""
     m = slots.shape[0]
-    three = block_ops._scores3(q, 0, 0, keys, end, raw, 0, ahead_k, 0, k_last)
-    alone = block_ops._scores(q, 0, 0, keys, end, raw, 0, ahead_k, 0, k_last)
-    values1 = block_ops._weighted_values(kept, 0, slots, m, values, out, 0, 0, ahead_v, 0, v_last)
+    hd = q.shape[2]
+    three = block_ops._scores3(q, 0, 0, keys, 0, end, raw, 0, ahead_k, 0, k_last)
+    alone = block_ops._scores(q, 0, 0, keys, 0, end, raw, 0, ahead_k, 0, k_last)
+    values1 = block_ops._weighted_values(kept, 0, slots, m, values, hd, out, 0, 0, ahead_v, 0, v_last)
     values3 = -1
-    if values.shape[1] % 32 == 0:
-        values3 = block_ops._weighted_values3(kept, 0, slots, m, values, out, 0, 0, ahead_v, 0, v_last)
+    if hd % 32 == 0:
+        values3 = block_ops._weighted_values3(kept, 0, slots, m, values, hd, out, 0, 0, ahead_v, 0, v_last)
     return three, alone, values1, values3
 
 
