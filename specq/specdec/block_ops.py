@@ -640,31 +640,36 @@ def _frozen_scores3(q, r, h, values, begin, end, raw, g):  # pragma: no cover - 
     position `begin` to `end` (whole blocks), values one kv head's [capacity, row]:
     per block and head, c = sum_i q_i minimum_i (one fused multiply-add per i, in i
     order, from 0), then per position sum_i (q_i step_i) u_i (likewise), plus c.
+    Channels in the order they lie (_frozen_at), position p's row holding channels p
+    * per .. p * per + per - 1: no division per channel (integer divisions by a
+    width known only at run time made this loop slower than reading float16 keys).
     Each of the three heads gets _frozen_scores' operations, so its bits."""
     hd, stride = q.shape[2], values.shape[1]
+    per = hd // FROZEN_BLOCK
     flat = values.reshape(-1)
     q0, q1, q2 = q[r, h], q[r, h + 1], q[r, h + 2]
     for b0 in range(begin, end, FROZEN_BLOCK):
+        # The constants' chains run beside the vectors' (each a few cycles a channel).
         c0, c1, c2 = np.float32(0.0), np.float32(0.0), np.float32(0.0)
-        for i in range(hd):
-            row, _, params = _frozen_at(hd, b0, i)
-            low = vec.load_half(flat, row * stride + params)
-            c0, c1, c2 = vec.fma1(q0[i], low, c0), vec.fma1(q1[i], low, c1), vec.fma1(q2[i], low, c2)
         a00, a01, a02, a03 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         a10, a11, a12, a13 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         a20, a21, a22, a23 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
-        for i in range(hd):
-            row, at, params = _frozen_at(hd, b0, i)
-            data = row * stride + at
-            step = vec.splat_f32(vec.load_half(flat, row * stride + params + 2))
-            u0, u1 = vec.load_u8_f32(flat, data), vec.load_u8_f32(flat, data + 8)
-            u2, u3 = vec.load_u8_f32(flat, data + 16), vec.load_u8_f32(flat, data + 24)
-            w = vec.mul(vec.broadcast_f32(q0, i), step)
-            a00, a01, a02, a03 = vec.fma(w, u0, a00), vec.fma(w, u1, a01), vec.fma(w, u2, a02), vec.fma(w, u3, a03)
-            w = vec.mul(vec.broadcast_f32(q1, i), step)
-            a10, a11, a12, a13 = vec.fma(w, u0, a10), vec.fma(w, u1, a11), vec.fma(w, u2, a12), vec.fma(w, u3, a13)
-            w = vec.mul(vec.broadcast_f32(q2, i), step)
-            a20, a21, a22, a23 = vec.fma(w, u0, a20), vec.fma(w, u1, a21), vec.fma(w, u2, a22), vec.fma(w, u3, a23)
+        for p in range(FROZEN_BLOCK):
+            row = (b0 + p) * stride
+            for j in range(per):
+                i = p * per + j
+                data, params = row + hd + j * FROZEN_BLOCK, row + 2 * hd + 4 * j
+                low = vec.load_half(flat, params)
+                c0, c1, c2 = vec.fma1(q0[i], low, c0), vec.fma1(q1[i], low, c1), vec.fma1(q2[i], low, c2)
+                step = vec.splat_f32(vec.load_half(flat, params + 2))
+                u0, u1 = vec.load_u8_f32(flat, data), vec.load_u8_f32(flat, data + 8)
+                u2, u3 = vec.load_u8_f32(flat, data + 16), vec.load_u8_f32(flat, data + 24)
+                w = vec.mul(vec.broadcast_f32(q0, i), step)
+                a00, a01, a02, a03 = vec.fma(w, u0, a00), vec.fma(w, u1, a01), vec.fma(w, u2, a02), vec.fma(w, u3, a03)
+                w = vec.mul(vec.broadcast_f32(q1, i), step)
+                a10, a11, a12, a13 = vec.fma(w, u0, a10), vec.fma(w, u1, a11), vec.fma(w, u2, a12), vec.fma(w, u3, a13)
+                w = vec.mul(vec.broadcast_f32(q2, i), step)
+                a20, a21, a22, a23 = vec.fma(w, u0, a20), vec.fma(w, u1, a21), vec.fma(w, u2, a22), vec.fma(w, u3, a23)
         one = vec.splat_f32(np.float32(1.0))
         for k, c, (s0, s1, s2, s3) in (
             (0, c0, (a00, a01, a02, a03)),
@@ -682,23 +687,24 @@ def _frozen_scores3(q, r, h, values, begin, end, raw, g):  # pragma: no cover - 
 def _frozen_scores(q, r, h, values, begin, end, raw, g):  # pragma: no cover - compiled
     """_frozen_scores3 for query head h alone (raw[g])."""
     hd, stride = q.shape[2], values.shape[1]
+    per = hd // FROZEN_BLOCK
     flat = values.reshape(-1)
     query = q[r, h]
     one = vec.splat_f32(np.float32(1.0))
     for b0 in range(begin, end, FROZEN_BLOCK):
         c = np.float32(0.0)
-        for i in range(hd):
-            row, _, params = _frozen_at(hd, b0, i)
-            c = vec.fma1(query[i], vec.load_half(flat, row * stride + params), c)
         a0, a1, a2, a3 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
-        for i in range(hd):
-            row, at, params = _frozen_at(hd, b0, i)
-            data = row * stride + at
-            w = vec.mul(vec.broadcast_f32(query, i), vec.splat_f32(vec.load_half(flat, row * stride + params + 2)))
-            a0 = vec.fma(w, vec.load_u8_f32(flat, data), a0)
-            a1 = vec.fma(w, vec.load_u8_f32(flat, data + 8), a1)
-            a2 = vec.fma(w, vec.load_u8_f32(flat, data + 16), a2)
-            a3 = vec.fma(w, vec.load_u8_f32(flat, data + 24), a3)
+        for p in range(FROZEN_BLOCK):
+            row = (b0 + p) * stride
+            for j in range(per):
+                i = p * per + j
+                data, params = row + hd + j * FROZEN_BLOCK, row + 2 * hd + 4 * j
+                c = vec.fma1(query[i], vec.load_half(flat, params), c)
+                w = vec.mul(vec.broadcast_f32(query, i), vec.splat_f32(vec.load_half(flat, params + 2)))
+                a0 = vec.fma(w, vec.load_u8_f32(flat, data), a0)
+                a1 = vec.fma(w, vec.load_u8_f32(flat, data + 8), a1)
+                a2 = vec.fma(w, vec.load_u8_f32(flat, data + 16), a2)
+                a3 = vec.fma(w, vec.load_u8_f32(flat, data + 24), a3)
         constant = vec.splat_f32(c)
         out = raw[g]
         vec.store_f32(out, b0, vec.fma(one, a0, constant))
