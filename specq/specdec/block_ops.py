@@ -336,13 +336,12 @@ def _value_scaled(kept, group, slots, first, start, m, keys, hd):  # pragma: no 
 
 
 @njit(inline="always")
-def _weighted_values(kept, g, slots, m, values, hd, out, r, h, ahead, at, last):  # pragma: no cover - compiled
+def _weighted_values(kept, g, slots, m, values, out, r, h, ahead, at, last):  # pragma: no cover - compiled
     """out[r, h * hd + i] = sum_t kept[g, t] values[slots[t], i] for t < m: one fused
     multiply-add per t, in t order, from 0; eight vectors of i in registers at a time
-    (the same operations in the remainder, as in _scores). A value's row may be
-    longer than hd (frozen keys follow it: KVCache). Asks for the next task's values
-    (whole rows) as _scores asks for its keys."""
-    stride = values.shape[1]
+    (the same operations in the remainder, as in _scores). Asks for the next task's
+    values as _scores asks for its keys."""
+    hd = values.shape[1]
     flat = values.reshape(-1)
     weights = kept[g]
     base = h * hd
@@ -352,9 +351,9 @@ def _weighted_values(kept, g, slots, m, values, hd, out, r, h, ahead, at, last):
         a4, a5, a6, a7 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         for t in range(m):
             if t % 8 == 0:
-                at = _ask(ahead, at, last, 8 * stride * 64 // hd)
+                at = _ask(ahead, at, last, 8 * 64)
             w = vec.broadcast_f32(weights, t)
-            row = slots[t] * stride + i0
+            row = slots[t] * hd + i0
             a0 = vec.fma(w, vec.load_f32(flat, row), a0)
             a1 = vec.fma(w, vec.load_f32(flat, row + 8), a1)
             a2 = vec.fma(w, vec.load_f32(flat, row + 16), a2)
@@ -377,8 +376,8 @@ def _weighted_values(kept, g, slots, m, values, hd, out, r, h, ahead, at, last):
         a0 = vec.zeros_f32()
         for t in range(m):
             if t % 8 == 0:
-                at = _ask(ahead, at, last, 8 * stride * 8 // hd)
-            a0 = vec.fma(vec.broadcast_f32(weights, t), vec.load_f32(flat, slots[t] * stride + i0), a0)
+                at = _ask(ahead, at, last, 8 * 8)
+            a0 = vec.fma(vec.broadcast_f32(weights, t), vec.load_f32(flat, slots[t] * hd + i0), a0)
         vec.store_f32(out[r], base + i0, a0)
         i0 += 8
     for i in range(i0, hd):
@@ -390,14 +389,14 @@ def _weighted_values(kept, g, slots, m, values, hd, out, r, h, ahead, at, last):
 
 
 @njit(inline="always")
-def _weighted_values3(kept, g, slots, m, values, hd, out, r, h, ahead, at, last):  # pragma: no cover - compiled
+def _weighted_values3(kept, g, slots, m, values, out, r, h, ahead, at, last):  # pragma: no cover - compiled
     """_weighted_values for heads h, h + 1 and h + 2 (weights kept[g], kept[g + 1],
     kept[g + 2]) at once, hd a multiple of 32: each vector of values is widened once
     for the three, where each head widened it again (a float16 cache: one conversion
     an FMA), and each head's sums are the same fused multiply-adds in the same order,
     so the same bits. Four vectors of i at a time: twelve sums in registers. Asks for
     the next task's values as _weighted_values does."""
-    stride = values.shape[1]
+    hd = values.shape[1]
     flat = values.reshape(-1)
     w0, w1, w2 = kept[g], kept[g + 1], kept[g + 2]
     for i0 in range(0, hd, 32):
@@ -406,8 +405,8 @@ def _weighted_values3(kept, g, slots, m, values, hd, out, r, h, ahead, at, last)
         a20, a21, a22, a23 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         for t in range(m):
             if t % 8 == 0:
-                at = _ask(ahead, at, last, 8 * stride * 32 // hd)
-            row = slots[t] * stride + i0
+                at = _ask(ahead, at, last, 8 * 32)
+            row = slots[t] * hd + i0
             v0, v1 = vec.load_f32(flat, row), vec.load_f32(flat, row + 8)
             v2, v3 = vec.load_f32(flat, row + 16), vec.load_f32(flat, row + 24)
             w = vec.broadcast_f32(w0, t)
@@ -467,7 +466,7 @@ def _softmax_weights(raw, kept, slots, first, start, m, scale, cap, pow2):  # pr
 
 
 @njit(inline="always")
-def _scratch(group, longest):  # pragma: no cover - compiled
+def _scratch(group, longest, hd):  # pragma: no cover - compiled
     """Work arrays for _attend_task, made once per chunk of tasks (allocating them per
     task was a large part of a short task's time)."""
     whole = -(-longest // KEY_BLOCK) * KEY_BLOCK  # _scores stores whole blocks
@@ -476,7 +475,9 @@ def _scratch(group, longest):  # pragma: no cover - compiled
     totals = np.empty(group, dtype=np.float64)  # sequential sums of up to thousands of weights
     pow2 = np.empty(longest, dtype=np.int32)
     slots = np.empty(longest, dtype=np.int64)
-    return raw, kept, totals, pow2, slots
+    folded = np.empty((3, hd), dtype=np.float32)  # frozen keys: queries times steps (_fold)
+    lanes = np.empty(8, dtype=np.float32)
+    return raw, kept, totals, pow2, slots, folded, lanes
 
 
 @njit(inline="always")
@@ -550,14 +551,14 @@ def store_position(cache_k, cache_v, kv, slot, key, value):  # pragma: no cover 
 
 
 # Frozen keys (int16's cache: float16 keys, 8-bit values, a head width a multiple of
-# FROZEN_BLOCK). Attention over many long sequences waits on reading their caches,
+# FROZEN_WIDTH). Attention over many long sequences waits on reading their caches,
 # and float16 keys are two thirds of the bytes (docs/performance.md). 8-bit keys with
 # a scale per position cost the model's predictions (98.2% top-1 agreement with f32);
 # per channel over a block of positions, with a minimum (KIVI's keys), they cost
 # nothing measurable (scripts/probe_key_scales.py: 99.59% at int16, as float16 keys).
 # So once a block of FROZEN_BLOCK positions is whole, each channel's FROZEN_BLOCK keys
 # are stored again as 0..255 steps above a float16 minimum, in float16 steps
-# (freeze_block), in the bytes after each position's values (KVCache), and a row at
+# (freeze_block), in each block of keys after its scales (_frozen_area), and a row at
 # position p reads a block frozen when the block ended FROZEN_DELAY positions before
 # p or earlier, its float16 keys otherwise. The rule depends on p alone, so a row has
 # the same bits alone, in a verification, in a tree or in a prefill of any split. The
@@ -575,52 +576,74 @@ def frozen_blocks(position):  # pragma: no cover - compiled
     return max(0, (position + 1 - FROZEN_DELAY) // FROZEN_BLOCK)
 
 
+# Head widths a multiple of FROZEN_WIDTH keep frozen keys (KVCache.keeps_frozen):
+# each of the FROZEN_SPAN blocks of keys a frozen block spans then holds a whole
+# number of vectors of its channels' parameters.
+FROZEN_WIDTH = 64
+FROZEN_SPAN = FROZEN_BLOCK // KEY_BLOCK
+
+
+@njit(cache=True)
+def frozen_bytes(hd):  # pragma: no cover - compiled
+    """The bytes a block of keys holds after its scales, where it keeps frozen keys:
+    a quarter of its frozen block's channels, FROZEN_BLOCK bytes each, then their
+    float16 steps and their float16 minima."""
+    return hd // FROZEN_SPAN * (FROZEN_BLOCK + 4)
+
+
 @njit(inline="always")
 def has_frozen_keys(keys, values, hd):  # pragma: no cover - compiled
-    """Whether a layer's cache keeps frozen keys: float16 keys and 8-bit values (a
-    constant once compiled) with rows longer than hd (KVCache makes them so)."""
-    return vec.is_half(keys) and vec.scaled(values) and values.shape[values.ndim - 1] > hd
+    """Whether a layer's cache (or one kv head's) keeps frozen keys: float16 keys and
+    8-bit values (a constant once compiled) with blocks of keys longer than their
+    keys and scales (KVCache makes them so)."""
+    row = keys.shape[keys.ndim - 1]
+    return vec.is_half(keys) and vec.scaled(values) and row > hd * KEY_BLOCK + SCALE_BYTES // keys.itemsize
 
 
 @njit(inline="always")
-def _frozen_at(hd, b0, channel):  # pragma: no cover - compiled
-    """Where channel `channel` of the frozen block starting at position b0 lies: the
-    row (position) holding it and its byte in that row. Each position's row holds,
-    after its hd values, hd / FROZEN_BLOCK channels' FROZEN_BLOCK bytes, then their
-    float16 minimum and step (4 bytes a channel): a block's keys and their
-    parameters spread over its own positions' rows, which attention reads anyway."""
-    per = hd // FROZEN_BLOCK
-    return b0 + channel // per, hd + (channel % per) * FROZEN_BLOCK, 2 * hd + 4 * (channel % per)
+def _frozen_area(keys, hd, b0, channel):  # pragma: no cover - compiled
+    """Where the frozen block starting at position b0 keeps channel `channel`, in
+    bytes of one kv head's keys [blocks, row]: (its FROZEN_BLOCK bytes, its float16
+    step, its float16 minimum). Block of keys b0 / KEY_BLOCK
+    + k holds the channels k * hd / FROZEN_SPAN .. after its scales, so that the
+    frozen keys stream with the float16 ones and the values keep their rows of hd."""
+    quarter = hd // FROZEN_SPAN
+    block = b0 // KEY_BLOCK + channel // quarter
+    area = block * keys.shape[1] * keys.itemsize + hd * KEY_BLOCK * keys.itemsize + SCALE_BYTES
+    j = channel % quarter
+    steps = area + FROZEN_BLOCK * quarter
+    return area + FROZEN_BLOCK * j, steps + 2 * j, steps + 2 * quarter + 2 * j
 
 
 @njit(inline="always")
-def freeze_block(cache_k, cache_v, kv, b0, hd):  # pragma: no cover - compiled
+def freeze_block(cache_k, kv, b0, hd):  # pragma: no cover - compiled
     """Freezes the keys of positions b0 .. b0 + FROZEN_BLOCK - 1 of kv head kv (a
-    layer's cache): per channel, the smallest key rounded to float16 is the minimum,
-    (largest - minimum) / 255 rounded to float16 the step (1 where that is 0), and
-    each key the nearest whole number of steps above the minimum, 0..255. Every path
-    freezes through here, compiled without fastmath, so the bits never depend on the
-    path."""
+    layer's cache of keys): per channel, the smallest key rounded to float16 is the
+    minimum, (largest - minimum) / 255 rounded to float16 the step (1 where that is
+    0), and each key the nearest whole number of steps above the minimum, 0..255.
+    Every path freezes through here, compiled without fastmath, so the bits never
+    depend on the path."""
+    keys = cache_k[kv]
+    target = keys.reshape(-1).view(np.uint8)
     for c in range(hd):
-        row, at, params = _frozen_at(hd, b0, c)
+        at, step_at, low_at = _frozen_area(keys, hd, b0, c)
         low, high = np.float32(np.inf), np.float32(-np.inf)
         for t in range(FROZEN_BLOCK):
             p = b0 + t
-            key = vec.as_f32(cache_k[kv, p // KEY_BLOCK, c * KEY_BLOCK + p % KEY_BLOCK])
+            key = vec.as_f32(keys[p // KEY_BLOCK, c * KEY_BLOCK + p % KEY_BLOCK])
             low, high = min(low, key), max(high, key)
-        target = cache_v[kv, row]
-        vec.store_half(target, params, low)
-        low = vec.load_half(target, params)
-        vec.store_half(target, params + 2, max(high - low, np.float32(0.0)) / np.float32(255.0))
-        step = vec.load_half(target, params + 2)
+        vec.store_half(target, low_at, low)
+        low = vec.load_half(target, low_at)
+        vec.store_half(target, step_at, max(high - low, np.float32(0.0)) / np.float32(255.0))
+        step = vec.load_half(target, step_at)
         if step == 0:
             step = np.float32(1.0)
-            vec.store_half(target, params + 2, step)
+            vec.store_half(target, step_at, step)
         for t in range(FROZEN_BLOCK):
             p = b0 + t
-            key = vec.as_f32(cache_k[kv, p // KEY_BLOCK, c * KEY_BLOCK + p % KEY_BLOCK])
+            key = vec.as_f32(keys[p // KEY_BLOCK, c * KEY_BLOCK + p % KEY_BLOCK])
             u = min(max(np.rint((key - low) / step), np.float32(0.0)), np.float32(255.0))
-            target[at + t] = np.int8(u - 256) if u >= 128 else np.int8(u)
+            target[at + t] = np.uint8(u)
 
 
 @njit(inline="always")
@@ -631,46 +654,95 @@ def freeze_stored(cache_k, cache_v, start, n, hd):  # pragma: no cover - compile
         for slot in range(start, start + n):
             if slot % FROZEN_BLOCK == FROZEN_BLOCK - 1:
                 for kv in range(cache_k.shape[0]):
-                    freeze_block(cache_k, cache_v, kv, slot - (FROZEN_BLOCK - 1), hd)
+                    freeze_block(cache_k, kv, slot - (FROZEN_BLOCK - 1), hd)
 
 
 @njit(inline="always")
-def _frozen_scores3(q, r, h, values, begin, end, raw, g):  # pragma: no cover - compiled
+def _ask_frozen(keys, hd, b0):  # pragma: no cover - compiled
+    """Asks for the lines of the frozen block at b0 of one kv head's keys (its
+    FROZEN_SPAN shares; vec.prefetch, never waiting). A frozen block's bytes lie in
+    pieces between float16 keys, and the CPU's own prefetchers left the frozen scores
+    waiting on memory: attention over 32 sequences of 500 positions took twice the
+    time of float16 keys read with their asks (_ask)."""
+    flat = keys.reshape(-1).view(np.uint8)
+    share = frozen_bytes(hd) // FROZEN_SPAN
+    for k in range(FROZEN_SPAN):
+        at = _frozen_area(keys, hd, b0, k * (hd // FROZEN_SPAN))[0]
+        for e in range(0, share, 64):
+            vec.prefetch(flat, at + e)
+
+
+@njit(inline="always")
+def _fold(q, r, h, heads, keys, b0, folded, lanes):  # pragma: no cover - compiled
+    """For query heads h .. h + heads - 1 and the frozen block at b0 (keys: one kv
+    head's [blocks, row]): folded[k, i] = q_i step_i (one rounding), and returns the
+    constants sum_i q_i minimum_i (lane l one fused multiply-add per i = l mod 8, in
+    i order, from 0; then the eight lanes added in lane order). Once a block, not
+    once a position: the scores' inner loop then multiplies units by folded queries
+    alone (with the step in that loop, the frozen form took longer than float16
+    keys)."""
+    hd = q.shape[2]
+    flat = keys.reshape(-1).view(np.uint8)
+    c0, c1, c2 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+    for i in range(0, hd, 8):
+        _, step_at, low_at = _frozen_area(keys, hd, b0, i)
+        step, low = vec.load_halves(flat, step_at), vec.load_halves(flat, low_at)
+        query = vec.load_f32(q[r, h], i)
+        vec.store_f32(folded[0], i, vec.mul(query, step))
+        c0 = vec.fma(query, low, c0)
+        if heads > 1:
+            query = vec.load_f32(q[r, h + 1], i)
+            vec.store_f32(folded[1], i, vec.mul(query, step))
+            c1 = vec.fma(query, low, c1)
+            query = vec.load_f32(q[r, h + 2], i)
+            vec.store_f32(folded[2], i, vec.mul(query, step))
+            c2 = vec.fma(query, low, c2)
+    return _lane_total(c0, lanes), _lane_total(c1, lanes), _lane_total(c2, lanes)
+
+
+@njit(inline="always")
+def _lane_total(v, lanes):  # pragma: no cover - compiled
+    """((v_0 + v_1) + v_2) + ... + v_7: one fixed order."""
+    vec.store_f32(lanes, 0, v)
+    total = lanes[0]
+    for lane in range(1, 8):
+        total += lanes[lane]
+    return total
+
+
+@njit(inline="always")
+def _frozen_scores3(q, r, h, keys, begin, end, raw, g, folded, lanes, ahead, ahead_end):  # pragma: no cover - compiled
     """raw[g + k, t] for query heads h + k (k = 0, 1, 2) over the frozen blocks from
-    position `begin` to `end` (whole blocks), values one kv head's [capacity, row]:
-    per block and head, c = sum_i q_i minimum_i (one fused multiply-add per i, in i
-    order, from 0), then per position sum_i (q_i step_i) u_i (likewise), plus c.
-    Channels in the order they lie (_frozen_at), position p's row holding channels p
-    * per .. p * per + per - 1: no division per channel (integer divisions by a
-    width known only at run time made this loop slower than reading float16 keys).
-    Each of the three heads gets _frozen_scores' operations, so its bits."""
-    hd, stride = q.shape[2], values.shape[1]
-    per = hd // FROZEN_BLOCK
-    flat = values.reshape(-1)
-    q0, q1, q2 = q[r, h], q[r, h + 1], q[r, h + 2]
+    position `begin` to `end` (whole blocks), keys one kv head's [blocks, row]: per
+    block and head, the folded query and constant c (_fold), then per position sum_i
+    folded_i u_i (one fused multiply-add per i, in i order, from 0), plus c. Each of
+    the three heads gets _frozen_scores' operations, so its bits. Asks for the next
+    task's frozen blocks below ahead_end (ahead: its kv head's keys), one a block,
+    as _scores asks for its float16 keys."""
+    hd = q.shape[2]
+    quarter = hd // FROZEN_SPAN
+    flat = keys.reshape(-1).view(np.uint8)
+    w0, w1, w2 = folded[0], folded[1], folded[2]
+    one = vec.splat_f32(np.float32(1.0))
     for b0 in range(begin, end, FROZEN_BLOCK):
-        # The constants' chains run beside the vectors' (each a few cycles a channel).
-        c0, c1, c2 = np.float32(0.0), np.float32(0.0), np.float32(0.0)
+        if b0 < ahead_end:
+            _ask_frozen(ahead, hd, b0)
+        c0, c1, c2 = _fold(q, r, h, 3, keys, b0, folded, lanes)
         a00, a01, a02, a03 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         a10, a11, a12, a13 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         a20, a21, a22, a23 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
-        for p in range(FROZEN_BLOCK):
-            row = (b0 + p) * stride
-            for j in range(per):
-                i = p * per + j
-                data, params = row + hd + j * FROZEN_BLOCK, row + 2 * hd + 4 * j
-                low = vec.load_half(flat, params)
-                c0, c1, c2 = vec.fma1(q0[i], low, c0), vec.fma1(q1[i], low, c1), vec.fma1(q2[i], low, c2)
-                step = vec.splat_f32(vec.load_half(flat, params + 2))
+        for i0 in range(0, hd, quarter):
+            data = _frozen_area(keys, hd, b0, i0)[0]
+            for i in range(i0, i0 + quarter):
                 u0, u1 = vec.load_u8_f32(flat, data), vec.load_u8_f32(flat, data + 8)
                 u2, u3 = vec.load_u8_f32(flat, data + 16), vec.load_u8_f32(flat, data + 24)
-                w = vec.mul(vec.broadcast_f32(q0, i), step)
+                w = vec.broadcast_f32(w0, i)
                 a00, a01, a02, a03 = vec.fma(w, u0, a00), vec.fma(w, u1, a01), vec.fma(w, u2, a02), vec.fma(w, u3, a03)
-                w = vec.mul(vec.broadcast_f32(q1, i), step)
+                w = vec.broadcast_f32(w1, i)
                 a10, a11, a12, a13 = vec.fma(w, u0, a10), vec.fma(w, u1, a11), vec.fma(w, u2, a12), vec.fma(w, u3, a13)
-                w = vec.mul(vec.broadcast_f32(q2, i), step)
+                w = vec.broadcast_f32(w2, i)
                 a20, a21, a22, a23 = vec.fma(w, u0, a20), vec.fma(w, u1, a21), vec.fma(w, u2, a22), vec.fma(w, u3, a23)
-        one = vec.splat_f32(np.float32(1.0))
+                data += FROZEN_BLOCK
         for k, c, (s0, s1, s2, s3) in (
             (0, c0, (a00, a01, a02, a03)),
             (1, c1, (a10, a11, a12, a13)),
@@ -681,36 +753,40 @@ def _frozen_scores3(q, r, h, values, begin, end, raw, g):  # pragma: no cover - 
             vec.store_f32(out, b0 + 8, vec.fma(one, s1, constant))
             vec.store_f32(out, b0 + 16, vec.fma(one, s2, constant))
             vec.store_f32(out, b0 + 24, vec.fma(one, s3, constant))
+    for b0 in range(max(begin, end), ahead_end, FROZEN_BLOCK):  # the next task's blocks beyond this one's
+        _ask_frozen(ahead, hd, b0)
 
 
 @njit(inline="always")
-def _frozen_scores(q, r, h, values, begin, end, raw, g):  # pragma: no cover - compiled
+def _frozen_scores(q, r, h, keys, begin, end, raw, g, folded, lanes, ahead, ahead_end):  # pragma: no cover - compiled
     """_frozen_scores3 for query head h alone (raw[g])."""
-    hd, stride = q.shape[2], values.shape[1]
-    per = hd // FROZEN_BLOCK
-    flat = values.reshape(-1)
-    query = q[r, h]
+    hd = q.shape[2]
+    quarter = hd // FROZEN_SPAN
+    flat = keys.reshape(-1).view(np.uint8)
+    weights = folded[0]
     one = vec.splat_f32(np.float32(1.0))
     for b0 in range(begin, end, FROZEN_BLOCK):
-        c = np.float32(0.0)
+        if b0 < ahead_end:
+            _ask_frozen(ahead, hd, b0)
+        c = _fold(q, r, h, 1, keys, b0, folded, lanes)[0]
         a0, a1, a2, a3 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
-        for p in range(FROZEN_BLOCK):
-            row = (b0 + p) * stride
-            for j in range(per):
-                i = p * per + j
-                data, params = row + hd + j * FROZEN_BLOCK, row + 2 * hd + 4 * j
-                c = vec.fma1(query[i], vec.load_half(flat, params), c)
-                w = vec.mul(vec.broadcast_f32(query, i), vec.splat_f32(vec.load_half(flat, params + 2)))
+        for i0 in range(0, hd, quarter):
+            data = _frozen_area(keys, hd, b0, i0)[0]
+            for i in range(i0, i0 + quarter):
+                w = vec.broadcast_f32(weights, i)
                 a0 = vec.fma(w, vec.load_u8_f32(flat, data), a0)
                 a1 = vec.fma(w, vec.load_u8_f32(flat, data + 8), a1)
                 a2 = vec.fma(w, vec.load_u8_f32(flat, data + 16), a2)
                 a3 = vec.fma(w, vec.load_u8_f32(flat, data + 24), a3)
+                data += FROZEN_BLOCK
         constant = vec.splat_f32(c)
         out = raw[g]
         vec.store_f32(out, b0, vec.fma(one, a0, constant))
         vec.store_f32(out, b0 + 8, vec.fma(one, a1, constant))
         vec.store_f32(out, b0 + 16, vec.fma(one, a2, constant))
         vec.store_f32(out, b0 + 24, vec.fma(one, a3, constant))
+    for b0 in range(max(begin, end), ahead_end, FROZEN_BLOCK):
+        _ask_frozen(ahead, hd, b0)
 
 
 @njit(inline="always")
@@ -754,6 +830,8 @@ def _attend_task(
     k_last,
     ahead_v,
     v_last,
+    ahead_f,
+    f_end,
 ):  # pragma: no cover - compiled
     """Row r of q (row r_seg of its segment), kv head kv, seeing the cache from
     position `first` (0, or a sliding window's start): attend's arithmetic. With
@@ -762,13 +840,14 @@ def _attend_task(
     previous chunk, may have run on the other thread or not yet; the tasks after it
     find their lines asked for by the task before, _ask, and a segment's later rows
     find them read by its first). Its loops ask for the next task's keys (ahead_k, elements 0
-    to k_last) and values (ahead_v, 0 to v_last)."""
+    to k_last), values (ahead_v, 0 to v_last) and frozen blocks (ahead_f: its kv head's
+    keys, below position f_end)."""
     n_q, hd = q.shape[1], q.shape[2]
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
     n = visible.shape[0]
     end = start + n
-    raw, kept, totals, pow2, slots = scratch
+    raw, kept, totals, pow2, slots, folded, lanes = scratch
     for t in range(start - first):
         slots[t] = first + t
     m = start - first
@@ -786,15 +865,19 @@ def _attend_task(
         row_len = keys_t.shape[2]
         tail = max(first, frozen)
         _warm(keys_t[kv].reshape(-1), (tail // KEY_BLOCK) * row_len, -(-end // KEY_BLOCK) * row_len)
+        for b0 in range(below, frozen, FROZEN_BLOCK):
+            _ask_frozen(keys_t[kv], hd, b0)
     g = 0
     while g + 3 <= group:
         if frozen > below:
-            _frozen_scores3(q, r, kv * group + g, values[kv], below, frozen, raw, g)
+            f_asked = f_end if g == 0 else 0
+            _frozen_scores3(q, r, kv * group + g, keys_t[kv], below, frozen, raw, g, folded, lanes, ahead_f, f_asked)
         _scores3(q, r, kv * group + g, keys_t[kv], frozen, end, raw, g, ahead_k, 0, k_last)
         g += 3
     for g in range(g, group):
         if frozen > below:
-            _frozen_scores(q, r, kv * group + g, values[kv], below, frozen, raw, g)
+            f_asked = f_end if g == 0 else 0
+            _frozen_scores(q, r, kv * group + g, keys_t[kv], below, frozen, raw, g, folded, lanes, ahead_f, f_asked)
         _scores(q, r, kv * group + g, keys_t[kv], frozen, end, raw, g, ahead_k, 0, k_last)
     for g in range(group):
         totals[g] = _softmax_weights(raw[g], kept[g], slots, first, start, m, scale, cap, pow2)
@@ -802,14 +885,13 @@ def _attend_task(
         _value_scaled(kept, group, slots, first, start, m, keys_t[kv], q.shape[2])
     values_kv = values[kv]
     if warm:
-        stride = values_kv.shape[1]
-        _warm(values_kv.reshape(-1), first * stride, end * stride)
+        _warm(values_kv.reshape(-1), first * hd, end * hd)
     g = 0
     while hd % 32 == 0 and g + 3 <= group:
-        _weighted_values3(kept, g, slots, m, values_kv, hd, out, r, kv * group + g, ahead_v, 0, v_last)
+        _weighted_values3(kept, g, slots, m, values_kv, out, r, kv * group + g, ahead_v, 0, v_last)
         g += 3
     for g in range(g, group):
-        _weighted_values(kept, g, slots, m, values_kv, hd, out, r, kv * group + g, ahead_v, 0, v_last)
+        _weighted_values(kept, g, slots, m, values_kv, out, r, kv * group + g, ahead_v, 0, v_last)
     for g in range(group):
         h = kv * group + g
         inv_total = np.float32(1.0 / totals[g])  # normalized once, not once per weight
@@ -822,17 +904,17 @@ def _attend_task(
 # value of each kv head with a float32 scale. Bytes read bound attention over many
 # long sequences, and the keys are what 8 bits cost quality (docs/performance.md).
 CACHE_TYPES = (("float32", "float32"), ("uint16", "uint16"), ("uint16", "int8"), ("int8", "int8"))
-_FREEZE = [f"void({k}[:, :, :, ::1], {v}[:, :, :, ::1], int64[::1], int64)" for k, v in CACHE_TYPES[2:3]]
+_FREEZE = [f"void({k}[:, :, :, ::1], int64[::1], int64)" for k, _ in CACHE_TYPES[2:3]]
 
 
 @njit(_FREEZE, cache=True, nogil=True)
-def freeze_blocks(all_keys, all_values, firsts, hd):  # pragma: no cover - compiled
-    """Freezes the blocks starting at `firsts` in every layer (a whole cache,
-    KVCache.all_keys / all_values: after a tree's accepted path moved)."""
+def freeze_blocks(all_keys, firsts, hd):  # pragma: no cover - compiled
+    """Freezes the blocks starting at `firsts` in every layer (a whole cache's keys,
+    KVCache.all_keys: after a tree's accepted path moved)."""
     for layer in range(all_keys.shape[0]):
         for b0 in firsts:
             for kv in range(all_keys.shape[1]):
-                freeze_block(all_keys[layer], all_values[layer], kv, b0, hd)
+                freeze_block(all_keys[layer], kv, b0, hd)
 
 
 _ATTEND = [
@@ -869,7 +951,7 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
     n_tasks = n_kv * n
     n_chunks = _chunks(n_tasks)
     for c in prange(n_chunks):
-        scratch = _scratch(n_q // n_kv, start + n)
+        scratch = _scratch(n_q // n_kv, start + n, hd)
         begin = c * n_tasks // n_chunks
         for task in range(begin, (c + 1) * n_tasks // n_chunks):
             r = task % n
@@ -877,14 +959,15 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
             # head's first row finds its lines not yet read (the rest ask for element 0).
             after = min(task + 1, n_tasks - 1)
             fresh = after > task and after % n == 0
-            row_len, first_a, stride = keys_t.shape[2], firsts[after % n], values.shape[2]
+            row_len, first_a = keys_t.shape[2], firsts[after % n]
             # Its float16 keys from where it stops reading frozen ones (a chain's row;
             # an ask is a hint, and a tree's deeper rows read their own).
             tail_a = max(first_a, frozen_end(keys_t, values, hd, start + after % n))
             keys_a = keys_t[after // n].reshape(-1)[(tail_a // KEY_BLOCK) * row_len :]
-            values_a = values[after // n].reshape(-1)[first_a * stride :]
+            values_a = values[after // n].reshape(-1)[first_a * hd :]
             k_last = (-(-(start + n) // KEY_BLOCK) - tail_a // KEY_BLOCK) * row_len - 1 if fresh else 0
-            v_last = (start + n - first_a) * stride - 1 if fresh else 0
+            v_last = (start + n - first_a) * hd - 1 if fresh else 0
+            f_end = frozen_end(keys_t, values, hd, start + after % n) if fresh else 0
             _attend_task(
                 q,
                 r,
@@ -904,6 +987,8 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
                 k_last,
                 values_a,
                 v_last,
+                keys_t[after // n],
+                f_end,
             )
     return out
 
@@ -946,7 +1031,7 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
     n_tasks = n_kv * rows
     n_chunks = _chunks(n_tasks)
     for c in prange(n_chunks):
-        scratch = _scratch(n_q // n_kv, longest)
+        scratch = _scratch(n_q // n_kv, longest, hd)
         begin = c * n_tasks // n_chunks
         for task in range(begin, (c + 1) * n_tasks // n_chunks):
             # A row's kv heads one after the other: their caches lie end to end, where
@@ -965,11 +1050,12 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
             fresh = after > task and row_a == bounds[s_a]
             end_a = starts[s_a] + bounds[s_a + 1] - bounds[s_a]
             keys_next, values_next = keys[s_a][layer], values[s_a][layer]
-            tail_a = frozen_end(keys_next, values_next, hd, starts[s_a] + row_a - bounds[s_a]) // KEY_BLOCK
+            f_end = frozen_end(keys_next, values_next, hd, starts[s_a] + row_a - bounds[s_a])
+            tail_a = f_end // KEY_BLOCK
             keys_a = keys_next[after % n_kv].reshape(-1)[tail_a * keys_next.shape[2] :]
             values_a = values_next[after % n_kv].reshape(-1)
             k_last = (-(-end_a // KEY_BLOCK) - tail_a) * keys_next.shape[2] - 1 if fresh else 0
-            v_last = end_a * values_next.shape[2] - 1 if fresh else 0
+            v_last = end_a * hd - 1 if fresh else 0
             _attend_task(
                 q,
                 row,
@@ -989,5 +1075,7 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
                 k_last,
                 values_a,
                 v_last,
+                keys_next[after % n_kv],
+                f_end if fresh else 0,
             )
     return out

@@ -116,7 +116,7 @@ class StackedLayers:
         segment by segment."""
         starts = np.array([seg.start for seg in segments], dtype=np.int64)
         bounds = np.cumsum([0] + [seg.n for seg in segments]).astype(np.int64)
-        hd = segments[0].cache.head_dim
+        hd = segments[0].cache.kernel_values.shape[3]
         # The weights, RoPE's tables and the sizes go in as three tuples, so that the
         # compiled functions' signatures name three structures, not twenty values.
         weights = (self.attn_norm, self.ffn_norm, *self.arrays)
@@ -210,8 +210,7 @@ def attention(
     """The attention of one block, from its q|k|v product [rows, *]: RoPE, the keys and
     values written into each segment's cache, then every segment's attention in one
     parallel loop (block_ops.attend_many's docstring). [rows, n_heads * hd]."""
-    n_kv = values[0].shape[1]
-    hd = qkv.shape[1] // (n_heads + 2 * n_kv)  # a value's row may be longer (frozen keys: KVCache)
+    n_kv, hd = values[0].shape[1], values[0].shape[3]
     v_first = (n_heads + n_kv) * hd
     q = block_ops.rope(_heads(qkv, 0, n_heads, hd), cos, sin, positions)
     k = block_ops.rope(_heads(qkv, n_heads * hd, n_kv, hd), cos, sin, positions)

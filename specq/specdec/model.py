@@ -328,39 +328,29 @@ class KVCache:
     with their keys.
 
     With float16 keys and 8-bit values (int16's cache) and a head width a multiple
-    of block_ops.FROZEN_BLOCK, each position's row of values is longer: after its hd
-    values, its share of its block's frozen keys (block_ops.freeze_block; 9 hd / 8
-    bytes), which long rows read in place of the float16 keys."""
+    of block_ops.FROZEN_WIDTH, a block of keys is longer still: after its scales, its
+    share of the frozen keys of the FROZEN_BLOCK positions it lies in
+    (block_ops.freeze_block; 9 hd / 8 bytes a position), which long rows read in
+    place of the float16 keys."""
 
     def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype: type | tuple = np.float32) -> None:
         self._cfg = cfg
         self.key_dtype, self.value_dtype = cache_types(dtype)
         self.capacity = 0
         self._rows = self.rows_per_block(cfg.head_dim, self.key_dtype, self.value_dtype)
-        self._value_row = self.value_row(cfg.head_dim, self.key_dtype, self.value_dtype)
+        self.frozen = self.keeps_frozen(cfg.head_dim, self.key_dtype, self.value_dtype)
         self._set(
             np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, self._rows * block_ops.KEY_BLOCK), dtype=self.key_dtype),
-            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, self._value_row), dtype=self.value_dtype),
+            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=self.value_dtype),
             0,
         )
         self.reserve(min(capacity, cfg.context_length))
 
-    @property
-    def head_dim(self) -> int:
-        return self._cfg.head_dim
-
-    @property
-    def frozen(self) -> bool:
-        """Whether the cache keeps frozen 8-bit keys beside its float16 ones."""
-        return self._value_row > self._cfg.head_dim
-
     @staticmethod
-    def value_row(head_dim: int, key_dtype: np.dtype, value_dtype: np.dtype) -> int:
-        """A position's row of values: hd, and with float16 keys and 8-bit values its
-        share of its block's frozen keys (when hd is a multiple of FROZEN_BLOCK)."""
-        if key_dtype == np.float16 and value_dtype == np.int8 and head_dim % block_ops.FROZEN_BLOCK == 0:
-            return head_dim + head_dim + head_dim // 8
-        return head_dim
+    def keeps_frozen(head_dim: int, key_dtype: np.dtype, value_dtype: np.dtype) -> bool:
+        """Whether a cache keeps frozen 8-bit keys beside its float16 ones: float16
+        keys, 8-bit values and a head width a multiple of FROZEN_WIDTH."""
+        return key_dtype == np.float16 and value_dtype == np.int8 and head_dim % block_ops.FROZEN_WIDTH == 0
 
     @property
     def scaled(self) -> bool:
@@ -369,12 +359,15 @@ class KVCache:
 
     @staticmethod
     def rows_per_block(head_dim: int, key_dtype: np.dtype, value_dtype: np.dtype) -> int:
-        """A block of keys' rows of KEY_BLOCK elements: the head dimension's, and with
-        8-bit values the scales' bytes."""
+        """A block of keys' rows of KEY_BLOCK elements: the head dimension's, with
+        8-bit values the scales' bytes, and the frozen keys' where it keeps them."""
         if key_dtype == np.int8 and value_dtype != np.int8:
             raise ValueError("8-bit keys need 8-bit values (their scales share the block)")
         scales = block_ops.SCALE_BYTES // (block_ops.KEY_BLOCK * key_dtype.itemsize) if value_dtype == np.int8 else 0
-        return head_dim + scales
+        frozen = 0
+        if KVCache.keeps_frozen(head_dim, key_dtype, value_dtype):
+            frozen = block_ops.frozen_bytes(head_dim) // (block_ops.KEY_BLOCK * key_dtype.itemsize)
+        return head_dim + scales + frozen
 
     @staticmethod
     def capacity_for(n_positions: int) -> int:
@@ -386,7 +379,7 @@ class KVCache:
         """What one position of a sequence's cache of `dtype` takes, every layer's."""
         keys, values = cache_types(dtype)
         key_rows = KVCache.rows_per_block(cfg.head_dim, keys, values)
-        per_head = key_rows * keys.itemsize + KVCache.value_row(cfg.head_dim, keys, values) * values.itemsize
+        per_head = key_rows * keys.itemsize + cfg.head_dim * values.itemsize
         return cfg.n_layers * cfg.n_kv_heads * per_head
 
     def _set(self, keys: np.ndarray, values: np.ndarray, capacity: int) -> None:
@@ -408,20 +401,23 @@ class KVCache:
         (key scales at [..., 0, j], value scales at [..., 1, j] for a block's
         position j): a view."""
         keys = self.all_keys if keys is None else keys
-        tail = keys[..., self._cfg.head_dim * block_ops.KEY_BLOCK :]
+        at = self._cfg.head_dim * block_ops.KEY_BLOCK
+        tail = keys[..., at : at + block_ops.SCALE_BYTES // keys.itemsize]
         return tail.view(np.float32).reshape(*keys.shape[:-1], 2, block_ops.KEY_BLOCK)
 
     def stored(self, end: int) -> tuple[np.ndarray, ...]:
         """What is stored for positions below `end`, by position: keys [L, Hkv, hd,
-        end] and values [L, Hkv, end, row] (the kernels' dtype; row: hd, and the
-        frozen keys' bytes where the cache keeps them), and with 8-bit values the
-        scales [L, Hkv, 2, end] (keys', then values')."""
+        end] and values [L, Hkv, end, hd] (the kernels' dtype), with 8-bit values the
+        scales [L, Hkv, 2, end] (keys', then values'), and where it keeps frozen keys
+        those of the whole blocks below `end` as bytes [L, Hkv, blocks, bytes]."""
         hd = self._cfg.head_dim
         blocks = self._blocks(self.kernel_keys)[..., :hd, :]  # [L, Hkv, blocks, hd, 8]
         keys = np.moveaxis(blocks, -2, -3).reshape(*blocks.shape[:2], hd, -1)[..., :end]
         parts = [keys, self.kernel_values[:, :, :end]]
         if self.scaled:
             parts.append(np.moveaxis(self._scales(), -2, -3).reshape(*blocks.shape[:2], 2, -1)[..., :end])
+        if self.frozen:
+            parts.append(frozen_shares(self.kernel_keys, self._cfg.head_dim)[:, :, : end // block_ops.FROZEN_BLOCK])
         return tuple(parts)
 
     def floats(self, layer: int, end: int) -> tuple[np.ndarray, np.ndarray]:
@@ -432,7 +428,7 @@ class KVCache:
         blocks = self._blocks(self.keys[layer])[:, :n_blocks, :hd, :]  # [Hkv, blocks, hd, 8]
         # One copy: the cast makes the transposed blocks contiguous, so the reshape is a view.
         keys = blocks.transpose(0, 2, 1, 3).astype(np.float32).reshape(blocks.shape[0], hd, -1)[:, :, :end]
-        values = self.values[layer][:, :end, :hd].astype(np.float32, copy=False)
+        values = self.values[layer][:, :end].astype(np.float32, copy=False)
         if not self.scaled:
             return keys, values
         scales = self._scales(self.keys[layer])[:, :n_blocks].transpose(0, 2, 1, 3).reshape(blocks.shape[0], 2, -1)
@@ -451,7 +447,7 @@ class KVCache:
         new_cap = self.capacity_for(min(max(n_positions, 2 * self.capacity), self._cfg.context_length))
         cfg, old = self._cfg, self.capacity
         keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap // block, self._rows * block), dtype=self.key_dtype)
-        values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, self._value_row), dtype=self.value_dtype)
+        values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, cfg.head_dim), dtype=self.value_dtype)
         keys[:, :, : old // block] = self.all_keys
         values[:, :, :old] = self.all_values
         self._set(keys, values, new_cap)
@@ -464,7 +460,7 @@ class KVCache:
         block, hd = block_ops.KEY_BLOCK, self._cfg.head_dim
         keys = self._blocks()
         keys[:, :, dst // block, :hd, dst % block] = keys[:, :, src // block, :hd, src % block]
-        self.all_values[:, :, dst, :hd] = self.all_values[:, :, src, :hd]
+        self.all_values[:, :, dst] = self.all_values[:, :, src]
         if self.scaled:
             scales = self._scales()
             scales[:, :, dst // block, :, dst % block] = scales[:, :, src // block, :, src % block]
@@ -473,22 +469,43 @@ class KVCache:
             ends = dst[dst % frozen == frozen - 1]
             if len(ends):
                 firsts = (ends - (frozen - 1)).astype(np.int64)
-                block_ops.freeze_blocks(self.kernel_keys, self.kernel_values, firsts, hd)
+                block_ops.freeze_blocks(self.kernel_keys, firsts, hd)
 
     def frozen_floats(self, layer: int, end: int) -> np.ndarray:
         """Layer `layer`'s frozen keys of the whole blocks below `end` as float32 [Hkv,
-        hd, positions] (minimum + steps x step, for BLAS)."""
-        hd, frozen = self._cfg.head_dim, block_ops.FROZEN_BLOCK
-        n_blocks, per = end // frozen, hd // frozen
-        rows = self.values[layer][:, : n_blocks * frozen].reshape(-1, n_blocks, frozen, self._value_row)
-        n_kv = rows.shape[0]
-        # Position p of a block holds channels p * per + j (j < per): their bytes, then
-        # each one's float16 minimum and step (block_ops._frozen_at).
-        steps = rows[..., hd : 2 * hd].view(np.uint8).astype(np.float32).reshape(n_kv, n_blocks, hd, frozen)
-        params = rows[..., 2 * hd : 2 * hd + 4 * per].copy().view(np.float16).astype(np.float32)
-        params = params.reshape(n_kv, n_blocks, hd, 2)
-        keys = params[..., 0:1] + steps * params[..., 1:2]  # [Hkv, blocks, hd, t]
-        return keys.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1)
+        hd, positions] (minimum + units x step, for BLAS)."""
+        shares = frozen_shares(self.keys[layer], self._cfg.head_dim)[:, : end // block_ops.FROZEN_BLOCK]
+        units, lows, steps = frozen_parts(shares, self._cfg.head_dim)
+        return lows + units * steps
+
+
+def frozen_shares(keys: np.ndarray, hd: int) -> np.ndarray:
+    """The frozen keys' bytes of a cache's keys [..., blocks of keys, row] as [...,
+    frozen blocks, bytes] (the FROZEN_SPAN blocks of keys' shares one after
+    another): a copy."""
+    at = (hd * block_ops.KEY_BLOCK * keys.itemsize + block_ops.SCALE_BYTES) // keys.itemsize
+    shares = np.ascontiguousarray(keys[..., at:]).view(np.uint8)
+    n_frozen = shares.shape[-2] // block_ops.FROZEN_SPAN
+    return shares[..., : n_frozen * block_ops.FROZEN_SPAN, :].reshape(*shares.shape[:-2], n_frozen, -1)
+
+
+def frozen_parts(shares: np.ndarray, hd: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The frozen keys' units, minima and steps [Hkv, hd, positions] as float32, from
+    one layer's frozen bytes [Hkv, frozen blocks, bytes] (frozen_shares;
+    block_ops._frozen_area: FROZEN_SPAN shares, each a quarter of the channels'
+    FROZEN_BLOCK bytes, then their steps, then their minima)."""
+    n_kv, n_blocks = shares.shape[:2]
+    span, frozen, quarter = block_ops.FROZEN_SPAN, block_ops.FROZEN_BLOCK, hd // block_ops.FROZEN_SPAN
+    shares = shares.reshape(n_kv, n_blocks, span, -1)
+    units = shares[..., : quarter * frozen].reshape(n_kv, n_blocks, hd, frozen).astype(np.float32)
+    params = shares[..., quarter * frozen :].copy().view(np.float16).astype(np.float32)
+    params = params.reshape(n_kv, n_blocks, span, 2, quarter)  # steps, then minima
+    steps, lows = (np.broadcast_to(params[..., k, :].reshape(n_kv, n_blocks, hd, 1), units.shape) for k in (0, 1))
+
+    def by_position(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1))
+
+    return by_position(units), by_position(lows), by_position(steps)
 
 
 @dataclass

@@ -626,7 +626,7 @@ def is_half(typingctx, array):  # pragma: no cover - compiled
 
 @intrinsic
 def load_u8_f32(typingctx, array, i):  # pragma: no cover - compiled
-    """The 8 bytes at array[i:] (an int8 array) as unsigned integers 0..255, in float32
+    """The 8 bytes at array[i:] (an int8 or uint8 array) as integers 0..255, in float32
     lanes (vpmovzxbd, vcvtdq2ps; exact): a KV cache's frozen 8-bit keys."""
 
     def codegen(context, builder, sig, args):
@@ -639,7 +639,8 @@ def load_u8_f32(typingctx, array, i):  # pragma: no cover - compiled
 
 @intrinsic
 def load_half(typingctx, array, i):  # pragma: no cover - compiled
-    """The float16 in the two bytes at array[i:] (an int8 array), as float32 (exact)."""
+    """The float16 in the two bytes at array[i:] (an int8 or uint8 array), as float32
+    (exact)."""
 
     def codegen(context, builder, sig, args):
         bits = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], ir.HalfType()), align=1)
@@ -649,9 +650,22 @@ def load_half(typingctx, array, i):  # pragma: no cover - compiled
 
 
 @intrinsic
+def load_halves(typingctx, array, i):  # pragma: no cover - compiled
+    """The eight float16 at bytes array[i:] (an int8 or uint8 array) as float32 lanes
+    (vcvtph2ps; exact): a frozen block's parameters."""
+
+    def codegen(context, builder, sig, args):
+        eight = ir.VectorType(ir.HalfType(), 8)
+        halves = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], eight), align=1)
+        return builder.fpext(halves, _VF)
+
+    return F32(array, i), codegen
+
+
+@intrinsic
 def store_half(typingctx, array, i, x):  # pragma: no cover - compiled
     """The float32 x rounded to float16 (to nearest even, as numpy's cast) into the
-    two bytes at array[i:] (an int8 array)."""
+    two bytes at array[i:] (an int8 or uint8 array)."""
 
     def codegen(context, builder, sig, args):
         half = builder.fptrunc(args[2], ir.HalfType())

@@ -10,7 +10,7 @@ from numba import njit
 
 from specq.specdec import block_ops, vec
 from specq.specdec.loader import load_model_and_tokenizer
-from specq.specdec.model import KVCache, Segment, cache_types
+from specq.specdec.model import KVCache, Segment, cache_types, frozen_parts, frozen_shares
 
 RNG = np.random.default_rng(0)
 
@@ -135,7 +135,8 @@ def _plain_loop_attention(
     multiply each score and each weight once (ones for a float cache: exact). Row r
     reads positions below frozen_ends[r] frozen (block_ops.freeze_block): lows,
     steps and units [n_kv, hd, capacity] by position; its score there is sum_i (q_i
-    step_i) u_i plus the constant sum_i q_i low_i, each sum from 0 in i order."""
+    step_i) u_i (from 0 in i order) plus the constant sum_i q_i low_i (eight lanes,
+    lane l summing i = l mod 8 in i order, then the lanes in order)."""
     n, n_q, hd = q.shape
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
@@ -157,12 +158,15 @@ def _plain_loop_attention(
                         raw[g, t] += qi * keys_t[kv, i, t]
             for g in range(group):
                 for t in range(frozen_ends[r]):
-                    constant, total = np.float32(0.0), np.float32(0.0)
+                    lanes, total = np.zeros(8, np.float32), np.float32(0.0)
                     for i in range(hd):
                         qi = q[r, kv * group + g, i]
-                        constant += qi * lows[kv, i, t]
+                        lanes[i % 8] += qi * lows[kv, i, t]
                         weight = qi * steps[kv, i, t]
                         total += weight * units[kv, i, t]
+                    constant = lanes[0]
+                    for lane in range(1, 8):
+                        constant += lanes[lane]
                     raw[g, t] = total + constant
             for g in range(group):
                 for t in range(end):
@@ -218,6 +222,8 @@ def _layer_cache(keys_t: np.ndarray, values: np.ndarray, dtype) -> tuple[np.ndar
     key_dtype, value_dtype = cache_types(dtype)
     blocks = -(-capacity // block_ops.KEY_BLOCK)
     rows = KVCache.rows_per_block(hd, key_dtype, value_dtype)
+    if KVCache.keeps_frozen(hd, key_dtype, value_dtype):  # none here: these tests read float16 keys throughout
+        rows -= block_ops.frozen_bytes(hd) // (block_ops.KEY_BLOCK * key_dtype.itemsize)
 
     def kernel(t: np.dtype) -> np.dtype:
         return np.dtype(np.uint16) if t == np.float16 else t
@@ -228,8 +234,10 @@ def _layer_cache(keys_t: np.ndarray, values: np.ndarray, dtype) -> tuple[np.ndar
     by_position = k.reshape(n_kv, blocks, rows, block_ops.KEY_BLOCK).transpose(0, 2, 1, 3).reshape(n_kv, rows, -1)
     key_scales = value_scales = np.ones((n_kv, capacity), np.float32)
     if value_dtype == np.int8:
-        # A block's last 64 bytes: its 8 key scales (8-bit keys), then its 8 value scales (float32).
-        scales = k[:, :, hd * block_ops.KEY_BLOCK :].copy().view(np.float32).reshape(n_kv, blocks, 2, -1)
+        # A block's 64 bytes after its keys: its 8 key scales (8-bit keys), then its 8 value scales (float32).
+        at = hd * block_ops.KEY_BLOCK * k.itemsize
+        scales = k.view(np.uint8)[:, :, at : at + block_ops.SCALE_BYTES].copy().view(np.float32)
+        scales = scales.reshape(n_kv, blocks, 2, -1)
         scales = scales.transpose(0, 2, 1, 3).reshape(n_kv, 2, -1)
         value_scales = scales[:, 1, :capacity].copy()
         if key_dtype == np.int8:
@@ -285,25 +293,9 @@ def _frozen_cache(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.
     key_t, value_t = np.dtype(np.float16), np.dtype(np.int8)
     blocks = -(-n // block_ops.KEY_BLOCK)
     k = np.zeros((n_kv, blocks, KVCache.rows_per_block(hd, key_t, value_t) * block_ops.KEY_BLOCK), np.uint16)
-    v = np.zeros((n_kv, blocks * block_ops.KEY_BLOCK, KVCache.value_row(hd, key_t, value_t)), np.int8)
+    v = np.zeros((n_kv, blocks * block_ops.KEY_BLOCK, hd), np.int8)
     block_ops.write_kv(k, v, 0, keys, values)
     return k, v
-
-
-def _frozen_parts(v: np.ndarray, hd: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The frozen blocks' units, minima and steps [n_kv, hd, positions] read from a
-    cache's rows of values (block_ops._frozen_at), whole blocks only."""
-    n_kv, frozen = v.shape[0], block_ops.FROZEN_BLOCK
-    n_blocks, per = v.shape[1] // frozen, hd // frozen
-    rows = v[:, : n_blocks * frozen].reshape(n_kv, n_blocks, frozen, -1)
-    units = rows[..., hd : 2 * hd].view(np.uint8).reshape(n_kv, n_blocks, hd, frozen).astype(np.float32)
-    params = rows[..., 2 * hd : 2 * hd + 4 * per].copy().view(np.float16).reshape(n_kv, n_blocks, hd, 1, 2)
-    params = np.broadcast_to(params.astype(np.float32), (n_kv, n_blocks, hd, frozen, 2))
-
-    def by_position(a: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1))
-
-    return by_position(units), by_position(params[..., 0]), by_position(params[..., 1])
 
 
 def test_a_whole_block_of_keys_is_frozen_per_channel_with_a_minimum():
@@ -318,7 +310,7 @@ def test_a_whole_block_of_keys_is_frozen_per_channel_with_a_minimum():
     keys[:, 1, 9] = 0.25  # a constant channel: its step is 1, every unit 0
     values = rng.standard_normal((n, n_kv, hd)).astype(np.float32)
     k, v = _frozen_cache(keys, values)
-    units, lows, steps = _frozen_parts(v, hd)
+    units, lows, steps = frozen_parts(frozen_shares(k, hd), hd)
     held = keys.astype(np.float16).astype(np.float32).transpose(1, 2, 0)  # [n_kv, hd, n]: the float16 keys
     for b0 in (0, 32):
         block = held[:, :, b0 : b0 + 32]
@@ -334,7 +326,8 @@ def test_a_whole_block_of_keys_is_frozen_per_channel_with_a_minimum():
     others = [c for c in range(hd) if c != 7]
     assert error[:, others].max() < 0.03  # one step for all channels would be about 0.8
     assert steps[1, 9, 0] == 1 and not units[1, 9, :64].any()
-    assert not v[:, 64:, hd:].any()  # positions 64..69: not a whole block yet
+    shares = k[:, 64 // block_ops.KEY_BLOCK :, hd * block_ops.KEY_BLOCK + block_ops.SCALE_BYTES // 2 :]
+    assert not shares.any()  # positions 64..69: not a whole block yet
 
 
 def _depths(visible: np.ndarray) -> np.ndarray:
@@ -365,11 +358,13 @@ def test_rows_read_frozen_keys_below_their_own_bound(start, parents, n_q):
     got = block_ops.attend(q, k, v, start, visible, np.float32(0.125), no_window, np.float32(0))
     positions = start + _depths(visible)
     ends = np.maximum(0, (positions + 1 - block_ops.FROZEN_DELAY) // block_ops.FROZEN_BLOCK) * block_ops.FROZEN_BLOCK
-    units, lows, steps = _frozen_parts(v, hd)
+    units, lows, steps = frozen_parts(frozen_shares(k, hd), hd)
     blocks = k.reshape(n_kv, k.shape[1], -1, block_ops.KEY_BLOCK)[:, :, :hd]
     keys_f32 = blocks.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1).view(np.float16).astype(np.float32)
-    values_f32 = v[:, :, :hd].astype(np.float32)
-    scales = k[:, :, hd * block_ops.KEY_BLOCK :].copy().view(np.float32).reshape(n_kv, -1, 2, block_ops.KEY_BLOCK)
+    values_f32 = v.astype(np.float32)
+    at = hd * block_ops.KEY_BLOCK
+    scales = k[:, :, at : at + block_ops.SCALE_BYTES // 2].copy().view(np.float32)
+    scales = scales.reshape(n_kv, -1, 2, block_ops.KEY_BLOCK)
     value_scales = np.ascontiguousarray(scales[:, :, 1].reshape(n_kv, -1))
     ones = np.ones_like(value_scales)
     want = _plain_loop_attention(

@@ -10,7 +10,7 @@ import pytest
 
 from specq.specdec import block_ops, int8
 from specq.specdec.loader import load_model_and_tokenizer
-from specq.specdec.model import Segment
+from specq.specdec.model import Segment, frozen_shares
 
 pytestmark = pytest.mark.skipif(not int8.AVAILABLE, reason="the integer precisions need AVX2")
 
@@ -19,9 +19,9 @@ N_PROMPT, N = 20, 150
 
 @pytest.fixture(scope="module")
 def model(toy_model_file):
-    """A toy with int16's compiled stack (Q4_1) and heads 32 wide, three query heads a
+    """A toy with int16's compiled stack (Q4_1) and heads 64 wide, three query heads a
     kv head: its cache keeps frozen keys."""
-    path = toy_model_file(tensor_type="Q4_1", embedding_type="Q8_0", n_heads=6, n_kv_heads=2, head_dim=32)
+    path = toy_model_file(tensor_type="Q4_1", embedding_type="Q8_0", n_heads=6, n_kv_heads=2, head_dim=64)
     return load_model_and_tokenizer(path, "int16")[0]
 
 
@@ -44,12 +44,11 @@ def stepped(model, ids):
 def test_the_cache_freezes_whole_blocks_and_rows_read_them(model, stepped):
     _, cache = stepped
     assert cache.frozen
-    values = cache.stored(N)[1]  # [L, Hkv, N, row]
-    hd = model.config.head_dim
-    whole = (N - 1) // block_ops.FROZEN_BLOCK * block_ops.FROZEN_BLOCK  # the last position is never stored
-    assert values.shape[-1] > hd
-    assert values[:, :, :whole, hd:].any(axis=(0, 1, 3)).all()  # every whole block's rows hold frozen bytes
-    assert not values[:, :, whole:, hd:].any()
+    shares = frozen_shares(cache.kernel_keys, model.config.head_dim)  # [L, Hkv, frozen blocks, bytes]
+    whole = (N - 1) // block_ops.FROZEN_BLOCK  # the last position is never stored
+    assert shares.shape[2] > whole
+    assert shares[:, :, :whole].any(axis=(0, 1, 3)).all()  # every whole block holds frozen bytes
+    assert not shares[:, :, whole:].any()
 
 
 def test_verifications_give_each_row_its_steps_bits(model, ids, stepped):
