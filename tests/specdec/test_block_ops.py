@@ -423,13 +423,12 @@ def _asks_end(q, keys, end, raw, kept, slots, values, out, ahead_k, ahead_v, k_l
     multiple of 32, else -1) _weighted_values3, for query heads 0 to 2 of row 0.
     One compiled function, not four: each took 15 s to compile."""
     m = slots.shape[0]
-    hd = q.shape[2]
     three = block_ops._scores3(q, 0, 0, keys, 0, end, raw, 0, ahead_k, 0, k_last)
     alone = block_ops._scores(q, 0, 0, keys, 0, end, raw, 0, ahead_k, 0, k_last)
-    values1 = block_ops._weighted_values(kept, 0, slots, m, values, hd, out, 0, 0, ahead_v, 0, v_last)
+    values1 = block_ops._weighted_values(kept, 0, slots, m, values, out, 0, 0, ahead_v, 0, v_last)
     values3 = -1
-    if hd % 32 == 0:
-        values3 = block_ops._weighted_values3(kept, 0, slots, m, values, hd, out, 0, 0, ahead_v, 0, v_last)
+    if values.shape[1] % 32 == 0:
+        values3 = block_ops._weighted_values3(kept, 0, slots, m, values, out, 0, 0, ahead_v, 0, v_last)
     return three, alone, values1, values3
 
 
