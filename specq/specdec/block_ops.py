@@ -558,16 +558,25 @@ def store_position(cache_k, cache_v, kv, slot, key, value):  # pragma: no cover 
 # nothing measurable (scripts/probe_key_scales.py: 99.59% at int16, as float16 keys).
 # So once a block of FROZEN_BLOCK positions is whole, each channel's FROZEN_BLOCK keys
 # are stored again as 0..255 steps above a float16 minimum, in float16 steps
-# (freeze_block), in each block of keys after its scales (_frozen_area), and a row at
-# position p reads a block frozen when the block ended FROZEN_DELAY positions before
-# p or earlier, its float16 keys otherwise. The rule depends on p alone, so a row has
-# the same bits alone, in a verification, in a tree or in a prefill of any split. The
-# delay keeps every frozen block a row reads before its segment: a tree's rows (up
-# to FROZEN_DELAY deep) never read a block holding the tree's slots, and a block
-# holding drafts that were then rejected is frozen again when its last position is
-# stored again, before any row reads it frozen.
+# (freeze_block), and a row at position p reads a block frozen when the block ended
+# FROZEN_DELAY positions before p or earlier, its float16 keys otherwise. The rule
+# depends on p alone, so a row has the same bits alone, in a verification, in a tree
+# or in a prefill of any split. The delay keeps every frozen block a row reads before
+# its segment: a tree's rows (up to FROZEN_DELAY deep) never read a block holding the
+# tree's slots, and a block holding drafts that were then rejected is frozen again
+# when its last position is stored again, before any row reads it frozen.
+#
+# A kv head's frozen blocks lie one after another after its rows of values (the
+# values array has FROZEN_ROWS rows of hd bytes more per FROZEN_BLOCK positions of
+# capacity: frozen_area), each block's bytes in one piece: every channel's
+# FROZEN_BLOCK units, then the channels' float16 steps, then their float16 minima.
+# Frozen blocks spread among the blocks of keys, or in rows of values widened for
+# them, made attention slower than float16 keys: the float16 reads then skip bytes
+# that the CPU fetched anyway (docs/performance.md).
 FROZEN_BLOCK = 32
 FROZEN_DELAY = 32
+FROZEN_ROWS = FROZEN_BLOCK + 4
+FROZEN_WIDTH = 8  # the parameters are read eight at a time (_fold)
 
 
 @njit(inline="always")
@@ -576,57 +585,48 @@ def frozen_blocks(position):  # pragma: no cover - compiled
     return max(0, (position + 1 - FROZEN_DELAY) // FROZEN_BLOCK)
 
 
-# Head widths a multiple of FROZEN_WIDTH keep frozen keys (KVCache.keeps_frozen):
-# each of the FROZEN_SPAN blocks of keys a frozen block spans then holds a whole
-# number of vectors of its channels' parameters.
-FROZEN_WIDTH = 64
-FROZEN_SPAN = FROZEN_BLOCK // KEY_BLOCK
-
-
-@njit(cache=True)
-def frozen_bytes(hd):  # pragma: no cover - compiled
-    """The bytes a block of keys holds after its scales, where it keeps frozen keys:
-    a quarter of its frozen block's channels, FROZEN_BLOCK bytes each, then their
-    float16 steps and their float16 minima."""
-    return hd // FROZEN_SPAN * (FROZEN_BLOCK + 4)
+def frozen_rows(capacity: int) -> int:
+    """The rows of hd bytes the frozen blocks of a cache of `capacity` positions take
+    after its values (model.KVCache)."""
+    return capacity // FROZEN_BLOCK * FROZEN_ROWS
 
 
 @njit(inline="always")
-def has_frozen_keys(keys, values, hd):  # pragma: no cover - compiled
-    """Whether a layer's cache (or one kv head's) keeps frozen keys: float16 keys and
-    8-bit values (a constant once compiled) with blocks of keys longer than their
-    keys and scales (KVCache makes them so)."""
-    row = keys.shape[keys.ndim - 1]
-    return vec.is_half(keys) and vec.scaled(values) and row > hd * KEY_BLOCK + SCALE_BYTES // keys.itemsize
+def has_frozen_keys(keys, values):  # pragma: no cover - compiled
+    """Whether a layer's cache keeps frozen keys: float16 keys and 8-bit values (a
+    constant once compiled) with rows of values beyond its positions (KVCache makes
+    them so)."""
+    return vec.is_half(keys) and vec.scaled(values) and values.shape[1] > keys.shape[1] * KEY_BLOCK
 
 
 @njit(inline="always")
-def _frozen_area(keys, hd, b0, channel):  # pragma: no cover - compiled
-    """Where the frozen block starting at position b0 keeps channel `channel`, in
-    bytes of one kv head's keys [blocks, row]: (its FROZEN_BLOCK bytes, its float16
-    step, its float16 minimum). Block of keys b0 / KEY_BLOCK
-    + k holds the channels k * hd / FROZEN_SPAN .. after its scales, so that the
-    frozen keys stream with the float16 ones and the values keep their rows of hd."""
-    quarter = hd // FROZEN_SPAN
-    block = b0 // KEY_BLOCK + channel // quarter
-    area = block * keys.shape[1] * keys.itemsize + hd * KEY_BLOCK * keys.itemsize + SCALE_BYTES
-    j = channel % quarter
-    steps = area + FROZEN_BLOCK * quarter
-    return area + FROZEN_BLOCK * j, steps + 2 * j, steps + 2 * quarter + 2 * j
+def frozen_area(keys, values, kv):  # pragma: no cover - compiled
+    """Kv head kv's frozen blocks as bytes, from a layer's keys [Hkv, blocks, row] and
+    values [Hkv, rows, hd]: its values' rows after the cache's positions (empty in a
+    cache without)."""
+    hd = values.shape[2]
+    return values[kv].reshape(-1).view(np.uint8)[keys.shape[1] * KEY_BLOCK * hd :]
 
 
 @njit(inline="always")
-def freeze_block(cache_k, kv, b0, hd):  # pragma: no cover - compiled
+def _block_at(hd, b0):  # pragma: no cover - compiled
+    """Where the frozen block starting at position b0 begins in a frozen_area."""
+    return b0 // FROZEN_BLOCK * FROZEN_ROWS * hd
+
+
+@njit(inline="always")
+def freeze_block(cache_k, cache_v, kv, b0, hd):  # pragma: no cover - compiled
     """Freezes the keys of positions b0 .. b0 + FROZEN_BLOCK - 1 of kv head kv (a
-    layer's cache of keys): per channel, the smallest key rounded to float16 is the
-    minimum, (largest - minimum) / 255 rounded to float16 the step (1 where that is
-    0), and each key the nearest whole number of steps above the minimum, 0..255.
-    Every path freezes through here, compiled without fastmath, so the bits never
-    depend on the path."""
+    layer's cache): per channel, the smallest key rounded to float16 is the minimum,
+    (largest - minimum) / 255 rounded to float16 the step (1 where that is 0), and
+    each key the nearest whole number of steps above the minimum, 0..255. Every path
+    freezes through here, compiled without fastmath, so the bits never depend on the
+    path."""
     keys = cache_k[kv]
-    target = keys.reshape(-1).view(np.uint8)
+    target = frozen_area(cache_k, cache_v, kv)
+    at = _block_at(hd, b0)
     for c in range(hd):
-        at, step_at, low_at = _frozen_area(keys, hd, b0, c)
+        step_at, low_at = at + FROZEN_BLOCK * hd + 2 * c, at + (FROZEN_BLOCK + 2) * hd + 2 * c
         low, high = np.float32(np.inf), np.float32(-np.inf)
         for t in range(FROZEN_BLOCK):
             p = b0 + t
@@ -643,50 +643,42 @@ def freeze_block(cache_k, kv, b0, hd):  # pragma: no cover - compiled
             p = b0 + t
             key = vec.as_f32(keys[p // KEY_BLOCK, c * KEY_BLOCK + p % KEY_BLOCK])
             u = min(max(np.rint((key - low) / step), np.float32(0.0)), np.float32(255.0))
-            target[at + t] = np.uint8(u)
+            target[at + FROZEN_BLOCK * c + t] = np.uint8(u)
 
 
 @njit(inline="always")
 def freeze_stored(cache_k, cache_v, start, n, hd):  # pragma: no cover - compiled
     """After slots start .. start + n - 1 were stored: freezes each block whose last
     slot was among them (its earlier slots were stored before it)."""
-    if has_frozen_keys(cache_k, cache_v, hd):
+    if has_frozen_keys(cache_k, cache_v):
         for slot in range(start, start + n):
             if slot % FROZEN_BLOCK == FROZEN_BLOCK - 1:
                 for kv in range(cache_k.shape[0]):
-                    freeze_block(cache_k, kv, slot - (FROZEN_BLOCK - 1), hd)
+                    freeze_block(cache_k, cache_v, kv, slot - (FROZEN_BLOCK - 1), hd)
 
 
 @njit(inline="always")
-def _ask_frozen(keys, hd, b0):  # pragma: no cover - compiled
-    """Asks for the lines of the frozen block at b0 of one kv head's keys (its
-    FROZEN_SPAN shares; vec.prefetch, never waiting). A frozen block's bytes lie in
-    pieces between float16 keys, and the CPU's own prefetchers left the frozen scores
-    waiting on memory: attention over 32 sequences of 500 positions took twice the
-    time of float16 keys read with their asks (_ask)."""
-    flat = keys.reshape(-1).view(np.uint8)
-    share = frozen_bytes(hd) // FROZEN_SPAN
-    for k in range(FROZEN_SPAN):
-        at = _frozen_area(keys, hd, b0, k * (hd // FROZEN_SPAN))[0]
-        for e in range(0, share, 64):
-            vec.prefetch(flat, at + e)
+def _ask_frozen(area, hd, b0):  # pragma: no cover - compiled
+    """Asks for the lines of the frozen block at b0 of a frozen_area (vec.prefetch,
+    never waiting), as _ask does for float16 keys."""
+    at = _block_at(hd, b0)
+    for e in range(0, FROZEN_ROWS * hd, 64):
+        vec.prefetch(area, at + e)
 
 
 @njit(inline="always")
-def _fold(q, r, h, heads, keys, b0, folded, lanes):  # pragma: no cover - compiled
-    """For query heads h .. h + heads - 1 and the frozen block at b0 (keys: one kv
-    head's [blocks, row]): folded[k, i] = q_i step_i (one rounding), and returns the
+def _fold(q, r, h, heads, area, b0, folded, lanes):  # pragma: no cover - compiled
+    """For query heads h .. h + heads - 1 and the frozen block at b0 (area: one kv
+    head's frozen_area): folded[k, i] = q_i step_i (one rounding), and returns the
     constants sum_i q_i minimum_i (lane l one fused multiply-add per i = l mod 8, in
     i order, from 0; then the eight lanes added in lane order). Once a block, not
     once a position: the scores' inner loop then multiplies units by folded queries
-    alone (with the step in that loop, the frozen form took longer than float16
-    keys)."""
+    alone."""
     hd = q.shape[2]
-    flat = keys.reshape(-1).view(np.uint8)
+    steps = _block_at(hd, b0) + FROZEN_BLOCK * hd
     c0, c1, c2 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
     for i in range(0, hd, 8):
-        _, step_at, low_at = _frozen_area(keys, hd, b0, i)
-        step, low = vec.load_halves(flat, step_at), vec.load_halves(flat, low_at)
+        step, low = vec.load_halves(area, steps + 2 * i), vec.load_halves(area, steps + 2 * hd + 2 * i)
         query = vec.load_f32(q[r, h], i)
         vec.store_f32(folded[0], i, vec.mul(query, step))
         c0 = vec.fma(query, low, c0)
@@ -711,38 +703,35 @@ def _lane_total(v, lanes):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
-def _frozen_scores3(q, r, h, keys, begin, end, raw, g, folded, lanes, ahead, ahead_end):  # pragma: no cover - compiled
+def _frozen_scores3(q, r, h, area, begin, end, raw, g, folded, lanes, ahead, ahead_end):  # pragma: no cover - compiled
     """raw[g + k, t] for query heads h + k (k = 0, 1, 2) over the frozen blocks from
-    position `begin` to `end` (whole blocks), keys one kv head's [blocks, row]: per
+    position `begin` to `end` (whole blocks), area one kv head's frozen_area: per
     block and head, the folded query and constant c (_fold), then per position sum_i
     folded_i u_i (one fused multiply-add per i, in i order, from 0), plus c. Each of
     the three heads gets _frozen_scores' operations, so its bits. Asks for the next
-    task's frozen blocks below ahead_end (ahead: its kv head's keys), one a block,
-    as _scores asks for its float16 keys."""
+    task's frozen blocks below ahead_end (ahead: its frozen_area), one a block, as
+    _scores asks for its float16 keys."""
     hd = q.shape[2]
-    quarter = hd // FROZEN_SPAN
-    flat = keys.reshape(-1).view(np.uint8)
     w0, w1, w2 = folded[0], folded[1], folded[2]
     one = vec.splat_f32(np.float32(1.0))
     for b0 in range(begin, end, FROZEN_BLOCK):
         if b0 < ahead_end:
             _ask_frozen(ahead, hd, b0)
-        c0, c1, c2 = _fold(q, r, h, 3, keys, b0, folded, lanes)
+        c0, c1, c2 = _fold(q, r, h, 3, area, b0, folded, lanes)
         a00, a01, a02, a03 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         a10, a11, a12, a13 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         a20, a21, a22, a23 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
-        for i0 in range(0, hd, quarter):
-            data = _frozen_area(keys, hd, b0, i0)[0]
-            for i in range(i0, i0 + quarter):
-                u0, u1 = vec.load_u8_f32(flat, data), vec.load_u8_f32(flat, data + 8)
-                u2, u3 = vec.load_u8_f32(flat, data + 16), vec.load_u8_f32(flat, data + 24)
-                w = vec.broadcast_f32(w0, i)
-                a00, a01, a02, a03 = vec.fma(w, u0, a00), vec.fma(w, u1, a01), vec.fma(w, u2, a02), vec.fma(w, u3, a03)
-                w = vec.broadcast_f32(w1, i)
-                a10, a11, a12, a13 = vec.fma(w, u0, a10), vec.fma(w, u1, a11), vec.fma(w, u2, a12), vec.fma(w, u3, a13)
-                w = vec.broadcast_f32(w2, i)
-                a20, a21, a22, a23 = vec.fma(w, u0, a20), vec.fma(w, u1, a21), vec.fma(w, u2, a22), vec.fma(w, u3, a23)
-                data += FROZEN_BLOCK
+        data = _block_at(hd, b0)
+        for i in range(hd):
+            u0, u1 = vec.load_u8_f32(area, data), vec.load_u8_f32(area, data + 8)
+            u2, u3 = vec.load_u8_f32(area, data + 16), vec.load_u8_f32(area, data + 24)
+            w = vec.broadcast_f32(w0, i)
+            a00, a01, a02, a03 = vec.fma(w, u0, a00), vec.fma(w, u1, a01), vec.fma(w, u2, a02), vec.fma(w, u3, a03)
+            w = vec.broadcast_f32(w1, i)
+            a10, a11, a12, a13 = vec.fma(w, u0, a10), vec.fma(w, u1, a11), vec.fma(w, u2, a12), vec.fma(w, u3, a13)
+            w = vec.broadcast_f32(w2, i)
+            a20, a21, a22, a23 = vec.fma(w, u0, a20), vec.fma(w, u1, a21), vec.fma(w, u2, a22), vec.fma(w, u3, a23)
+            data += FROZEN_BLOCK
         for k, c, (s0, s1, s2, s3) in (
             (0, c0, (a00, a01, a02, a03)),
             (1, c1, (a10, a11, a12, a13)),
@@ -758,27 +747,24 @@ def _frozen_scores3(q, r, h, keys, begin, end, raw, g, folded, lanes, ahead, ahe
 
 
 @njit(inline="always")
-def _frozen_scores(q, r, h, keys, begin, end, raw, g, folded, lanes, ahead, ahead_end):  # pragma: no cover - compiled
+def _frozen_scores(q, r, h, area, begin, end, raw, g, folded, lanes, ahead, ahead_end):  # pragma: no cover - compiled
     """_frozen_scores3 for query head h alone (raw[g])."""
     hd = q.shape[2]
-    quarter = hd // FROZEN_SPAN
-    flat = keys.reshape(-1).view(np.uint8)
     weights = folded[0]
     one = vec.splat_f32(np.float32(1.0))
     for b0 in range(begin, end, FROZEN_BLOCK):
         if b0 < ahead_end:
             _ask_frozen(ahead, hd, b0)
-        c = _fold(q, r, h, 1, keys, b0, folded, lanes)[0]
+        c = _fold(q, r, h, 1, area, b0, folded, lanes)[0]
         a0, a1, a2, a3 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
-        for i0 in range(0, hd, quarter):
-            data = _frozen_area(keys, hd, b0, i0)[0]
-            for i in range(i0, i0 + quarter):
-                w = vec.broadcast_f32(weights, i)
-                a0 = vec.fma(w, vec.load_u8_f32(flat, data), a0)
-                a1 = vec.fma(w, vec.load_u8_f32(flat, data + 8), a1)
-                a2 = vec.fma(w, vec.load_u8_f32(flat, data + 16), a2)
-                a3 = vec.fma(w, vec.load_u8_f32(flat, data + 24), a3)
-                data += FROZEN_BLOCK
+        data = _block_at(hd, b0)
+        for i in range(hd):
+            w = vec.broadcast_f32(weights, i)
+            a0 = vec.fma(w, vec.load_u8_f32(area, data), a0)
+            a1 = vec.fma(w, vec.load_u8_f32(area, data + 8), a1)
+            a2 = vec.fma(w, vec.load_u8_f32(area, data + 16), a2)
+            a3 = vec.fma(w, vec.load_u8_f32(area, data + 24), a3)
+            data += FROZEN_BLOCK
         constant = vec.splat_f32(c)
         out = raw[g]
         vec.store_f32(out, b0, vec.fma(one, a0, constant))
@@ -790,9 +776,9 @@ def _frozen_scores(q, r, h, keys, begin, end, raw, g, folded, lanes, ahead, ahea
 
 
 @njit(inline="always")
-def frozen_end(keys, values, hd, position):  # pragma: no cover - compiled
+def frozen_end(keys, values, position):  # pragma: no cover - compiled
     """Where a row at `position` stops reading frozen keys (0 in a cache without)."""
-    if has_frozen_keys(keys, values, hd):
+    if has_frozen_keys(keys, values):
         return frozen_blocks(position) * FROZEN_BLOCK
     return 0
 
@@ -840,8 +826,8 @@ def _attend_task(
     previous chunk, may have run on the other thread or not yet; the tasks after it
     find their lines asked for by the task before, _ask, and a segment's later rows
     find them read by its first). Its loops ask for the next task's keys (ahead_k, elements 0
-    to k_last), values (ahead_v, 0 to v_last) and frozen blocks (ahead_f: its kv head's
-    keys, below position f_end)."""
+    to k_last), values (ahead_v, 0 to v_last) and frozen blocks (ahead_f: its
+    frozen_area, below position f_end)."""
     n_q, hd = q.shape[1], q.shape[2]
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
@@ -859,25 +845,26 @@ def _attend_task(
     # the segment rows it sees. A sliding window never hides one of them here: models
     # with windows (512 positions and more) send `attend` segments of fewer than
     # matmul.BULK_ROWS rows, and longer ones to BLAS (model._attend).
-    frozen = frozen_end(keys_t, values, hd, start + m - (start - first) - 1)
+    frozen = frozen_end(keys_t, values, start + m - (start - first) - 1)
     below = (first // FROZEN_BLOCK) * FROZEN_BLOCK  # frozen blocks a window hides are not read
+    area = frozen_area(keys_t, values, kv)
     if warm:
         row_len = keys_t.shape[2]
         tail = max(first, frozen)
         _warm(keys_t[kv].reshape(-1), (tail // KEY_BLOCK) * row_len, -(-end // KEY_BLOCK) * row_len)
         for b0 in range(below, frozen, FROZEN_BLOCK):
-            _ask_frozen(keys_t[kv], hd, b0)
+            _ask_frozen(area, hd, b0)
     g = 0
     while g + 3 <= group:
         if frozen > below:
             f_asked = f_end if g == 0 else 0
-            _frozen_scores3(q, r, kv * group + g, keys_t[kv], below, frozen, raw, g, folded, lanes, ahead_f, f_asked)
+            _frozen_scores3(q, r, kv * group + g, area, below, frozen, raw, g, folded, lanes, ahead_f, f_asked)
         _scores3(q, r, kv * group + g, keys_t[kv], frozen, end, raw, g, ahead_k, 0, k_last)
         g += 3
     for g in range(g, group):
         if frozen > below:
             f_asked = f_end if g == 0 else 0
-            _frozen_scores(q, r, kv * group + g, keys_t[kv], below, frozen, raw, g, folded, lanes, ahead_f, f_asked)
+            _frozen_scores(q, r, kv * group + g, area, below, frozen, raw, g, folded, lanes, ahead_f, f_asked)
         _scores(q, r, kv * group + g, keys_t[kv], frozen, end, raw, g, ahead_k, 0, k_last)
     for g in range(group):
         totals[g] = _softmax_weights(raw[g], kept[g], slots, first, start, m, scale, cap, pow2)
@@ -904,17 +891,17 @@ def _attend_task(
 # value of each kv head with a float32 scale. Bytes read bound attention over many
 # long sequences, and the keys are what 8 bits cost quality (docs/performance.md).
 CACHE_TYPES = (("float32", "float32"), ("uint16", "uint16"), ("uint16", "int8"), ("int8", "int8"))
-_FREEZE = [f"void({k}[:, :, :, ::1], int64[::1], int64)" for k, _ in CACHE_TYPES[2:3]]
+_FREEZE = [f"void({k}[:, :, :, ::1], {v}[:, :, :, ::1], int64[::1], int64)" for k, v in CACHE_TYPES[2:3]]
 
 
 @njit(_FREEZE, cache=True, nogil=True)
-def freeze_blocks(all_keys, firsts, hd):  # pragma: no cover - compiled
-    """Freezes the blocks starting at `firsts` in every layer (a whole cache's keys,
-    KVCache.all_keys: after a tree's accepted path moved)."""
+def freeze_blocks(all_keys, all_values, firsts, hd):  # pragma: no cover - compiled
+    """Freezes the blocks starting at `firsts` in every layer (a whole cache,
+    KVCache.all_keys and all_values: after a tree's accepted path moved)."""
     for layer in range(all_keys.shape[0]):
         for b0 in firsts:
             for kv in range(all_keys.shape[1]):
-                freeze_block(all_keys[layer], kv, b0, hd)
+                freeze_block(all_keys[layer], all_values[layer], kv, b0, hd)
 
 
 _ATTEND = [
@@ -930,7 +917,7 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
 
     q [n, Hq, hd]; keys_t [Hkv, capacity / KEY_BLOCK, rows * KEY_BLOCK] (blocks of
     positions, each dimension-major: a block's positions are the vector lanes) and
-    values [Hkv, capacity, row] (row: hd, then any frozen keys' bytes; KVCache), the
+    values [Hkv, rows, hd] (capacity rows, then any frozen blocks'; KVCache), the
     segment's own keys and values already written at
     slots start..start+n-1; visible [n, n] bool: may row i see row j of the
     segment; firsts [n]: the first cache position row i sees (0, or the start of a
@@ -962,12 +949,12 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
             row_len, first_a = keys_t.shape[2], firsts[after % n]
             # Its float16 keys from where it stops reading frozen ones (a chain's row;
             # an ask is a hint, and a tree's deeper rows read their own).
-            tail_a = max(first_a, frozen_end(keys_t, values, hd, start + after % n))
+            tail_a = max(first_a, frozen_end(keys_t, values, start + after % n))
             keys_a = keys_t[after // n].reshape(-1)[(tail_a // KEY_BLOCK) * row_len :]
             values_a = values[after // n].reshape(-1)[first_a * hd :]
             k_last = (-(-(start + n) // KEY_BLOCK) - tail_a // KEY_BLOCK) * row_len - 1 if fresh else 0
             v_last = (start + n - first_a) * hd - 1 if fresh else 0
-            f_end = frozen_end(keys_t, values, hd, start + after % n) if fresh else 0
+            f_end = frozen_end(keys_t, values, start + after % n) if fresh else 0
             _attend_task(
                 q,
                 r,
@@ -987,7 +974,7 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
                 k_last,
                 values_a,
                 v_last,
-                keys_t[after // n],
+                frozen_area(keys_t, values, after // n),
                 f_end,
             )
     return out
@@ -1050,7 +1037,7 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
             fresh = after > task and row_a == bounds[s_a]
             end_a = starts[s_a] + bounds[s_a + 1] - bounds[s_a]
             keys_next, values_next = keys[s_a][layer], values[s_a][layer]
-            f_end = frozen_end(keys_next, values_next, hd, starts[s_a] + row_a - bounds[s_a])
+            f_end = frozen_end(keys_next, values_next, starts[s_a] + row_a - bounds[s_a])
             tail_a = f_end // KEY_BLOCK
             keys_a = keys_next[after % n_kv].reshape(-1)[tail_a * keys_next.shape[2] :]
             values_a = values_next[after % n_kv].reshape(-1)
@@ -1075,7 +1062,7 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
                 k_last,
                 values_a,
                 v_last,
-                keys_next[after % n_kv],
+                frozen_area(keys_next, values_next, after % n_kv),
                 f_end if fresh else 0,
             )
     return out

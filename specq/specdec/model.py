@@ -328,10 +328,10 @@ class KVCache:
     with their keys.
 
     With float16 keys and 8-bit values (int16's cache) and a head width a multiple
-    of block_ops.FROZEN_WIDTH, a block of keys is longer still: after its scales, its
-    share of the frozen keys of the FROZEN_BLOCK positions it lies in
-    (block_ops.freeze_block; 9 hd / 8 bytes a position), which long rows read in
-    place of the float16 keys."""
+    of block_ops.FROZEN_WIDTH, each kv head's values have more rows after its
+    `capacity` positions: block_ops.FROZEN_ROWS for each FROZEN_BLOCK positions, the
+    frozen keys (block_ops.freeze_block; 9 hd / 8 bytes a position), which long rows
+    read in place of the float16 keys (block_ops.frozen_area)."""
 
     def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype: type | tuple = np.float32) -> None:
         self._cfg = cfg
@@ -339,11 +339,7 @@ class KVCache:
         self.capacity = 0
         self._rows = self.rows_per_block(cfg.head_dim, self.key_dtype, self.value_dtype)
         self.frozen = self.keeps_frozen(cfg.head_dim, self.key_dtype, self.value_dtype)
-        self._set(
-            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, self._rows * block_ops.KEY_BLOCK), dtype=self.key_dtype),
-            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=self.value_dtype),
-            0,
-        )
+        self._set(*self._arrays(0), 0)
         self.reserve(min(capacity, cfg.context_length))
 
     @staticmethod
@@ -359,15 +355,12 @@ class KVCache:
 
     @staticmethod
     def rows_per_block(head_dim: int, key_dtype: np.dtype, value_dtype: np.dtype) -> int:
-        """A block of keys' rows of KEY_BLOCK elements: the head dimension's, with
-        8-bit values the scales' bytes, and the frozen keys' where it keeps them."""
+        """A block of keys' rows of KEY_BLOCK elements: the head dimension's, and with
+        8-bit values the scales' bytes."""
         if key_dtype == np.int8 and value_dtype != np.int8:
             raise ValueError("8-bit keys need 8-bit values (their scales share the block)")
         scales = block_ops.SCALE_BYTES // (block_ops.KEY_BLOCK * key_dtype.itemsize) if value_dtype == np.int8 else 0
-        frozen = 0
-        if KVCache.keeps_frozen(head_dim, key_dtype, value_dtype):
-            frozen = block_ops.frozen_bytes(head_dim) // (block_ops.KEY_BLOCK * key_dtype.itemsize)
-        return head_dim + scales + frozen
+        return head_dim + scales
 
     @staticmethod
     def capacity_for(n_positions: int) -> int:
@@ -380,12 +373,24 @@ class KVCache:
         keys, values = cache_types(dtype)
         key_rows = KVCache.rows_per_block(cfg.head_dim, keys, values)
         per_head = key_rows * keys.itemsize + cfg.head_dim * values.itemsize
+        if KVCache.keeps_frozen(cfg.head_dim, keys, values):
+            per_head += cfg.head_dim * block_ops.FROZEN_ROWS // block_ops.FROZEN_BLOCK
         return cfg.n_layers * cfg.n_kv_heads * per_head
+
+    def _arrays(self, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+        """Zeroed keys and values for `capacity` positions (a multiple of KEY_BLOCK),
+        with room for the frozen keys where the cache keeps them."""
+        cfg, block = self._cfg, block_ops.KEY_BLOCK
+        rows = capacity + (block_ops.frozen_rows(capacity) if self.frozen else 0)
+        return (
+            np.zeros((cfg.n_layers, cfg.n_kv_heads, capacity // block, self._rows * block), dtype=self.key_dtype),
+            np.zeros((cfg.n_layers, cfg.n_kv_heads, rows, cfg.head_dim), dtype=self.value_dtype),
+        )
 
     def _set(self, keys: np.ndarray, values: np.ndarray, capacity: int) -> None:
         self.all_keys, self.all_values, self.capacity = keys, values, capacity
         self.keys: list[np.ndarray] = list(keys)  # per layer [Hkv, capacity / 8, rows * 8]
-        self.values: list[np.ndarray] = list(values)  # per layer [Hkv, capacity, hd]
+        self.values: list[np.ndarray] = list(values)  # per layer [Hkv, capacity (+ frozen rows), hd]
         self.kernel_keys, self.kernel_values = (
             keys.view(_kernel_type(keys.dtype)),
             values.view(_kernel_type(values.dtype)),
@@ -417,7 +422,7 @@ class KVCache:
         if self.scaled:
             parts.append(np.moveaxis(self._scales(), -2, -3).reshape(*blocks.shape[:2], 2, -1)[..., :end])
         if self.frozen:
-            parts.append(frozen_shares(self.kernel_keys, self._cfg.head_dim)[:, :, : end // block_ops.FROZEN_BLOCK])
+            parts.append(frozen_shares(self.kernel_values, self.capacity)[:, :, : end // block_ops.FROZEN_BLOCK])
         return tuple(parts)
 
     def floats(self, layer: int, end: int) -> tuple[np.ndarray, np.ndarray]:
@@ -443,13 +448,13 @@ class KVCache:
             )
         if n_positions <= self.capacity:
             return
-        block = block_ops.KEY_BLOCK
         new_cap = self.capacity_for(min(max(n_positions, 2 * self.capacity), self._cfg.context_length))
-        cfg, old = self._cfg, self.capacity
-        keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap // block, self._rows * block), dtype=self.key_dtype)
-        values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, cfg.head_dim), dtype=self.value_dtype)
-        keys[:, :, : old // block] = self.all_keys
-        values[:, :, :old] = self.all_values
+        old = self.capacity
+        keys, values = self._arrays(new_cap)
+        keys[:, :, : old // block_ops.KEY_BLOCK] = self.all_keys
+        values[:, :, :old] = self.all_values[:, :, :old]
+        if self.frozen:  # the frozen blocks follow the positions
+            values[:, :, new_cap : new_cap + block_ops.frozen_rows(old)] = self.all_values[:, :, old:]
         self._set(keys, values, new_cap)
 
     def move(self, sources: Sequence[int], targets: Sequence[int]) -> None:
@@ -469,38 +474,36 @@ class KVCache:
             ends = dst[dst % frozen == frozen - 1]
             if len(ends):
                 firsts = (ends - (frozen - 1)).astype(np.int64)
-                block_ops.freeze_blocks(self.kernel_keys, firsts, hd)
+                block_ops.freeze_blocks(self.kernel_keys, self.kernel_values, firsts, hd)
 
     def frozen_floats(self, layer: int, end: int) -> np.ndarray:
         """Layer `layer`'s frozen keys of the whole blocks below `end` as float32 [Hkv,
         hd, positions] (minimum + units x step, for BLAS)."""
-        shares = frozen_shares(self.keys[layer], self._cfg.head_dim)[:, : end // block_ops.FROZEN_BLOCK]
+        shares = frozen_shares(self.values[layer], self.capacity)[:, : end // block_ops.FROZEN_BLOCK]
         units, lows, steps = frozen_parts(shares, self._cfg.head_dim)
         return lows + units * steps
 
 
-def frozen_shares(keys: np.ndarray, hd: int) -> np.ndarray:
-    """The frozen keys' bytes of a cache's keys [..., blocks of keys, row] as [...,
-    frozen blocks, bytes] (the FROZEN_SPAN blocks of keys' shares one after
-    another): a copy."""
-    at = (hd * block_ops.KEY_BLOCK * keys.itemsize + block_ops.SCALE_BYTES) // keys.itemsize
-    shares = np.ascontiguousarray(keys[..., at:]).view(np.uint8)
-    n_frozen = shares.shape[-2] // block_ops.FROZEN_SPAN
-    return shares[..., : n_frozen * block_ops.FROZEN_SPAN, :].reshape(*shares.shape[:-2], n_frozen, -1)
+def frozen_shares(values: np.ndarray, capacity: int) -> np.ndarray:
+    """The frozen blocks' bytes of a cache's values [..., rows, hd] holding
+    `capacity` positions, as [..., frozen blocks, bytes] (block_ops.frozen_area): a
+    view."""
+    rows = values[..., capacity:, :]
+    n_blocks = rows.shape[-2] // block_ops.FROZEN_ROWS
+    return rows.view(np.uint8).reshape(*rows.shape[:-2], n_blocks, block_ops.FROZEN_ROWS * rows.shape[-1])
 
 
 def frozen_parts(shares: np.ndarray, hd: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The frozen keys' units, minima and steps [Hkv, hd, positions] as float32, from
-    one layer's frozen bytes [Hkv, frozen blocks, bytes] (frozen_shares;
-    block_ops._frozen_area: FROZEN_SPAN shares, each a quarter of the channels'
-    FROZEN_BLOCK bytes, then their steps, then their minima)."""
+    one layer's frozen bytes [Hkv, frozen blocks, bytes] (frozen_shares; a block:
+    each channel's FROZEN_BLOCK units, then the channels' float16 steps, then their
+    float16 minima)."""
     n_kv, n_blocks = shares.shape[:2]
-    span, frozen, quarter = block_ops.FROZEN_SPAN, block_ops.FROZEN_BLOCK, hd // block_ops.FROZEN_SPAN
-    shares = shares.reshape(n_kv, n_blocks, span, -1)
-    units = shares[..., : quarter * frozen].reshape(n_kv, n_blocks, hd, frozen).astype(np.float32)
-    params = shares[..., quarter * frozen :].copy().view(np.float16).astype(np.float32)
-    params = params.reshape(n_kv, n_blocks, span, 2, quarter)  # steps, then minima
-    steps, lows = (np.broadcast_to(params[..., k, :].reshape(n_kv, n_blocks, hd, 1), units.shape) for k in (0, 1))
+    frozen = block_ops.FROZEN_BLOCK
+    units = shares[..., : frozen * hd].reshape(n_kv, n_blocks, hd, frozen).astype(np.float32)
+    params = np.ascontiguousarray(shares[..., frozen * hd :]).view(np.float16).astype(np.float32)
+    params = params.reshape(n_kv, n_blocks, 2, hd, 1)  # steps, then minima
+    steps, lows = (np.broadcast_to(params[:, :, k], units.shape) for k in (0, 1))
 
     def by_position(a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1))

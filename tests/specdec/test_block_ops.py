@@ -222,14 +222,12 @@ def _layer_cache(keys_t: np.ndarray, values: np.ndarray, dtype) -> tuple[np.ndar
     key_dtype, value_dtype = cache_types(dtype)
     blocks = -(-capacity // block_ops.KEY_BLOCK)
     rows = KVCache.rows_per_block(hd, key_dtype, value_dtype)
-    if KVCache.keeps_frozen(hd, key_dtype, value_dtype):  # none here: these tests read float16 keys throughout
-        rows -= block_ops.frozen_bytes(hd) // (block_ops.KEY_BLOCK * key_dtype.itemsize)
 
     def kernel(t: np.dtype) -> np.dtype:
         return np.dtype(np.uint16) if t == np.float16 else t
 
     k = np.zeros((n_kv, blocks, rows * block_ops.KEY_BLOCK), kernel(key_dtype))
-    v = np.zeros((n_kv, blocks * block_ops.KEY_BLOCK, hd), kernel(value_dtype))
+    v = np.zeros((n_kv, blocks * block_ops.KEY_BLOCK, hd), kernel(value_dtype))  # no rows for frozen keys
     block_ops.write_kv(k, v, 0, keys_t.transpose(2, 0, 1).astype(np.float32), values.transpose(1, 0, 2))
     by_position = k.reshape(n_kv, blocks, rows, block_ops.KEY_BLOCK).transpose(0, 2, 1, 3).reshape(n_kv, rows, -1)
     key_scales = value_scales = np.ones((n_kv, capacity), np.float32)
@@ -278,7 +276,7 @@ def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache
     visible = np.tri(n, dtype=bool)
     no_window = np.zeros(len(q), np.int64)
     got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.125), no_window, np.float32(0))
-    none = np.zeros((n_kv, hd, 0), np.float32)  # no frozen keys: a cache of narrower rows
+    none = np.zeros((n_kv, hd, 0), np.float32)  # no frozen keys: values without their rows
     scale = np.float32(0.125)
     want = _plain_loop_attention(
         q, keys_f32, values_f32, start, visible, scale, key_scales, value_scales, no_window, none, none, none
@@ -286,14 +284,16 @@ def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
-def _frozen_cache(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _frozen_cache(keys: np.ndarray, values: np.ndarray, capacity: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """keys and values [n, n_kv, hd] written from position 0 into a layer's cache of
-    int16's types with frozen keys (KVCache's layout), as the model writes them."""
+    int16's types with frozen keys (KVCache's layout; room for n positions, or
+    `capacity`), as the model writes them."""
     n, n_kv, hd = keys.shape
     key_t, value_t = np.dtype(np.float16), np.dtype(np.int8)
-    blocks = -(-n // block_ops.KEY_BLOCK)
+    blocks = -(-max(n, capacity) // block_ops.KEY_BLOCK)
     k = np.zeros((n_kv, blocks, KVCache.rows_per_block(hd, key_t, value_t) * block_ops.KEY_BLOCK), np.uint16)
-    v = np.zeros((n_kv, blocks * block_ops.KEY_BLOCK, hd), np.int8)
+    capacity = blocks * block_ops.KEY_BLOCK
+    v = np.zeros((n_kv, capacity + block_ops.frozen_rows(capacity), hd), np.int8)
     block_ops.write_kv(k, v, 0, keys, values)
     return k, v
 
@@ -309,8 +309,10 @@ def test_a_whole_block_of_keys_is_frozen_per_channel_with_a_minimum():
     keys[:, :, 7] = keys[:, :, 7] * 30 + 100
     keys[:, 1, 9] = 0.25  # a constant channel: its step is 1, every unit 0
     values = rng.standard_normal((n, n_kv, hd)).astype(np.float32)
-    k, v = _frozen_cache(keys, values)
-    units, lows, steps = frozen_parts(frozen_shares(k, hd), hd)
+    k, v = _frozen_cache(keys, values, capacity=96)
+    shares = frozen_shares(v, 96)
+    assert shares.shape[1] == 3
+    units, lows, steps = frozen_parts(shares[:, :2], hd)
     held = keys.astype(np.float16).astype(np.float32).transpose(1, 2, 0)  # [n_kv, hd, n]: the float16 keys
     for b0 in (0, 32):
         block = held[:, :, b0 : b0 + 32]
@@ -326,8 +328,7 @@ def test_a_whole_block_of_keys_is_frozen_per_channel_with_a_minimum():
     others = [c for c in range(hd) if c != 7]
     assert error[:, others].max() < 0.03  # one step for all channels would be about 0.8
     assert steps[1, 9, 0] == 1 and not units[1, 9, :64].any()
-    shares = k[:, 64 // block_ops.KEY_BLOCK :, hd * block_ops.KEY_BLOCK + block_ops.SCALE_BYTES // 2 :]
-    assert not shares.any()  # positions 64..69: not a whole block yet
+    assert not shares[:, 2].any()  # positions 64..69: not a whole block yet
 
 
 def _depths(visible: np.ndarray) -> np.ndarray:
@@ -358,7 +359,7 @@ def test_rows_read_frozen_keys_below_their_own_bound(start, parents, n_q):
     got = block_ops.attend(q, k, v, start, visible, np.float32(0.125), no_window, np.float32(0))
     positions = start + _depths(visible)
     ends = np.maximum(0, (positions + 1 - block_ops.FROZEN_DELAY) // block_ops.FROZEN_BLOCK) * block_ops.FROZEN_BLOCK
-    units, lows, steps = frozen_parts(frozen_shares(k, hd), hd)
+    units, lows, steps = frozen_parts(frozen_shares(v, k.shape[1] * block_ops.KEY_BLOCK), hd)
     blocks = k.reshape(n_kv, k.shape[1], -1, block_ops.KEY_BLOCK)[:, :, :hd]
     keys_f32 = blocks.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1).view(np.float16).astype(np.float32)
     values_f32 = v.astype(np.float32)
@@ -495,11 +496,18 @@ def test_an_8_bit_cache_keeps_its_scales_through_growth_and_moves(toy, dtype):
         np.testing.assert_array_equal(keys[..., 2:4], moved[layer][0][..., 10:12])
         np.testing.assert_array_equal(values[:, 2:4], moved[layer][1][:, 10:12])
         np.testing.assert_array_equal(np.delete(keys, [2, 3], -1), np.delete(moved[layer][0], [2, 3], -1))
-    (keys_before, values_before, scales_before), (keys_after, values_after, scales_after) = stored, cache.stored(12)
+    (keys_before, values_before, scales_before, *_), (keys_after, values_after, scales_after, *_) = (
+        stored,
+        cache.stored(12),
+    )
     np.testing.assert_array_equal(keys_after[..., 2:4], keys_before[..., 10:12])  # the stored int8 values
     np.testing.assert_array_equal(values_after[:, :, 2:4], values_before[:, :, 10:12])
     np.testing.assert_array_equal(scales_after[..., 2:4], scales_before[..., 10:12])
-    assert cache.all_keys.nbytes + cache.all_values.nbytes == cache.capacity * KVCache.bytes_per_position(cfg, dtype)
+    held = cache.all_keys.nbytes + cache.all_values.nbytes
+    # Frozen keys take bytes_per_position's share for whole blocks of FROZEN_BLOCK positions only.
+    unfrozen = cache.capacity % block_ops.FROZEN_BLOCK if cache.frozen else 0
+    per_frozen_position = cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * block_ops.FROZEN_ROWS // block_ops.FROZEN_BLOCK
+    assert held == cache.capacity * KVCache.bytes_per_position(cfg, dtype) - unfrozen * per_frozen_position
 
 
 def test_8_bit_keys_need_8_bit_values(toy):

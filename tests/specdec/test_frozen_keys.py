@@ -45,12 +45,12 @@ def test_the_cache_freezes_whole_blocks_and_rows_read_them(model, stepped):
     _, cache = stepped
     assert cache.frozen
     hd = model.config.head_dim
-    shares = frozen_shares(cache.kernel_keys, hd)  # [L, Hkv, frozen blocks, bytes]
+    shares = frozen_shares(cache.kernel_values, cache.capacity)  # [L, Hkv, frozen blocks, bytes]
+    assert shares.shape[3] == block_ops.FROZEN_ROWS * hd
     whole = (N - 1) // block_ops.FROZEN_BLOCK  # the last position is never stored
     assert shares.shape[2] >= whole
     assert shares[:, :, :whole].any(axis=(0, 1, 3)).all()  # every whole block holds frozen bytes
-    after_scales = (hd * block_ops.KEY_BLOCK * 2 + block_ops.SCALE_BYTES) // 2
-    assert not cache.kernel_keys[:, :, whole * block_ops.FROZEN_SPAN :, after_scales:].any()
+    assert not shares[:, :, whole:].any()
 
 
 def test_verifications_give_each_row_its_steps_bits(model, ids, stepped):
