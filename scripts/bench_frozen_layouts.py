@@ -265,15 +265,15 @@ def weigh(values, base, end, raw, out, ahead):
 
 
 @njit(parallel=True)
-def run(form, qs, keys, fz, values, raws, folds, outs, qhs, qls, sizes):
+def run(form, qs, keys, fz, values, raws, folds, outs, qhs, qls, sizes, order):
     CTX, NF, BLOCKS, TASKS, LAYERS = sizes
     for layer in range(LAYERS):
         for half in prange(2):
             raw, folded, out = raws[half], folds[half], outs[half]
             lo, hi = half * TASKS // 2, (half + 1) * TASKS // 2
             for task in range(lo, hi):
-                slot = layer * TASKS + task
-                nxt = slot + 1 if task + 1 < hi else -1
+                slot = order[layer * TASKS + task]
+                nxt = order[layer * TASKS + task + 1] if task + 1 < hi else -1
                 q = qs[task]
                 vb = slot * BLOCKS * KB * HD
                 vahead = nxt * BLOCKS * KB * HD if nxt >= 0 else -1
@@ -322,6 +322,11 @@ def main() -> None:
     parser.add_argument("--sequences", type=int, default=32)
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--trials", type=int, default=7)
+    parser.add_argument(
+        "--scatter",
+        action="store_true",
+        help="tasks' caches in shuffled places, not end to end (as sequences' caches lie in a round)",
+    )
     args = parser.parse_args()
     for name in ("context", "sequences", "layers", "trials"):
         if getattr(args, name) < 1:
@@ -330,6 +335,9 @@ def main() -> None:
     NF = max(0, (CTX + 1 - 32) // FB)  # frozen blocks (block_ops.frozen_blocks)
     BLOCKS, TASKS = -(-(CTX + KB) // KB), SEQS * NKV
     sizes = (CTX, NF, BLOCKS, TASKS, LAYERS)
+    order = np.arange(LAYERS * TASKS, dtype=np.int64)
+    if args.scatter:
+        np.random.default_rng(1).shuffle(order)
     rng = np.random.default_rng(0)
     n = LAYERS * TASKS
     keys_full = rng.integers(0x3000, 0x3C00, n * BLOCKS * KB * HD, dtype=np.uint16)  # float16 bits 0.125..1
@@ -367,12 +375,12 @@ def main() -> None:
         "F int frozen+fold": (5, keys_full),
     }
     for form, k in forms.values():
-        run(form, qs, k, fz, values, raws, folds, outs, qhs, qls, sizes)
+        run(form, qs, k, fz, values, raws, folds, outs, qhs, qls, sizes, order)
     times = {name: [] for name in forms}
     for _ in range(args.trials):
         for name, (form, k) in forms.items():
             t = time.perf_counter()
-            run(form, qs, k, fz, values, raws, folds, outs, qhs, qls, sizes)
+            run(form, qs, k, fz, values, raws, folds, outs, qhs, qls, sizes, order)
             times[name].append((time.perf_counter() - t) * 1e3)
     base = np.median(times["A f16"])
     for name, ts in times.items():

@@ -477,7 +477,8 @@ def _scratch(group, longest, hd):  # pragma: no cover - compiled
     slots = np.empty(longest, dtype=np.int64)
     folded = np.empty((3, hd), dtype=np.float32)  # frozen keys: queries times steps (_fold)
     lanes = np.empty(8, dtype=np.float32)
-    return raw, kept, totals, pow2, slots, folded, lanes
+    halves = np.empty((6, hd), dtype=np.int8)  # and their integers' halves
+    return raw, kept, totals, pow2, slots, folded, lanes, halves
 
 
 @njit(inline="always")
@@ -577,6 +578,7 @@ FROZEN_BLOCK = 32
 FROZEN_DELAY = 32
 FROZEN_ROWS = FROZEN_BLOCK + 4
 FROZEN_WIDTH = 8  # the parameters are read eight at a time (_fold)
+FOLD_LEVELS = 16256  # a folded query's largest magnitude in integers: two 7-bit halves (int8.SPLIT_LEVELS)
 
 
 @njit(inline="always")
@@ -643,7 +645,7 @@ def freeze_block(cache_k, cache_v, kv, b0, hd):  # pragma: no cover - compiled
             p = b0 + t
             key = vec.as_f32(keys[p // KEY_BLOCK, c * KEY_BLOCK + p % KEY_BLOCK])
             u = min(max(np.rint((key - low) / step), np.float32(0.0)), np.float32(255.0))
-            target[at + FROZEN_BLOCK * c + t] = np.uint8(u)
+            target[at + (c // 4) * 4 * FROZEN_BLOCK + 4 * t + c % 4] = np.uint8(u)
 
 
 @njit(inline="always")
@@ -667,29 +669,57 @@ def _ask_frozen(area, hd, b0):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
-def _fold(q, r, h, heads, area, b0, folded, lanes):  # pragma: no cover - compiled
+def _fold(q, r, h, heads, area, b0, folded, lanes, halves):  # pragma: no cover - compiled
     """For query heads h .. h + heads - 1 and the frozen block at b0 (area: one kv
-    head's frozen_area): folded[k, i] = q_i step_i (one rounding), and returns the
-    constants sum_i q_i minimum_i (lane l one fused multiply-add per i = l mod 8, in
-    i order, from 0; then the eight lanes added in lane order). Once a block, not
-    once a position: the scores' inner loop then multiplies units by folded queries
-    alone."""
+    head's frozen_area): f_i = q_i step_i (one rounding) in integers, q'_i = rint(f_i
+    FOLD_LEVELS / max|f|), its high and low 7-bit halves into halves[2k] and
+    halves[2k + 1]; returns per head the constant sum_i q_i minimum_i (lane l one
+    fused multiply-add per i = l mod 8, in i order, from 0; then the eight lanes added
+    in lane order) and the step max|f| / FOLD_LEVELS of the integers. Once a block,
+    not once a position: the scores' inner loop is then integer dot products of units
+    and halves alone."""
     hd = q.shape[2]
     steps = _block_at(hd, b0) + FROZEN_BLOCK * hd
     c0, c1, c2 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+    m0, m1, m2 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
     for i in range(0, hd, 8):
         step, low = vec.load_halves(area, steps + 2 * i), vec.load_halves(area, steps + 2 * hd + 2 * i)
         query = vec.load_f32(q[r, h], i)
-        vec.store_f32(folded[0], i, vec.mul(query, step))
+        f = vec.mul(query, step)
+        vec.store_f32(folded[0], i, f)
+        m0 = vec.max_abs(m0, f)
         c0 = vec.fma(query, low, c0)
         if heads > 1:
             query = vec.load_f32(q[r, h + 1], i)
-            vec.store_f32(folded[1], i, vec.mul(query, step))
+            f = vec.mul(query, step)
+            vec.store_f32(folded[1], i, f)
+            m1 = vec.max_abs(m1, f)
             c1 = vec.fma(query, low, c1)
             query = vec.load_f32(q[r, h + 2], i)
-            vec.store_f32(folded[2], i, vec.mul(query, step))
+            f = vec.mul(query, step)
+            vec.store_f32(folded[2], i, f)
+            m2 = vec.max_abs(m2, f)
             c2 = vec.fma(query, low, c2)
-    return _lane_total(c0, lanes), _lane_total(c1, lanes), _lane_total(c2, lanes)
+    d0 = _split_folded(folded[0], vec.largest_lane(m0), halves[0], halves[1], hd)
+    d1 = d2 = np.float32(0.0)
+    if heads > 1:
+        d1 = _split_folded(folded[1], vec.largest_lane(m1), halves[2], halves[3], hd)
+        d2 = _split_folded(folded[2], vec.largest_lane(m2), halves[4], halves[5], hd)
+    return _lane_total(c0, lanes), _lane_total(c1, lanes), _lane_total(c2, lanes), d0, d1, d2
+
+
+@njit(inline="always")
+def _split_folded(f, largest, high, low, hd):  # pragma: no cover - compiled
+    """rint(f * FOLD_LEVELS / largest) split into 7-bit halves (high * 128 + low);
+    returns the integers' step, largest / FOLD_LEVELS (0 for a zero query)."""
+    levels = np.float32(FOLD_LEVELS)
+    scale = vec.splat_f32(levels / largest if largest > 0 else np.float32(0.0))
+    for i in range(0, hd, 8):
+        v = vec.round_scaled(vec.load_f32(f, i), scale)
+        top = vec.high7(v)
+        vec.store_i8(high, i, top)
+        vec.store_i8(low, i, vec.low7(v, top))
+    return largest / levels
 
 
 @njit(inline="always")
@@ -703,74 +733,102 @@ def _lane_total(v, lanes):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
-def _frozen_scores3(q, r, h, area, begin, end, raw, g, folded, lanes, ahead, ahead_end):  # pragma: no cover - compiled
+def _frozen_sums3(area, data, hd, w0, w1, w2, a):  # pragma: no cover - compiled
+    """The twelve sums a (three heads by four vectors of 8 positions) plus the dot
+    products of a frozen block's units (from `data`) with halves w0, w1, w2."""
+    a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23 = a
+    for j in range(hd // 4):
+        d = data + j * 4 * FROZEN_BLOCK
+        u0, u1 = vec.load_bytes(area, d), vec.load_bytes(area, d + 32)
+        u2, u3 = vec.load_bytes(area, d + 64), vec.load_bytes(area, d + 96)
+        w = vec.broadcast4(w0, 4 * j)
+        a00, a01, a02, a03 = vec.dot4(a00, u0, w), vec.dot4(a01, u1, w), vec.dot4(a02, u2, w), vec.dot4(a03, u3, w)
+        w = vec.broadcast4(w1, 4 * j)
+        a10, a11, a12, a13 = vec.dot4(a10, u0, w), vec.dot4(a11, u1, w), vec.dot4(a12, u2, w), vec.dot4(a13, u3, w)
+        w = vec.broadcast4(w2, 4 * j)
+        a20, a21, a22, a23 = vec.dot4(a20, u0, w), vec.dot4(a21, u1, w), vec.dot4(a22, u2, w), vec.dot4(a23, u3, w)
+    return a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23
+
+
+@njit(inline="always")
+def _frozen_scores3(
+    q, r, h, area, begin, end, raw, g, folded, lanes, halves, ahead, ahead_end
+):  # pragma: no cover - compiled
     """raw[g + k, t] for query heads h + k (k = 0, 1, 2) over the frozen blocks from
     position `begin` to `end` (whole blocks), area one kv head's frozen_area: per
-    block and head, the folded query and constant c (_fold), then per position sum_i
-    folded_i u_i (one fused multiply-add per i, in i order, from 0), plus c. Each of
-    the three heads gets _frozen_scores' operations, so its bits. Asks for the next
-    task's frozen blocks below ahead_end (ahead: its frozen_area), one a block, as
-    _scores asks for its float16 keys."""
+    block and head the folded query's halves, its step d and the constant c (_fold),
+    then per position the integer sum_i q'_i u_i (the high halves' products, times
+    128, plus the low halves'), exact, and the score fma(d, sum, c). Asks for the
+    next task's frozen blocks below ahead_end (ahead: its frozen_area), one a block,
+    as _scores asks for its float16 keys."""
     hd = q.shape[2]
-    w0, w1, w2 = folded[0], folded[1], folded[2]
-    one = vec.splat_f32(np.float32(1.0))
+    zero = vec.zeros_i32()
     for b0 in range(begin, end, FROZEN_BLOCK):
         if b0 < ahead_end:
             _ask_frozen(ahead, hd, b0)
-        c0, c1, c2 = _fold(q, r, h, 3, area, b0, folded, lanes)
-        a00, a01, a02, a03 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
-        a10, a11, a12, a13 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
-        a20, a21, a22, a23 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+        c0, c1, c2, d0, d1, d2 = _fold(q, r, h, 3, area, b0, folded, lanes, halves)
         data = _block_at(hd, b0)
-        for i in range(hd):
-            u0, u1 = vec.load_u8_f32(area, data), vec.load_u8_f32(area, data + 8)
-            u2, u3 = vec.load_u8_f32(area, data + 16), vec.load_u8_f32(area, data + 24)
-            w = vec.broadcast_f32(w0, i)
-            a00, a01, a02, a03 = vec.fma(w, u0, a00), vec.fma(w, u1, a01), vec.fma(w, u2, a02), vec.fma(w, u3, a03)
-            w = vec.broadcast_f32(w1, i)
-            a10, a11, a12, a13 = vec.fma(w, u0, a10), vec.fma(w, u1, a11), vec.fma(w, u2, a12), vec.fma(w, u3, a13)
-            w = vec.broadcast_f32(w2, i)
-            a20, a21, a22, a23 = vec.fma(w, u0, a20), vec.fma(w, u1, a21), vec.fma(w, u2, a22), vec.fma(w, u3, a23)
-            data += FROZEN_BLOCK
-        for k, c, (s0, s1, s2, s3) in (
-            (0, c0, (a00, a01, a02, a03)),
-            (1, c1, (a10, a11, a12, a13)),
-            (2, c2, (a20, a21, a22, a23)),
-        ):
-            out, constant = raw[g + k], vec.splat_f32(c)
-            vec.store_f32(out, b0, vec.fma(one, s0, constant))  # s + c, rounded once
-            vec.store_f32(out, b0 + 8, vec.fma(one, s1, constant))
-            vec.store_f32(out, b0 + 16, vec.fma(one, s2, constant))
-            vec.store_f32(out, b0 + 24, vec.fma(one, s3, constant))
+        a = (zero, zero, zero, zero, zero, zero, zero, zero, zero, zero, zero, zero)
+        a = _frozen_sums3(area, data, hd, halves[0], halves[2], halves[4], a)
+        a = (
+            vec.combine7(a[0], zero),
+            vec.combine7(a[1], zero),
+            vec.combine7(a[2], zero),
+            vec.combine7(a[3], zero),
+            vec.combine7(a[4], zero),
+            vec.combine7(a[5], zero),
+            vec.combine7(a[6], zero),
+            vec.combine7(a[7], zero),
+            vec.combine7(a[8], zero),
+            vec.combine7(a[9], zero),
+            vec.combine7(a[10], zero),
+            vec.combine7(a[11], zero),
+        )
+        a = _frozen_sums3(area, data, hd, halves[1], halves[3], halves[5], a)
+        for k, c, d in ((0, c0, d0), (1, c1, d1), (2, c2, d2)):
+            out, constant, step = raw[g + k], vec.splat_f32(c), vec.splat_f32(d)
+            vec.store_f32(out, b0, vec.fma(step, vec.to_float(a[4 * k]), constant))
+            vec.store_f32(out, b0 + 8, vec.fma(step, vec.to_float(a[4 * k + 1]), constant))
+            vec.store_f32(out, b0 + 16, vec.fma(step, vec.to_float(a[4 * k + 2]), constant))
+            vec.store_f32(out, b0 + 24, vec.fma(step, vec.to_float(a[4 * k + 3]), constant))
     for b0 in range(max(begin, end), ahead_end, FROZEN_BLOCK):  # the next task's blocks beyond this one's
         _ask_frozen(ahead, hd, b0)
 
 
 @njit(inline="always")
-def _frozen_scores(q, r, h, area, begin, end, raw, g, folded, lanes, ahead, ahead_end):  # pragma: no cover - compiled
+def _frozen_scores(
+    q, r, h, area, begin, end, raw, g, folded, lanes, halves, ahead, ahead_end
+):  # pragma: no cover - compiled
     """_frozen_scores3 for query head h alone (raw[g])."""
     hd = q.shape[2]
-    weights = folded[0]
-    one = vec.splat_f32(np.float32(1.0))
+    zero = vec.zeros_i32()
     for b0 in range(begin, end, FROZEN_BLOCK):
         if b0 < ahead_end:
             _ask_frozen(ahead, hd, b0)
-        c = _fold(q, r, h, 1, area, b0, folded, lanes)[0]
-        a0, a1, a2, a3 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+        c, _, _, d, _, _ = _fold(q, r, h, 1, area, b0, folded, lanes, halves)
         data = _block_at(hd, b0)
-        for i in range(hd):
-            w = vec.broadcast_f32(weights, i)
-            a0 = vec.fma(w, vec.load_u8_f32(area, data), a0)
-            a1 = vec.fma(w, vec.load_u8_f32(area, data + 8), a1)
-            a2 = vec.fma(w, vec.load_u8_f32(area, data + 16), a2)
-            a3 = vec.fma(w, vec.load_u8_f32(area, data + 24), a3)
-            data += FROZEN_BLOCK
-        constant = vec.splat_f32(c)
-        out = raw[g]
-        vec.store_f32(out, b0, vec.fma(one, a0, constant))
-        vec.store_f32(out, b0 + 8, vec.fma(one, a1, constant))
-        vec.store_f32(out, b0 + 16, vec.fma(one, a2, constant))
-        vec.store_f32(out, b0 + 24, vec.fma(one, a3, constant))
+        a0, a1, a2, a3 = zero, zero, zero, zero
+        for half in range(2):
+            w = halves[half]
+            if half == 1:
+                a0, a1, a2, a3 = (
+                    vec.combine7(a0, zero),
+                    vec.combine7(a1, zero),
+                    vec.combine7(a2, zero),
+                    vec.combine7(a3, zero),
+                )
+            for j in range(hd // 4):
+                at = data + j * 4 * FROZEN_BLOCK
+                b = vec.broadcast4(w, 4 * j)
+                a0 = vec.dot4(a0, vec.load_bytes(area, at), b)
+                a1 = vec.dot4(a1, vec.load_bytes(area, at + 32), b)
+                a2 = vec.dot4(a2, vec.load_bytes(area, at + 64), b)
+                a3 = vec.dot4(a3, vec.load_bytes(area, at + 96), b)
+        out, constant, step = raw[g], vec.splat_f32(c), vec.splat_f32(d)
+        vec.store_f32(out, b0, vec.fma(step, vec.to_float(a0), constant))
+        vec.store_f32(out, b0 + 8, vec.fma(step, vec.to_float(a1), constant))
+        vec.store_f32(out, b0 + 16, vec.fma(step, vec.to_float(a2), constant))
+        vec.store_f32(out, b0 + 24, vec.fma(step, vec.to_float(a3), constant))
     for b0 in range(max(begin, end), ahead_end, FROZEN_BLOCK):
         _ask_frozen(ahead, hd, b0)
 
@@ -833,7 +891,7 @@ def _attend_task(
     group = n_q // n_kv
     n = visible.shape[0]
     end = start + n
-    raw, kept, totals, pow2, slots, folded, lanes = scratch
+    raw, kept, totals, pow2, slots, folded, lanes, halves = scratch
     for t in range(start - first):
         slots[t] = first + t
     m = start - first
@@ -858,13 +916,13 @@ def _attend_task(
     while g + 3 <= group:
         if frozen > below:
             f_asked = f_end if g == 0 else 0
-            _frozen_scores3(q, r, kv * group + g, area, below, frozen, raw, g, folded, lanes, ahead_f, f_asked)
+            _frozen_scores3(q, r, kv * group + g, area, below, frozen, raw, g, folded, lanes, halves, ahead_f, f_asked)
         _scores3(q, r, kv * group + g, keys_t[kv], frozen, end, raw, g, ahead_k, 0, k_last)
         g += 3
     for g in range(g, group):
         if frozen > below:
             f_asked = f_end if g == 0 else 0
-            _frozen_scores(q, r, kv * group + g, area, below, frozen, raw, g, folded, lanes, ahead_f, f_asked)
+            _frozen_scores(q, r, kv * group + g, area, below, frozen, raw, g, folded, lanes, halves, ahead_f, f_asked)
         _scores(q, r, kv * group + g, keys_t[kv], frozen, end, raw, g, ahead_k, 0, k_last)
     for g in range(group):
         totals[g] = _softmax_weights(raw[g], kept[g], slots, first, start, m, scale, cap, pow2)

@@ -496,11 +496,12 @@ def frozen_shares(values: np.ndarray, capacity: int) -> np.ndarray:
 def frozen_parts(shares: np.ndarray, hd: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The frozen keys' units, minima and steps [Hkv, hd, positions] as float32, from
     one layer's frozen bytes [Hkv, frozen blocks, bytes] (frozen_shares; a block:
-    each channel's FROZEN_BLOCK units, then the channels' float16 steps, then their
-    float16 minima)."""
+    the units of each group of 4 channels, position by position, then the channels'
+    float16 steps, then their float16 minima)."""
     n_kv, n_blocks = shares.shape[:2]
     frozen = block_ops.FROZEN_BLOCK
-    units = shares[..., : frozen * hd].reshape(n_kv, n_blocks, hd, frozen).astype(np.float32)
+    units = shares[..., : frozen * hd].reshape(n_kv, n_blocks, hd // 4, frozen, 4).transpose(0, 1, 2, 4, 3)
+    units = units.reshape(n_kv, n_blocks, hd, frozen).astype(np.float32)
     params = np.ascontiguousarray(shares[..., frozen * hd :]).view(np.float16).astype(np.float32)
     params = params.reshape(n_kv, n_blocks, 2, hd, 1)  # steps, then minima
     steps, lows = (np.broadcast_to(params[:, :, k], units.shape) for k in (0, 1))

@@ -134,9 +134,11 @@ def _plain_loop_attention(
     in memory (its bits are the reference). An 8-bit cache's scales [n_kv, capacity]
     multiply each score and each weight once (ones for a float cache: exact). Row r
     reads positions below frozen_ends[r] frozen (block_ops.freeze_block): lows,
-    steps and units [n_kv, hd, capacity] by position; its score there is sum_i (q_i
-    step_i) u_i (from 0 in i order) plus the constant sum_i q_i low_i (eight lanes,
-    lane l summing i = l mod 8 in i order, then the lanes in order)."""
+    steps and units [n_kv, hd, capacity] by position; per block of FROZEN_BLOCK, f_i
+    = q_i step_i as integers q'_i = rint(f_i FOLD_LEVELS / max|f|), and a score
+    there is max|f| / FOLD_LEVELS times the integer sum_i q'_i u_i, plus the
+    constant sum_i q_i low_i (eight lanes, lane l summing i = l mod 8 in i order,
+    then the lanes in order), one fused multiply-add."""
     n, n_q, hd = q.shape
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
@@ -157,17 +159,25 @@ def _plain_loop_attention(
                     for t in range(end):
                         raw[g, t] += qi * keys_t[kv, i, t]
             for g in range(group):
-                for t in range(frozen_ends[r]):
-                    lanes, total = np.zeros(8, np.float32), np.float32(0.0)
+                for b0 in range(0, frozen_ends[r], block_ops.FROZEN_BLOCK):
+                    lanes, folded = np.zeros(8, np.float32), np.empty(hd, np.float32)
+                    largest = np.float32(0.0)
                     for i in range(hd):
                         qi = q[r, kv * group + g, i]
-                        lanes[i % 8] += qi * lows[kv, i, t]
-                        weight = qi * steps[kv, i, t]
-                        total += weight * units[kv, i, t]
+                        lanes[i % 8] += qi * lows[kv, i, b0]
+                        folded[i] = qi * steps[kv, i, b0]
+                        largest = max(largest, abs(folded[i]))
                     constant = lanes[0]
                     for lane in range(1, 8):
                         constant += lanes[lane]
-                    raw[g, t] = total + constant
+                    levels = np.float32(block_ops.FOLD_LEVELS)
+                    to_int = levels / largest if largest > 0 else np.float32(0.0)
+                    step = largest / levels
+                    for t in range(b0, b0 + block_ops.FROZEN_BLOCK):
+                        total = 0
+                        for i in range(hd):
+                            total += np.int64(np.rint(folded[i] * to_int)) * np.int64(units[kv, i, t])
+                        raw[g, t] = step * np.float32(total) + constant
             for g in range(group):
                 for t in range(end):
                     raw[g, t] *= key_scales[kv, t]
