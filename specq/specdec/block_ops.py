@@ -574,7 +574,8 @@ def store_position(cache_k, cache_v, kv, slot, key, value):  # pragma: no cover 
 # Frozen blocks spread among the blocks of keys, or in rows of values widened for
 # them, made attention slower than float16 keys: the float16 reads then skip bytes
 # that the CPU fetched anyway (docs/performance.md).
-FROZEN_BLOCK = 32
+FROZEN_BLOCK = 64
+FROZEN_PASS = 32  # positions one pass of the integer sums covers (four vectors of 8)
 FROZEN_DELAY = 32
 FROZEN_ROWS = FROZEN_BLOCK + 4
 FROZEN_WIDTH = 8  # the parameters are read eight at a time (_fold)
@@ -767,30 +768,31 @@ def _frozen_scores3(
         if b0 < ahead_end:
             _ask_frozen(ahead, hd, b0)
         c0, c1, c2, d0, d1, d2 = _fold(q, r, h, 3, area, b0, folded, lanes, halves)
-        data = _block_at(hd, b0)
-        a = (zero, zero, zero, zero, zero, zero, zero, zero, zero, zero, zero, zero)
-        a = _frozen_sums3(area, data, hd, halves[0], halves[2], halves[4], a)
-        a = (
-            vec.combine7(a[0], zero),
-            vec.combine7(a[1], zero),
-            vec.combine7(a[2], zero),
-            vec.combine7(a[3], zero),
-            vec.combine7(a[4], zero),
-            vec.combine7(a[5], zero),
-            vec.combine7(a[6], zero),
-            vec.combine7(a[7], zero),
-            vec.combine7(a[8], zero),
-            vec.combine7(a[9], zero),
-            vec.combine7(a[10], zero),
-            vec.combine7(a[11], zero),
-        )
-        a = _frozen_sums3(area, data, hd, halves[1], halves[3], halves[5], a)
-        for k, c, d in ((0, c0, d0), (1, c1, d1), (2, c2, d2)):
-            out, constant, step = raw[g + k], vec.splat_f32(c), vec.splat_f32(d)
-            vec.store_f32(out, b0, vec.fma(step, vec.to_float(a[4 * k]), constant))
-            vec.store_f32(out, b0 + 8, vec.fma(step, vec.to_float(a[4 * k + 1]), constant))
-            vec.store_f32(out, b0 + 16, vec.fma(step, vec.to_float(a[4 * k + 2]), constant))
-            vec.store_f32(out, b0 + 24, vec.fma(step, vec.to_float(a[4 * k + 3]), constant))
+        for part in range(0, FROZEN_BLOCK, FROZEN_PASS):
+            data = _block_at(hd, b0) + 4 * part
+            a = (zero, zero, zero, zero, zero, zero, zero, zero, zero, zero, zero, zero)
+            a = _frozen_sums3(area, data, hd, halves[0], halves[2], halves[4], a)
+            a = (
+                vec.combine7(a[0], zero),
+                vec.combine7(a[1], zero),
+                vec.combine7(a[2], zero),
+                vec.combine7(a[3], zero),
+                vec.combine7(a[4], zero),
+                vec.combine7(a[5], zero),
+                vec.combine7(a[6], zero),
+                vec.combine7(a[7], zero),
+                vec.combine7(a[8], zero),
+                vec.combine7(a[9], zero),
+                vec.combine7(a[10], zero),
+                vec.combine7(a[11], zero),
+            )
+            a = _frozen_sums3(area, data, hd, halves[1], halves[3], halves[5], a)
+            for k, c, d in ((0, c0, d0), (1, c1, d1), (2, c2, d2)):
+                out, constant, step = raw[g + k], vec.splat_f32(c), vec.splat_f32(d)
+                vec.store_f32(out, b0 + part, vec.fma(step, vec.to_float(a[4 * k]), constant))
+                vec.store_f32(out, b0 + part + 8, vec.fma(step, vec.to_float(a[4 * k + 1]), constant))
+                vec.store_f32(out, b0 + part + 16, vec.fma(step, vec.to_float(a[4 * k + 2]), constant))
+                vec.store_f32(out, b0 + part + 24, vec.fma(step, vec.to_float(a[4 * k + 3]), constant))
     for b0 in range(max(begin, end), ahead_end, FROZEN_BLOCK):  # the next task's blocks beyond this one's
         _ask_frozen(ahead, hd, b0)
 
@@ -806,29 +808,30 @@ def _frozen_scores(
         if b0 < ahead_end:
             _ask_frozen(ahead, hd, b0)
         c, _, _, d, _, _ = _fold(q, r, h, 1, area, b0, folded, lanes, halves)
-        data = _block_at(hd, b0)
-        a0, a1, a2, a3 = zero, zero, zero, zero
-        for half in range(2):
-            w = halves[half]
-            if half == 1:
-                a0, a1, a2, a3 = (
-                    vec.combine7(a0, zero),
-                    vec.combine7(a1, zero),
-                    vec.combine7(a2, zero),
-                    vec.combine7(a3, zero),
-                )
-            for j in range(hd // 4):
-                at = data + j * 4 * FROZEN_BLOCK
-                b = vec.broadcast4(w, 4 * j)
-                a0 = vec.dot4(a0, vec.load_bytes(area, at), b)
-                a1 = vec.dot4(a1, vec.load_bytes(area, at + 32), b)
-                a2 = vec.dot4(a2, vec.load_bytes(area, at + 64), b)
-                a3 = vec.dot4(a3, vec.load_bytes(area, at + 96), b)
-        out, constant, step = raw[g], vec.splat_f32(c), vec.splat_f32(d)
-        vec.store_f32(out, b0, vec.fma(step, vec.to_float(a0), constant))
-        vec.store_f32(out, b0 + 8, vec.fma(step, vec.to_float(a1), constant))
-        vec.store_f32(out, b0 + 16, vec.fma(step, vec.to_float(a2), constant))
-        vec.store_f32(out, b0 + 24, vec.fma(step, vec.to_float(a3), constant))
+        for part in range(0, FROZEN_BLOCK, FROZEN_PASS):
+            data = _block_at(hd, b0) + 4 * part
+            a0, a1, a2, a3 = zero, zero, zero, zero
+            for half in range(2):
+                w = halves[half]
+                if half == 1:
+                    a0, a1, a2, a3 = (
+                        vec.combine7(a0, zero),
+                        vec.combine7(a1, zero),
+                        vec.combine7(a2, zero),
+                        vec.combine7(a3, zero),
+                    )
+                for j in range(hd // 4):
+                    at = data + j * 4 * FROZEN_BLOCK
+                    b = vec.broadcast4(w, 4 * j)
+                    a0 = vec.dot4(a0, vec.load_bytes(area, at), b)
+                    a1 = vec.dot4(a1, vec.load_bytes(area, at + 32), b)
+                    a2 = vec.dot4(a2, vec.load_bytes(area, at + 64), b)
+                    a3 = vec.dot4(a3, vec.load_bytes(area, at + 96), b)
+            out, constant, step = raw[g], vec.splat_f32(c), vec.splat_f32(d)
+            vec.store_f32(out, b0 + part, vec.fma(step, vec.to_float(a0), constant))
+            vec.store_f32(out, b0 + part + 8, vec.fma(step, vec.to_float(a1), constant))
+            vec.store_f32(out, b0 + part + 16, vec.fma(step, vec.to_float(a2), constant))
+            vec.store_f32(out, b0 + part + 24, vec.fma(step, vec.to_float(a3), constant))
     for b0 in range(max(begin, end), ahead_end, FROZEN_BLOCK):
         _ask_frozen(ahead, hd, b0)
 
