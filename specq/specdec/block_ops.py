@@ -569,8 +569,12 @@ def store_position(cache_k, cache_v, kv, slot, key, value):  # pragma: no cover 
 #
 # A kv head's frozen blocks lie one after another after its rows of values (the
 # values array has FROZEN_ROWS rows of hd bytes more per FROZEN_BLOCK positions of
-# capacity: frozen_area), each block's bytes in one piece: every channel's
-# FROZEN_BLOCK units, then the channels' float16 steps, then their float16 minima.
+# capacity: frozen_area), each block's bytes in one piece: the units of each group
+# of 4 channels, position by position (a 32-bit lane of vpdpbusd each), then the
+# channels' float16 steps, then their float16 minima. Scores over a frozen block are
+# integer sums against the query folded with the block's steps (_fold): blocks of 64
+# positions, as one fold a block of 32 cost what the integer sums saved
+# (docs/performance.md, fifteenth session).
 # Frozen blocks spread among the blocks of keys, or in rows of values widened for
 # them, made attention slower than float16 keys: the float16 reads then skip bytes
 # that the CPU fetched anyway (docs/performance.md).

@@ -294,6 +294,10 @@ def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
+# Frozen keys' integer sums need VNNI (KVCache.keeps_frozen).
+needs_vnni = pytest.mark.skipif(not vec.has_vnni(), reason="frozen keys need VNNI")
+
+
 def _frozen_cache(keys: np.ndarray, values: np.ndarray, capacity: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """keys and values [n, n_kv, hd] written from position 0 into a layer's cache of
     int16's types with frozen keys (KVCache's layout; room for n positions, or
@@ -308,43 +312,46 @@ def _frozen_cache(keys: np.ndarray, values: np.ndarray, capacity: int = 0) -> tu
     return k, v
 
 
+@needs_vnni
 def test_a_whole_block_of_keys_is_frozen_per_channel_with_a_minimum():
-    """freeze_block: each channel of a whole block of 32 positions as 0..255 steps
-    above its float16 minimum (probe_key_scales.py's rounding), within half a step of
-    the float16 key; a channel of large, offset keys does not coarsen the others;
-    the block still being written is not frozen."""
+    """freeze_block: each channel of a whole block of FROZEN_BLOCK positions as 0..255
+    steps above its float16 minimum (probe_key_scales.py's rounding), within half a
+    step of the float16 key; a channel of large, offset keys does not coarsen the
+    others; the block still being written is not frozen."""
     rng = np.random.default_rng(5)
-    n, n_kv, hd = 70, 2, 64
+    fb = block_ops.FROZEN_BLOCK
+    n, n_kv, hd = 2 * fb + 6, 2, 64
     keys = rng.standard_normal((n, n_kv, hd)).astype(np.float32)
     keys[:, :, 7] = keys[:, :, 7] * 30 + 100
     keys[:, 1, 9] = 0.25  # a constant channel: its step is 1, every unit 0
     values = rng.standard_normal((n, n_kv, hd)).astype(np.float32)
-    k, v = _frozen_cache(keys, values, capacity=96)
-    shares = frozen_shares(v, 96)
+    k, v = _frozen_cache(keys, values, capacity=3 * fb)
+    shares = frozen_shares(v, 3 * fb)
     assert shares.shape[1] == 3
     units, lows, steps = frozen_parts(shares[:, :2], hd)
     held = keys.astype(np.float16).astype(np.float32).transpose(1, 2, 0)  # [n_kv, hd, n]: the float16 keys
-    for b0 in (0, 32):
-        block = held[:, :, b0 : b0 + 32]
+    for b0 in (0, fb):
+        block = held[:, :, b0 : b0 + fb]
         low = block.min(-1).astype(np.float16).astype(np.float32)
         step = (np.maximum(block.max(-1) - low, 0) / np.float32(255)).astype(np.float16).astype(np.float32)
         step[step == 0] = 1
         want = np.clip(np.rint((block - low[..., None]) / step[..., None]), 0, 255)
-        np.testing.assert_array_equal(units[:, :, b0 : b0 + 32], want)
+        np.testing.assert_array_equal(units[:, :, b0 : b0 + fb], want)
         np.testing.assert_array_equal(lows[:, :, b0], low)
         np.testing.assert_array_equal(steps[:, :, b0], step)
-    error = np.abs(lows + units * steps - held[:, :, :64])
-    assert (error <= 0.5 * steps * (1 + 1e-5) + np.abs(held[:, :, :64]) * 2.0**-11).all()
+    error = np.abs(lows + units * steps - held[:, :, : 2 * fb])
+    assert (error <= 0.5 * steps * (1 + 1e-5) + np.abs(held[:, :, : 2 * fb]) * 2.0**-11).all()
     others = [c for c in range(hd) if c != 7]
     assert error[:, others].max() < 0.03  # one step for all channels would be about 0.8
-    assert steps[1, 9, 0] == 1 and not units[1, 9, :64].any()
-    assert not shares[:, 2].any()  # positions 64..69: not a whole block yet
+    assert steps[1, 9, 0] == 1 and not units[1, 9, : 2 * fb].any()
+    assert not shares[:, 2].any()  # the last 6 positions: not a whole block yet
 
 
 def _depths(visible: np.ndarray) -> np.ndarray:
     return visible.sum(axis=1) - 1
 
 
+@needs_vnni
 @pytest.mark.parametrize("n_q", [6, 8], ids=["groups_of_3", "groups_of_4"])
 @pytest.mark.parametrize(
     "start,parents",
