@@ -346,6 +346,30 @@ def test_bench_scales_on_a_toy(q4_model):
 
 
 @needs_int8
+def test_bench_frozen_layouts_times_every_form_against_float16_keys():
+    out = ok(
+        run_script(
+            "bench_frozen_layouts.py",
+            "--context",
+            "100",
+            "--sequences",
+            "2",
+            "--layers",
+            "2",
+            "--trials",
+            "2",
+            timeout=300,
+        )
+    )
+    forms = re.findall(r"^([A-F]) .*median +([\d.]+) ms .*vs A ([\d.]+)$", out, re.M)
+    assert [f for f, *_ in forms] == list("ABCDEF"), out
+    assert all(float(t) > 0 for _, t, _ in forms) and float(forms[0][2]) == 1.0, out
+    assert "frozen blocks 2" in out  # positions 0..63 frozen at context 100 (block_ops.frozen_blocks)
+    bad = run_script("bench_frozen_layouts.py", "--context", "0")
+    assert bad.returncode != 0 and "--context" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@needs_int8
 def test_bench_attention_against_an_earlier_copy(q4_model, tmp_path):
     copy = tmp_path / "block_ops_copy.py"
     copy.write_text((ROOT / "specq" / "specdec" / "block_ops.py").read_text())

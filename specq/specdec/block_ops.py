@@ -167,8 +167,9 @@ def gelu_gate(gate_up: np.ndarray, d_ffn: int) -> np.ndarray:
 
 
 @njit(inline="always")
-def _scores(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - compiled
-    """raw[g, t] = sum_i q[r, h, i] key_t[i] for t < end, keys one kv head's
+def _scores(q, r, h, keys, begin, end, raw, g, ahead, at, last):  # pragma: no cover - compiled
+    """raw[g, t] = sum_i q[r, h, i] key_t[i] for begin <= t < end (begin a whole
+    block's first position), keys one kv head's
     [capacity / KEY_BLOCK, rows * KEY_BLOCK] (model.KVCache: a block holds eight
     positions, dimension-major): per position one fused multiply-add per i, in i
     order, from 0. Eight blocks at a time keep their sums in registers over all of i
@@ -183,7 +184,7 @@ def _scores(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - 
     flat = keys.reshape(-1)
     scales = _scale_offset(flat, hd, KEY_SCALES)  # in a block, 8-bit keys' scales
     query = q[r, h]  # read through broadcast_f32: numba's own indexing adds checks to every read
-    t0 = 0
+    t0 = begin
     while t0 + 8 * KEY_BLOCK <= end:
         # Eight sums in flight: a fused multiply-add takes 4 cycles and the core
         # starts two a cycle, so four chains left it waiting half the time.
@@ -230,7 +231,7 @@ def _scores(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - 
 
 
 @njit(inline="always")
-def _scores3(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover - compiled
+def _scores3(q, r, h, keys, begin, end, raw, g, ahead, at, last):  # pragma: no cover - compiled
     """_scores for query heads h, h + 1 and h + 2 (raw[g], raw[g + 1], raw[g + 2]) at
     once: each vector of keys is read (a float16 cache: widened) once for the three,
     where each head read it again; every head's sums are _scores' fused multiply-adds
@@ -241,7 +242,7 @@ def _scores3(q, r, h, keys, end, raw, g, ahead, at, last):  # pragma: no cover -
     flat = keys.reshape(-1)
     scales = _scale_offset(flat, hd, KEY_SCALES)
     q0, q1, q2 = q[r, h], q[r, h + 1], q[r, h + 2]
-    t0 = 0
+    t0 = begin
     while t0 + 4 * KEY_BLOCK <= end:
         a00, a01, a02, a03 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
         a10, a11, a12, a13 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
@@ -465,7 +466,7 @@ def _softmax_weights(raw, kept, slots, first, start, m, scale, cap, pow2):  # pr
 
 
 @njit(inline="always")
-def _scratch(group, longest):  # pragma: no cover - compiled
+def _scratch(group, longest, hd):  # pragma: no cover - compiled
     """Work arrays for _attend_task, made once per chunk of tasks (allocating them per
     task was a large part of a short task's time)."""
     whole = -(-longest // KEY_BLOCK) * KEY_BLOCK  # _scores stores whole blocks
@@ -474,7 +475,10 @@ def _scratch(group, longest):  # pragma: no cover - compiled
     totals = np.empty(group, dtype=np.float64)  # sequential sums of up to thousands of weights
     pow2 = np.empty(longest, dtype=np.int32)
     slots = np.empty(longest, dtype=np.int64)
-    return raw, kept, totals, pow2, slots
+    folded = np.empty((3, hd), dtype=np.float32)  # frozen keys: queries times steps (_fold)
+    lanes = np.empty(8, dtype=np.float32)
+    halves = np.empty((6, hd), dtype=np.int8)  # and their integers' halves
+    return raw, kept, totals, pow2, slots, folded, lanes, halves
 
 
 @njit(inline="always")
@@ -547,6 +551,303 @@ def store_position(cache_k, cache_v, kv, slot, key, value):  # pragma: no cover 
             cache_v[kv, slot, i] = vec.as_element(cache_v, value[i])
 
 
+# Frozen keys (int16's cache: float16 keys, 8-bit values, a head width a multiple of
+# FROZEN_WIDTH). Attention over many long sequences waits on reading their caches,
+# and float16 keys are two thirds of the bytes (docs/performance.md). 8-bit keys with
+# a scale per position cost the model's predictions (98.2% top-1 agreement with f32);
+# per channel over a block of positions, with a minimum (KIVI's keys), they cost
+# nothing measurable (scripts/probe_key_scales.py: 99.59% at int16, as float16 keys).
+# So once a block of FROZEN_BLOCK positions is whole, each channel's FROZEN_BLOCK keys
+# are stored again as 0..255 steps above a float16 minimum, in float16 steps
+# (freeze_block), and a row at position p reads a block frozen when the block ended
+# FROZEN_DELAY positions before p or earlier, its float16 keys otherwise. The rule
+# depends on p alone, so a row has the same bits alone, in a verification, in a tree
+# or in a prefill of any split. The delay keeps every frozen block a row reads before
+# its segment: a tree's rows (up to FROZEN_DELAY deep) never read a block holding the
+# tree's slots, and a block holding drafts that were then rejected is frozen again
+# when its last position is stored again, before any row reads it frozen.
+#
+# A kv head's frozen blocks lie one after another after its rows of values (the
+# values array has FROZEN_ROWS rows of hd bytes more per FROZEN_BLOCK positions of
+# capacity: frozen_area), each block's bytes in one piece: the units of each group
+# of 4 channels, position by position (a 32-bit lane of vpdpbusd each), then the
+# channels' float16 steps, then their float16 minima. Scores over a frozen block are
+# integer sums against the query folded with the block's steps (_fold): blocks of 64
+# positions, as one fold a block of 32 cost what the integer sums saved
+# (docs/performance.md, fifteenth session).
+# Frozen blocks spread among the blocks of keys, or in rows of values widened for
+# them, made attention slower than float16 keys: the float16 reads then skip bytes
+# that the CPU fetched anyway (docs/performance.md).
+FROZEN_BLOCK = 64
+FROZEN_PASS = 32  # positions one pass of the integer sums covers (four vectors of 8)
+FROZEN_DELAY = 32
+FROZEN_ROWS = FROZEN_BLOCK + 4
+FROZEN_WIDTH = 8  # the parameters are read eight at a time (_fold)
+FOLD_LEVELS = 16256  # a folded query's largest magnitude in integers: two 7-bit halves (int8.SPLIT_LEVELS)
+
+
+@njit(inline="always")
+def frozen_blocks(position):  # pragma: no cover - compiled
+    """How many frozen blocks a row at `position` reads frozen (from position 0)."""
+    return max(0, (position + 1 - FROZEN_DELAY) // FROZEN_BLOCK)
+
+
+def frozen_rows(capacity: int) -> int:
+    """The rows of hd bytes the frozen blocks of a cache of `capacity` positions take
+    after its values (model.KVCache)."""
+    return capacity // FROZEN_BLOCK * FROZEN_ROWS
+
+
+@njit(inline="always")
+def has_frozen_keys(keys, values):  # pragma: no cover - compiled
+    """Whether a layer's cache keeps frozen keys: float16 keys and 8-bit values (a
+    constant once compiled) with rows of values beyond its positions (KVCache makes
+    them so)."""
+    return vec.is_half(keys) and vec.scaled(values) and values.shape[1] > keys.shape[1] * KEY_BLOCK
+
+
+@njit(inline="always")
+def frozen_area(keys, values, kv):  # pragma: no cover - compiled
+    """Kv head kv's frozen blocks as bytes, from a layer's keys [Hkv, blocks, row] and
+    values [Hkv, rows, hd]: its values' rows after the cache's positions (empty in a
+    cache without)."""
+    hd = values.shape[2]
+    return values[kv].reshape(-1).view(np.uint8)[keys.shape[1] * KEY_BLOCK * hd :]
+
+
+@njit(inline="always")
+def _block_at(hd, b0):  # pragma: no cover - compiled
+    """Where the frozen block starting at position b0 begins in a frozen_area."""
+    return b0 // FROZEN_BLOCK * FROZEN_ROWS * hd
+
+
+@njit(inline="always")
+def freeze_block(cache_k, cache_v, kv, b0, hd):  # pragma: no cover - compiled
+    """Freezes the keys of positions b0 .. b0 + FROZEN_BLOCK - 1 of kv head kv (a
+    layer's cache): per channel, the smallest key rounded to float16 is the minimum,
+    (largest - minimum) / 255 rounded to float16 the step (1 where that is 0), and
+    each key the nearest whole number of steps above the minimum, 0..255. Every path
+    freezes through here, compiled without fastmath, so the bits never depend on the
+    path."""
+    keys = cache_k[kv]
+    target = frozen_area(cache_k, cache_v, kv)
+    at = _block_at(hd, b0)
+    for c in range(hd):
+        step_at, low_at = at + FROZEN_BLOCK * hd + 2 * c, at + (FROZEN_BLOCK + 2) * hd + 2 * c
+        low, high = np.float32(np.inf), np.float32(-np.inf)
+        for t in range(FROZEN_BLOCK):
+            p = b0 + t
+            key = vec.as_f32(keys[p // KEY_BLOCK, c * KEY_BLOCK + p % KEY_BLOCK])
+            low, high = min(low, key), max(high, key)
+        vec.store_half(target, low_at, low)
+        low = vec.load_half(target, low_at)
+        vec.store_half(target, step_at, max(high - low, np.float32(0.0)) / np.float32(255.0))
+        step = vec.load_half(target, step_at)
+        if step == 0:
+            step = np.float32(1.0)
+            vec.store_half(target, step_at, step)
+        for t in range(FROZEN_BLOCK):
+            p = b0 + t
+            key = vec.as_f32(keys[p // KEY_BLOCK, c * KEY_BLOCK + p % KEY_BLOCK])
+            u = min(max(np.rint((key - low) / step), np.float32(0.0)), np.float32(255.0))
+            target[at + (c // 4) * 4 * FROZEN_BLOCK + 4 * t + c % 4] = np.uint8(u)
+
+
+@njit(inline="always")
+def freeze_stored(cache_k, cache_v, start, n, hd):  # pragma: no cover - compiled
+    """After slots start .. start + n - 1 were stored: freezes each block whose last
+    slot was among them (its earlier slots were stored before it)."""
+    if has_frozen_keys(cache_k, cache_v):
+        for slot in range(start, start + n):
+            if slot % FROZEN_BLOCK == FROZEN_BLOCK - 1:
+                for kv in range(cache_k.shape[0]):
+                    freeze_block(cache_k, cache_v, kv, slot - (FROZEN_BLOCK - 1), hd)
+
+
+@njit(inline="always")
+def _ask_frozen(area, hd, b0):  # pragma: no cover - compiled
+    """Asks for the lines of the frozen block at b0 of a frozen_area (vec.prefetch,
+    never waiting), as _ask does for float16 keys."""
+    at = _block_at(hd, b0)
+    for e in range(0, FROZEN_ROWS * hd, 64):
+        vec.prefetch(area, at + e)
+
+
+@njit(inline="always")
+def _fold(q, r, h, heads, area, b0, folded, lanes, halves):  # pragma: no cover - compiled
+    """For query heads h .. h + heads - 1 and the frozen block at b0 (area: one kv
+    head's frozen_area): f_i = q_i step_i (one rounding) in integers, q'_i = rint(f_i
+    FOLD_LEVELS / max|f|), its high and low 7-bit halves into halves[2k] and
+    halves[2k + 1]; returns per head the constant sum_i q_i minimum_i (lane l one
+    fused multiply-add per i = l mod 8, in i order, from 0; then the eight lanes added
+    in lane order) and the step max|f| / FOLD_LEVELS of the integers. Once a block,
+    not once a position: the scores' inner loop is then integer dot products of units
+    and halves alone."""
+    hd = q.shape[2]
+    steps = _block_at(hd, b0) + FROZEN_BLOCK * hd
+    c0, c1, c2 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+    m0, m1, m2 = vec.zeros_f32(), vec.zeros_f32(), vec.zeros_f32()
+    for i in range(0, hd, 8):
+        step, low = vec.load_halves(area, steps + 2 * i), vec.load_halves(area, steps + 2 * hd + 2 * i)
+        query = vec.load_f32(q[r, h], i)
+        f = vec.mul(query, step)
+        vec.store_f32(folded[0], i, f)
+        m0 = vec.max_abs(m0, f)
+        c0 = vec.fma(query, low, c0)
+        if heads > 1:
+            query = vec.load_f32(q[r, h + 1], i)
+            f = vec.mul(query, step)
+            vec.store_f32(folded[1], i, f)
+            m1 = vec.max_abs(m1, f)
+            c1 = vec.fma(query, low, c1)
+            query = vec.load_f32(q[r, h + 2], i)
+            f = vec.mul(query, step)
+            vec.store_f32(folded[2], i, f)
+            m2 = vec.max_abs(m2, f)
+            c2 = vec.fma(query, low, c2)
+    d0 = _split_folded(folded[0], vec.largest_lane(m0), halves[0], halves[1], hd)
+    d1 = d2 = np.float32(0.0)
+    if heads > 1:
+        d1 = _split_folded(folded[1], vec.largest_lane(m1), halves[2], halves[3], hd)
+        d2 = _split_folded(folded[2], vec.largest_lane(m2), halves[4], halves[5], hd)
+    return _lane_total(c0, lanes), _lane_total(c1, lanes), _lane_total(c2, lanes), d0, d1, d2
+
+
+@njit(inline="always")
+def _split_folded(f, largest, high, low, hd):  # pragma: no cover - compiled
+    """rint(f * FOLD_LEVELS / largest) split into 7-bit halves (high * 128 + low);
+    returns the integers' step, largest / FOLD_LEVELS (0 for a zero query)."""
+    levels = np.float32(FOLD_LEVELS)
+    scale = vec.splat_f32(levels / largest if largest > 0 else np.float32(0.0))
+    for i in range(0, hd, 8):
+        v = vec.round_scaled(vec.load_f32(f, i), scale)
+        top = vec.high7(v)
+        vec.store_i8(high, i, top)
+        vec.store_i8(low, i, vec.low7(v, top))
+    return largest / levels
+
+
+@njit(inline="always")
+def _lane_total(v, lanes):  # pragma: no cover - compiled
+    """((v_0 + v_1) + v_2) + ... + v_7: one fixed order."""
+    vec.store_f32(lanes, 0, v)
+    total = lanes[0]
+    for lane in range(1, 8):
+        total += lanes[lane]
+    return total
+
+
+@njit(inline="always")
+def _frozen_sums3(area, data, hd, w0, w1, w2, a):  # pragma: no cover - compiled
+    """The twelve sums a (three heads by four vectors of 8 positions) plus the dot
+    products of a frozen block's units (from `data`) with halves w0, w1, w2."""
+    a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23 = a
+    for j in range(hd // 4):
+        d = data + j * 4 * FROZEN_BLOCK
+        u0, u1 = vec.load_bytes(area, d), vec.load_bytes(area, d + 32)
+        u2, u3 = vec.load_bytes(area, d + 64), vec.load_bytes(area, d + 96)
+        w = vec.broadcast4(w0, 4 * j)
+        a00, a01, a02, a03 = vec.dot4(a00, u0, w), vec.dot4(a01, u1, w), vec.dot4(a02, u2, w), vec.dot4(a03, u3, w)
+        w = vec.broadcast4(w1, 4 * j)
+        a10, a11, a12, a13 = vec.dot4(a10, u0, w), vec.dot4(a11, u1, w), vec.dot4(a12, u2, w), vec.dot4(a13, u3, w)
+        w = vec.broadcast4(w2, 4 * j)
+        a20, a21, a22, a23 = vec.dot4(a20, u0, w), vec.dot4(a21, u1, w), vec.dot4(a22, u2, w), vec.dot4(a23, u3, w)
+    return a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23
+
+
+@njit(inline="always")
+def _frozen_scores3(
+    q, r, h, area, begin, end, raw, g, folded, lanes, halves, ahead, ahead_end
+):  # pragma: no cover - compiled
+    """raw[g + k, t] for query heads h + k (k = 0, 1, 2) over the frozen blocks from
+    position `begin` to `end` (whole blocks), area one kv head's frozen_area: per
+    block and head the folded query's halves, its step d and the constant c (_fold),
+    then per position the integer sum_i q'_i u_i (the high halves' products, times
+    128, plus the low halves'), exact, and the score fma(d, sum, c). Asks for the
+    next task's frozen blocks below ahead_end (ahead: its frozen_area), one a block,
+    as _scores asks for its float16 keys."""
+    hd = q.shape[2]
+    zero = vec.zeros_i32()
+    for b0 in range(begin, end, FROZEN_BLOCK):
+        if b0 < ahead_end:
+            _ask_frozen(ahead, hd, b0)
+        c0, c1, c2, d0, d1, d2 = _fold(q, r, h, 3, area, b0, folded, lanes, halves)
+        for part in range(0, FROZEN_BLOCK, FROZEN_PASS):
+            data = _block_at(hd, b0) + 4 * part
+            a = (zero, zero, zero, zero, zero, zero, zero, zero, zero, zero, zero, zero)
+            a = _frozen_sums3(area, data, hd, halves[0], halves[2], halves[4], a)
+            a = (
+                vec.combine7(a[0], zero),
+                vec.combine7(a[1], zero),
+                vec.combine7(a[2], zero),
+                vec.combine7(a[3], zero),
+                vec.combine7(a[4], zero),
+                vec.combine7(a[5], zero),
+                vec.combine7(a[6], zero),
+                vec.combine7(a[7], zero),
+                vec.combine7(a[8], zero),
+                vec.combine7(a[9], zero),
+                vec.combine7(a[10], zero),
+                vec.combine7(a[11], zero),
+            )
+            a = _frozen_sums3(area, data, hd, halves[1], halves[3], halves[5], a)
+            for k, c, d in ((0, c0, d0), (1, c1, d1), (2, c2, d2)):
+                out, constant, step = raw[g + k], vec.splat_f32(c), vec.splat_f32(d)
+                vec.store_f32(out, b0 + part, vec.fma(step, vec.to_float(a[4 * k]), constant))
+                vec.store_f32(out, b0 + part + 8, vec.fma(step, vec.to_float(a[4 * k + 1]), constant))
+                vec.store_f32(out, b0 + part + 16, vec.fma(step, vec.to_float(a[4 * k + 2]), constant))
+                vec.store_f32(out, b0 + part + 24, vec.fma(step, vec.to_float(a[4 * k + 3]), constant))
+    for b0 in range(max(begin, end), ahead_end, FROZEN_BLOCK):  # the next task's blocks beyond this one's
+        _ask_frozen(ahead, hd, b0)
+
+
+@njit(inline="always")
+def _frozen_scores(
+    q, r, h, area, begin, end, raw, g, folded, lanes, halves, ahead, ahead_end
+):  # pragma: no cover - compiled
+    """_frozen_scores3 for query head h alone (raw[g])."""
+    hd = q.shape[2]
+    zero = vec.zeros_i32()
+    for b0 in range(begin, end, FROZEN_BLOCK):
+        if b0 < ahead_end:
+            _ask_frozen(ahead, hd, b0)
+        c, _, _, d, _, _ = _fold(q, r, h, 1, area, b0, folded, lanes, halves)
+        for part in range(0, FROZEN_BLOCK, FROZEN_PASS):
+            data = _block_at(hd, b0) + 4 * part
+            a0, a1, a2, a3 = zero, zero, zero, zero
+            for half in range(2):
+                w = halves[half]
+                if half == 1:
+                    a0, a1, a2, a3 = (
+                        vec.combine7(a0, zero),
+                        vec.combine7(a1, zero),
+                        vec.combine7(a2, zero),
+                        vec.combine7(a3, zero),
+                    )
+                for j in range(hd // 4):
+                    at = data + j * 4 * FROZEN_BLOCK
+                    b = vec.broadcast4(w, 4 * j)
+                    a0 = vec.dot4(a0, vec.load_bytes(area, at), b)
+                    a1 = vec.dot4(a1, vec.load_bytes(area, at + 32), b)
+                    a2 = vec.dot4(a2, vec.load_bytes(area, at + 64), b)
+                    a3 = vec.dot4(a3, vec.load_bytes(area, at + 96), b)
+            out, constant, step = raw[g], vec.splat_f32(c), vec.splat_f32(d)
+            vec.store_f32(out, b0 + part, vec.fma(step, vec.to_float(a0), constant))
+            vec.store_f32(out, b0 + part + 8, vec.fma(step, vec.to_float(a1), constant))
+            vec.store_f32(out, b0 + part + 16, vec.fma(step, vec.to_float(a2), constant))
+            vec.store_f32(out, b0 + part + 24, vec.fma(step, vec.to_float(a3), constant))
+    for b0 in range(max(begin, end), ahead_end, FROZEN_BLOCK):
+        _ask_frozen(ahead, hd, b0)
+
+
+@njit(inline="always")
+def frozen_end(keys, values, position):  # pragma: no cover - compiled
+    """Where a row at `position` stops reading frozen keys (0 in a cache without)."""
+    if has_frozen_keys(keys, values):
+        return frozen_blocks(position) * FROZEN_BLOCK
+    return 0
+
+
 @njit(inline="always")
 def _warm(flat, begin, end):  # pragma: no cover - compiled
     """Loads one element of each cache line of flat[begin:end], all at once, before a
@@ -580,6 +881,8 @@ def _attend_task(
     k_last,
     ahead_v,
     v_last,
+    ahead_f,
+    f_end,
 ):  # pragma: no cover - compiled
     """Row r of q (row r_seg of its segment), kv head kv, seeing the cache from
     position `first` (0, or a sliding window's start): attend's arithmetic. With
@@ -588,35 +891,51 @@ def _attend_task(
     previous chunk, may have run on the other thread or not yet; the tasks after it
     find their lines asked for by the task before, _ask, and a segment's later rows
     find them read by its first). Its loops ask for the next task's keys (ahead_k, elements 0
-    to k_last) and values (ahead_v, 0 to v_last)."""
-    n_q = q.shape[1]
+    to k_last), values (ahead_v, 0 to v_last) and frozen blocks (ahead_f: its
+    frozen_area, below position f_end)."""
+    n_q, hd = q.shape[1], q.shape[2]
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
     n = visible.shape[0]
     end = start + n
-    raw, kept, totals, pow2, slots = scratch
+    raw, kept, totals, pow2, slots, folded, lanes, halves = scratch
     for t in range(start - first):
         slots[t] = first + t
-    if warm:
-        row_len = keys_t.shape[2]
-        _warm(keys_t[kv].reshape(-1), (first // KEY_BLOCK) * row_len, -(-end // KEY_BLOCK) * row_len)
-    g = 0
-    while g + 3 <= group:
-        _scores3(q, r, kv * group + g, keys_t[kv], end, raw, g, ahead_k, 0, k_last)
-        g += 3
-    for g in range(g, group):
-        _scores(q, r, kv * group + g, keys_t[kv], end, raw, g, ahead_k, 0, k_last)
     m = start - first
     for j in range(n):
         if visible[r_seg, j]:
             slots[m] = start + j
             m += 1
+    # The row's position: its segment's start plus its depth (a chain's index), from
+    # the segment rows it sees. A sliding window never hides one of them here: models
+    # with windows (512 positions and more) send `attend` segments of fewer than
+    # matmul.BULK_ROWS rows, and longer ones to BLAS (model._attend).
+    frozen = frozen_end(keys_t, values, start + m - (start - first) - 1)
+    below = (first // FROZEN_BLOCK) * FROZEN_BLOCK  # frozen blocks a window hides are not read
+    area = frozen_area(keys_t, values, kv)
+    if warm:
+        row_len = keys_t.shape[2]
+        tail = max(first, frozen)
+        _warm(keys_t[kv].reshape(-1), (tail // KEY_BLOCK) * row_len, -(-end // KEY_BLOCK) * row_len)
+        for b0 in range(below, frozen, FROZEN_BLOCK):
+            _ask_frozen(area, hd, b0)
+    g = 0
+    while g + 3 <= group:
+        if frozen > below:
+            f_asked = f_end if g == 0 else 0
+            _frozen_scores3(q, r, kv * group + g, area, below, frozen, raw, g, folded, lanes, halves, ahead_f, f_asked)
+        _scores3(q, r, kv * group + g, keys_t[kv], frozen, end, raw, g, ahead_k, 0, k_last)
+        g += 3
+    for g in range(g, group):
+        if frozen > below:
+            f_asked = f_end if g == 0 else 0
+            _frozen_scores(q, r, kv * group + g, area, below, frozen, raw, g, folded, lanes, halves, ahead_f, f_asked)
+        _scores(q, r, kv * group + g, keys_t[kv], frozen, end, raw, g, ahead_k, 0, k_last)
     for g in range(group):
         totals[g] = _softmax_weights(raw[g], kept[g], slots, first, start, m, scale, cap, pow2)
     if vec.scaled(values):  # a value is its int8 values times its scale: so is its weight
         _value_scaled(kept, group, slots, first, start, m, keys_t[kv], q.shape[2])
     values_kv = values[kv]
-    hd = values_kv.shape[1]
     if warm:
         _warm(values_kv.reshape(-1), first * hd, end * hd)
     g = 0
@@ -637,6 +956,19 @@ def _attend_task(
 # value of each kv head with a float32 scale. Bytes read bound attention over many
 # long sequences, and the keys are what 8 bits cost quality (docs/performance.md).
 CACHE_TYPES = (("float32", "float32"), ("uint16", "uint16"), ("uint16", "int8"), ("int8", "int8"))
+_FREEZE = [f"void({k}[:, :, :, ::1], {v}[:, :, :, ::1], int64[::1], int64)" for k, v in CACHE_TYPES[2:3]]
+
+
+@njit(_FREEZE, cache=True, nogil=True)
+def freeze_blocks(all_keys, all_values, firsts, hd):  # pragma: no cover - compiled
+    """Freezes the blocks starting at `firsts` in every layer (a whole cache,
+    KVCache.all_keys and all_values: after a tree's accepted path moved)."""
+    for layer in range(all_keys.shape[0]):
+        for b0 in firsts:
+            for kv in range(all_keys.shape[1]):
+                freeze_block(all_keys[layer], all_values[layer], kv, b0, hd)
+
+
 _ATTEND = [
     f"float32[:, ::1](float32[:, :, ::1], {k}[:, :, ::1], {v}[:, :, ::1], int64, boolean[:, ::1], float32, "
     "int64[::1], float32)"
@@ -650,7 +982,8 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
 
     q [n, Hq, hd]; keys_t [Hkv, capacity / KEY_BLOCK, rows * KEY_BLOCK] (blocks of
     positions, each dimension-major: a block's positions are the vector lanes) and
-    values [Hkv, capacity, hd], the segment's own keys and values already written at
+    values [Hkv, rows, hd] (capacity rows, then any frozen blocks'; KVCache), the
+    segment's own keys and values already written at
     slots start..start+n-1; visible [n, n] bool: may row i see row j of the
     segment; firsts [n]: the first cache position row i sees (0, or the start of a
     sliding window, which must not reach into the segment); cap: gemma2's soft cap
@@ -670,7 +1003,7 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
     n_tasks = n_kv * n
     n_chunks = _chunks(n_tasks)
     for c in prange(n_chunks):
-        scratch = _scratch(n_q // n_kv, start + n)
+        scratch = _scratch(n_q // n_kv, start + n, hd)
         begin = c * n_tasks // n_chunks
         for task in range(begin, (c + 1) * n_tasks // n_chunks):
             r = task % n
@@ -679,10 +1012,14 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
             after = min(task + 1, n_tasks - 1)
             fresh = after > task and after % n == 0
             row_len, first_a = keys_t.shape[2], firsts[after % n]
-            keys_a = keys_t[after // n].reshape(-1)[(first_a // KEY_BLOCK) * row_len :]
+            # Its float16 keys from where it stops reading frozen ones (a chain's row;
+            # an ask is a hint, and a tree's deeper rows read their own).
+            tail_a = max(first_a, frozen_end(keys_t, values, start + after % n))
+            keys_a = keys_t[after // n].reshape(-1)[(tail_a // KEY_BLOCK) * row_len :]
             values_a = values[after // n].reshape(-1)[first_a * hd :]
-            k_last = (-(-(start + n) // KEY_BLOCK) - first_a // KEY_BLOCK) * row_len - 1 if fresh else 0
+            k_last = (-(-(start + n) // KEY_BLOCK) - tail_a // KEY_BLOCK) * row_len - 1 if fresh else 0
             v_last = (start + n - first_a) * hd - 1 if fresh else 0
+            f_end = frozen_end(keys_t, values, start + after % n) if fresh else 0
             _attend_task(
                 q,
                 r,
@@ -702,6 +1039,8 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
                 k_last,
                 values_a,
                 v_last,
+                frozen_area(keys_t, values, after // n),
+                f_end,
             )
     return out
 
@@ -711,10 +1050,12 @@ _WRITE = [f"void({k}[:, :, ::1], {v}[:, :, ::1], int64, float32[:, :, :], float3
 
 @njit(_WRITE, cache=True, nogil=True)
 def write_kv(cache_k, cache_v, start, k, v):  # pragma: no cover - compiled
-    """k and v [n, Hkv, hd] into a layer's cache at positions start..start+n-1."""
+    """k and v [n, Hkv, hd] into a layer's cache at positions start..start+n-1, then
+    the blocks they end frozen (freeze_stored)."""
     for r in range(k.shape[0]):
         for kv in range(k.shape[1]):
             store_position(cache_k, cache_v, kv, start + r, k[r, kv], v[r, kv])
+    freeze_stored(cache_k, cache_v, start, k.shape[0], k.shape[2])
 
 
 _ATTEND_MANY = [
@@ -742,7 +1083,7 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
     n_tasks = n_kv * rows
     n_chunks = _chunks(n_tasks)
     for c in prange(n_chunks):
-        scratch = _scratch(n_q // n_kv, longest)
+        scratch = _scratch(n_q // n_kv, longest, hd)
         begin = c * n_tasks // n_chunks
         for task in range(begin, (c + 1) * n_tasks // n_chunks):
             # A row's kv heads one after the other: their caches lie end to end, where
@@ -760,9 +1101,12 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
             s_a = np.searchsorted(bounds, row_a, side="right") - 1
             fresh = after > task and row_a == bounds[s_a]
             end_a = starts[s_a] + bounds[s_a + 1] - bounds[s_a]
-            keys_a = keys[s_a][layer][after % n_kv].reshape(-1)
-            values_a = values[s_a][layer][after % n_kv].reshape(-1)
-            k_last = -(-end_a // KEY_BLOCK) * keys[s_a].shape[3] - 1 if fresh else 0
+            keys_next, values_next = keys[s_a][layer], values[s_a][layer]
+            f_end = frozen_end(keys_next, values_next, starts[s_a] + row_a - bounds[s_a])
+            tail_a = f_end // KEY_BLOCK
+            keys_a = keys_next[after % n_kv].reshape(-1)[tail_a * keys_next.shape[2] :]
+            values_a = values_next[after % n_kv].reshape(-1)
+            k_last = (-(-end_a // KEY_BLOCK) - tail_a) * keys_next.shape[2] - 1 if fresh else 0
             v_last = end_a * hd - 1 if fresh else 0
             _attend_task(
                 q,
@@ -783,5 +1127,7 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
                 k_last,
                 values_a,
                 v_last,
+                frozen_area(keys_next, values_next, after % n_kv),
+                f_end if fresh else 0,
             )
     return out

@@ -221,6 +221,7 @@ def attention(
             for kv in range(n_kv):
                 v = qkv[r, v_first + kv * hd : v_first + (kv + 1) * hd]
                 block_ops.store_position(cache_k, cache_v, kv, start + r - lo, k[r, kv], v)
+        block_ops.freeze_stored(cache_k, cache_v, start, hi - lo, hd)
     return block_ops.attend_many(q, starts, bounds, visible, keys, values, layer, scale)
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from specq.errors import ModelFileError, ParameterError
-from specq.specdec import block_ops, gguf_blocks
+from specq.specdec import block_ops, gguf_blocks, vec
 from specq.specdec.gguf_blocks import BlockMatrix
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.half import TYPES as HALF_TYPES
@@ -325,19 +325,30 @@ class KVCache:
     block of keys ends in 64 more bytes (block_ops.SCALE_BYTES): its eight
     positions' key scales (unused for float keys), then their value scales, so that
     attention reads a block's scales with one load and the scales move and grow
-    with their keys."""
+    with their keys.
+
+    With float16 keys and 8-bit values (int16's cache) and a head width a multiple
+    of block_ops.FROZEN_WIDTH, each kv head's values have more rows after its
+    `capacity` positions: block_ops.FROZEN_ROWS for each FROZEN_BLOCK positions, the
+    frozen keys (block_ops.freeze_block; 9 hd / 8 bytes a position), which long rows
+    read in place of the float16 keys (block_ops.frozen_area)."""
 
     def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype: type | tuple = np.float32) -> None:
         self._cfg = cfg
         self.key_dtype, self.value_dtype = cache_types(dtype)
         self.capacity = 0
         self._rows = self.rows_per_block(cfg.head_dim, self.key_dtype, self.value_dtype)
-        self._set(
-            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, self._rows * block_ops.KEY_BLOCK), dtype=self.key_dtype),
-            np.zeros((cfg.n_layers, cfg.n_kv_heads, 0, cfg.head_dim), dtype=self.value_dtype),
-            0,
-        )
+        self.frozen = self.keeps_frozen(cfg.head_dim, self.key_dtype, self.value_dtype)
+        self._set(*self._arrays(0), 0)
         self.reserve(min(capacity, cfg.context_length))
+
+    @staticmethod
+    def keeps_frozen(head_dim: int, key_dtype: np.dtype, value_dtype: np.dtype) -> bool:
+        """Whether a cache keeps frozen 8-bit keys beside its float16 ones: float16
+        keys, 8-bit values, a head width a multiple of FROZEN_WIDTH, and VNNI (without
+        it the integer sums' vpmaddubsw would saturate on units of 255)."""
+        fits = key_dtype == np.float16 and value_dtype == np.int8 and head_dim % block_ops.FROZEN_WIDTH == 0
+        return fits and vec.has_vnni()
 
     @property
     def scaled(self) -> bool:
@@ -364,12 +375,24 @@ class KVCache:
         keys, values = cache_types(dtype)
         key_rows = KVCache.rows_per_block(cfg.head_dim, keys, values)
         per_head = key_rows * keys.itemsize + cfg.head_dim * values.itemsize
+        if KVCache.keeps_frozen(cfg.head_dim, keys, values):
+            per_head += cfg.head_dim * block_ops.FROZEN_ROWS // block_ops.FROZEN_BLOCK
         return cfg.n_layers * cfg.n_kv_heads * per_head
+
+    def _arrays(self, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+        """Zeroed keys and values for `capacity` positions (a multiple of KEY_BLOCK),
+        with room for the frozen keys where the cache keeps them."""
+        cfg, block = self._cfg, block_ops.KEY_BLOCK
+        rows = capacity + (block_ops.frozen_rows(capacity) if self.frozen else 0)
+        return (
+            np.zeros((cfg.n_layers, cfg.n_kv_heads, capacity // block, self._rows * block), dtype=self.key_dtype),
+            np.zeros((cfg.n_layers, cfg.n_kv_heads, rows, cfg.head_dim), dtype=self.value_dtype),
+        )
 
     def _set(self, keys: np.ndarray, values: np.ndarray, capacity: int) -> None:
         self.all_keys, self.all_values, self.capacity = keys, values, capacity
         self.keys: list[np.ndarray] = list(keys)  # per layer [Hkv, capacity / 8, rows * 8]
-        self.values: list[np.ndarray] = list(values)  # per layer [Hkv, capacity, hd]
+        self.values: list[np.ndarray] = list(values)  # per layer [Hkv, capacity (+ frozen rows), hd]
         self.kernel_keys, self.kernel_values = (
             keys.view(_kernel_type(keys.dtype)),
             values.view(_kernel_type(values.dtype)),
@@ -385,19 +408,23 @@ class KVCache:
         (key scales at [..., 0, j], value scales at [..., 1, j] for a block's
         position j): a view."""
         keys = self.all_keys if keys is None else keys
-        tail = keys[..., self._cfg.head_dim * block_ops.KEY_BLOCK :]
+        at = self._cfg.head_dim * block_ops.KEY_BLOCK
+        tail = keys[..., at : at + block_ops.SCALE_BYTES // keys.itemsize]
         return tail.view(np.float32).reshape(*keys.shape[:-1], 2, block_ops.KEY_BLOCK)
 
     def stored(self, end: int) -> tuple[np.ndarray, ...]:
         """What is stored for positions below `end`, by position: keys [L, Hkv, hd,
-        end] and values [L, Hkv, end, hd] (the kernels' dtype), and with 8-bit
-        values the scales [L, Hkv, 2, end] (keys', then values')."""
+        end] and values [L, Hkv, end, hd] (the kernels' dtype), with 8-bit values the
+        scales [L, Hkv, 2, end] (keys', then values'), and where it keeps frozen keys
+        those of the whole blocks below `end` as bytes [L, Hkv, blocks, bytes]."""
         hd = self._cfg.head_dim
         blocks = self._blocks(self.kernel_keys)[..., :hd, :]  # [L, Hkv, blocks, hd, 8]
         keys = np.moveaxis(blocks, -2, -3).reshape(*blocks.shape[:2], hd, -1)[..., :end]
         parts = [keys, self.kernel_values[:, :, :end]]
         if self.scaled:
             parts.append(np.moveaxis(self._scales(), -2, -3).reshape(*blocks.shape[:2], 2, -1)[..., :end])
+        if self.frozen:
+            parts.append(frozen_shares(self.kernel_values, self.capacity)[:, :, : end // block_ops.FROZEN_BLOCK])
         return tuple(parts)
 
     def floats(self, layer: int, end: int) -> tuple[np.ndarray, np.ndarray]:
@@ -423,13 +450,13 @@ class KVCache:
             )
         if n_positions <= self.capacity:
             return
-        block = block_ops.KEY_BLOCK
         new_cap = self.capacity_for(min(max(n_positions, 2 * self.capacity), self._cfg.context_length))
-        cfg, old = self._cfg, self.capacity
-        keys = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap // block, self._rows * block), dtype=self.key_dtype)
-        values = np.zeros((cfg.n_layers, cfg.n_kv_heads, new_cap, cfg.head_dim), dtype=self.value_dtype)
-        keys[:, :, : old // block] = self.all_keys
-        values[:, :, :old] = self.all_values
+        old = self.capacity
+        keys, values = self._arrays(new_cap)
+        keys[:, :, : old // block_ops.KEY_BLOCK] = self.all_keys
+        values[:, :, :old] = self.all_values[:, :, :old]
+        if self.frozen:  # the frozen blocks follow the positions
+            values[:, :, new_cap : new_cap + block_ops.frozen_rows(old)] = self.all_values[:, :, old:]
         self._set(keys, values, new_cap)
 
     def move(self, sources: Sequence[int], targets: Sequence[int]) -> None:
@@ -444,6 +471,47 @@ class KVCache:
         if self.scaled:
             scales = self._scales()
             scales[:, :, dst // block, :, dst % block] = scales[:, :, src // block, :, src % block]
+        if self.frozen:  # a block whose last slot moved is whole now (block_ops.freeze_stored)
+            frozen = block_ops.FROZEN_BLOCK
+            ends = dst[dst % frozen == frozen - 1]
+            if len(ends):
+                firsts = (ends - (frozen - 1)).astype(np.int64)
+                block_ops.freeze_blocks(self.kernel_keys, self.kernel_values, firsts, hd)
+
+    def frozen_floats(self, layer: int, end: int) -> np.ndarray:
+        """Layer `layer`'s frozen keys of the whole blocks below `end` as float32 [Hkv,
+        hd, positions] (minimum + units x step, for BLAS)."""
+        shares = frozen_shares(self.values[layer], self.capacity)[:, : end // block_ops.FROZEN_BLOCK]
+        units, lows, steps = frozen_parts(shares, self._cfg.head_dim)
+        return lows + units * steps
+
+
+def frozen_shares(values: np.ndarray, capacity: int) -> np.ndarray:
+    """The frozen blocks' bytes of a cache's values [..., rows, hd] holding
+    `capacity` positions, as [..., frozen blocks, bytes] (block_ops.frozen_area): a
+    view."""
+    rows = values[..., capacity:, :]
+    n_blocks = rows.shape[-2] // block_ops.FROZEN_ROWS
+    return rows.view(np.uint8).reshape(*rows.shape[:-2], n_blocks, block_ops.FROZEN_ROWS * rows.shape[-1])
+
+
+def frozen_parts(shares: np.ndarray, hd: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The frozen keys' units, minima and steps [Hkv, hd, positions] as float32, from
+    one layer's frozen bytes [Hkv, frozen blocks, bytes] (frozen_shares; a block:
+    the units of each group of 4 channels, position by position, then the channels'
+    float16 steps, then their float16 minima)."""
+    n_kv, n_blocks = shares.shape[:2]
+    frozen = block_ops.FROZEN_BLOCK
+    units = shares[..., : frozen * hd].reshape(n_kv, n_blocks, hd // 4, frozen, 4).transpose(0, 1, 2, 4, 3)
+    units = units.reshape(n_kv, n_blocks, hd, frozen).astype(np.float32)
+    params = np.ascontiguousarray(shares[..., frozen * hd :]).view(np.float16).astype(np.float32)
+    params = params.reshape(n_kv, n_blocks, 2, hd, 1)  # steps, then minima
+    steps, lows = (np.broadcast_to(params[:, :, k], units.shape) for k in (0, 1))
+
+    def by_position(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1))
+
+    return by_position(units), by_position(lows), by_position(steps)
 
 
 @dataclass
@@ -867,7 +935,11 @@ class LlamaModel:
         # BLAS multiplies float32: a float16 or 8-bit cache is widened first.
         cache_k, cache_v = seg.cache.floats(layer, end)
         firsts = np.minimum(firsts, seg.start)
-        return self._attend_prompt(seg, visible, q * scale, cache_k, cache_v, firsts, workers)
+        frozen = None
+        if seg.cache.frozen:  # each row reads frozen keys below its own bound (block_ops.frozen_blocks)
+            bounds = np.maximum(0, (positions.astype(np.int64) + 1 - block_ops.FROZEN_DELAY) // block_ops.FROZEN_BLOCK)
+            frozen = (seg.cache.frozen_floats(layer, end), bounds * block_ops.FROZEN_BLOCK)
+        return self._attend_prompt(seg, visible, q * scale, cache_k, cache_v, firsts, workers, frozen)
 
     def _attend_prompt(
         self,
@@ -878,9 +950,12 @@ class LlamaModel:
         cache_v: np.ndarray,
         firsts: np.ndarray,
         workers: ThreadPoolExecutor | None = None,
+        frozen: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:
         """_attend for a long segment, whose keys and values are in the cache already;
         q_scaled [n, Hq, hd] is q over sqrt(hd); row i sees the cache from firsts[i].
+        `frozen`: the cache's frozen keys as floats [Hkv, hd, positions] and where each
+        row stops reading them.
         With `workers`, the blocks of rows are shared among its threads: each block
         is the same calls with the same shapes either way, so the same bits."""
         cfg = self.config
@@ -900,6 +975,11 @@ class LlamaModel:
             rows, seen = r1 - r0, seg.start + r1
             qg = q_scaled[:, :, r0:r1].reshape(n_kv, group * rows, hd)
             scores = (qg @ cache_k[:, :, :seen]).reshape(n_kv, group, rows, seen)
+            if frozen is not None and frozen[1][r0:r1].max() > 0:
+                keys, ends = frozen[0], frozen[1][r0:r1]
+                top = int(ends.max())
+                below = (qg @ keys[:, :, :top]).reshape(n_kv, group, rows, top)
+                np.copyto(scores[..., :top], below, where=np.arange(top)[None, :] < ends[:, None])
             if cfg.attn_softcap:  # gemma2: cap * tanh(score / cap)
                 cap = np.float32(cfg.attn_softcap)
                 scores = np.tanh(scores / cap) * cap

@@ -616,6 +616,65 @@ def scaled(typingctx, array):  # pragma: no cover - compiled
     return types.boolean(array), lambda context, builder, sig, args: ir.Constant(ir.IntType(1), constant)
 
 
+@intrinsic
+def is_half(typingctx, array):  # pragma: no cover - compiled
+    """Whether `array` holds float16 as its uint16 bits (a KV cache's keys at int16): a
+    constant, as `scaled`."""
+    constant = array.dtype == types.uint16
+    return types.boolean(array), lambda context, builder, sig, args: ir.Constant(ir.IntType(1), constant)
+
+
+@intrinsic
+def load_u8_f32(typingctx, array, i):  # pragma: no cover - compiled
+    """The 8 bytes at array[i:] (an int8 or uint8 array) as integers 0..255, in float32
+    lanes (vpmovzxbd, vcvtdq2ps; exact): a KV cache's frozen 8-bit keys."""
+
+    def codegen(context, builder, sig, args):
+        narrow = ir.VectorType(ir.IntType(8), 8)
+        packed = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], narrow), align=1)
+        return builder.uitofp(packed, _VF)
+
+    return F32(array, i), codegen
+
+
+@intrinsic
+def load_half(typingctx, array, i):  # pragma: no cover - compiled
+    """The float16 in the two bytes at array[i:] (an int8 or uint8 array), as float32
+    (exact)."""
+
+    def codegen(context, builder, sig, args):
+        bits = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], ir.HalfType()), align=1)
+        return builder.fpext(bits, ir.FloatType())
+
+    return types.float32(array, i), codegen
+
+
+@intrinsic
+def load_halves(typingctx, array, i):  # pragma: no cover - compiled
+    """The eight float16 at bytes array[i:] (an int8 or uint8 array) as float32 lanes
+    (vcvtph2ps; exact): a frozen block's parameters."""
+
+    def codegen(context, builder, sig, args):
+        eight = ir.VectorType(ir.HalfType(), 8)
+        halves = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], eight), align=1)
+        return builder.fpext(halves, _VF)
+
+    return F32(array, i), codegen
+
+
+@intrinsic
+def store_half(typingctx, array, i, x):  # pragma: no cover - compiled
+    """The float32 x rounded to float16 (to nearest even, as numpy's cast) into the
+    two bytes at array[i:] (an int8 or uint8 array)."""
+
+    def codegen(context, builder, sig, args):
+        half = builder.fptrunc(args[2], ir.HalfType())
+        builder.store(half, _pointer(context, builder, sig.args[0], args[0], args[1], ir.HalfType()), align=1)
+        return context.get_dummy_value()
+
+    return types.void(array, i, types.float32), codegen
+
+
 def _load_unaligned(result_type, llvm_type):
     """An intrinsic loading `llvm_type` from the bytes at array[i:], on no alignment."""
 

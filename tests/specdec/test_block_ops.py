@@ -10,7 +10,7 @@ from numba import njit
 
 from specq.specdec import block_ops, vec
 from specq.specdec.loader import load_model_and_tokenizer
-from specq.specdec.model import KVCache, Segment, cache_types
+from specq.specdec.model import KVCache, Segment, cache_types, frozen_parts, frozen_shares
 
 RNG = np.random.default_rng(0)
 
@@ -127,12 +127,18 @@ def test_a_sliding_window_hides_the_cache_before_each_rows_first_position():
 
 @njit(fastmath={"nnan", "ninf", "contract"}, cache=True)
 def _plain_loop_attention(
-    q, keys_t, values, start, visible, scale, key_scales, value_scales
+    q, keys_t, values, start, visible, scale, key_scales, value_scales, frozen_ends, lows, steps, units
 ):  # pragma: no cover - compiled
     """The plain loops attention ran as before its register-blocked form: every score
     and weighted sum one fused multiply-add at a time in the same order, with sums
     in memory (its bits are the reference). An 8-bit cache's scales [n_kv, capacity]
-    multiply each score and each weight once (ones for a float cache: exact)."""
+    multiply each score and each weight once (ones for a float cache: exact). Row r
+    reads positions below frozen_ends[r] frozen (block_ops.freeze_block): lows,
+    steps and units [n_kv, hd, capacity] by position; per block of FROZEN_BLOCK, f_i
+    = q_i step_i as integers q'_i = rint(f_i FOLD_LEVELS / max|f|), and a score
+    there is max|f| / FOLD_LEVELS times the integer sum_i q'_i u_i, plus the
+    constant sum_i q_i low_i (eight lanes, lane l summing i = l mod 8 in i order,
+    then the lanes in order), one fused multiply-add."""
     n, n_q, hd = q.shape
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
@@ -152,6 +158,26 @@ def _plain_loop_attention(
                     qi = q[r, kv * group + g, i]
                     for t in range(end):
                         raw[g, t] += qi * keys_t[kv, i, t]
+            for g in range(group):
+                for b0 in range(0, frozen_ends[r], block_ops.FROZEN_BLOCK):
+                    lanes, folded = np.zeros(8, np.float32), np.empty(hd, np.float32)
+                    largest = np.float32(0.0)
+                    for i in range(hd):
+                        qi = q[r, kv * group + g, i]
+                        lanes[i % 8] += qi * lows[kv, i, b0]
+                        folded[i] = qi * steps[kv, i, b0]
+                        largest = max(largest, abs(folded[i]))
+                    constant = lanes[0]
+                    for lane in range(1, 8):
+                        constant += lanes[lane]
+                    levels = np.float32(block_ops.FOLD_LEVELS)
+                    to_int = levels / largest if largest > 0 else np.float32(0.0)
+                    step = largest / levels
+                    for t in range(b0, b0 + block_ops.FROZEN_BLOCK):
+                        total = 0
+                        for i in range(hd):
+                            total += np.int64(np.rint(folded[i] * to_int)) * np.int64(units[kv, i, t])
+                        raw[g, t] = step * np.float32(total) + constant
             for g in range(group):
                 for t in range(end):
                     raw[g, t] *= key_scales[kv, t]
@@ -211,13 +237,15 @@ def _layer_cache(keys_t: np.ndarray, values: np.ndarray, dtype) -> tuple[np.ndar
         return np.dtype(np.uint16) if t == np.float16 else t
 
     k = np.zeros((n_kv, blocks, rows * block_ops.KEY_BLOCK), kernel(key_dtype))
-    v = np.zeros((n_kv, blocks * block_ops.KEY_BLOCK, hd), kernel(value_dtype))
+    v = np.zeros((n_kv, blocks * block_ops.KEY_BLOCK, hd), kernel(value_dtype))  # no rows for frozen keys
     block_ops.write_kv(k, v, 0, keys_t.transpose(2, 0, 1).astype(np.float32), values.transpose(1, 0, 2))
     by_position = k.reshape(n_kv, blocks, rows, block_ops.KEY_BLOCK).transpose(0, 2, 1, 3).reshape(n_kv, rows, -1)
     key_scales = value_scales = np.ones((n_kv, capacity), np.float32)
     if value_dtype == np.int8:
-        # A block's last 64 bytes: its 8 key scales (8-bit keys), then its 8 value scales (float32).
-        scales = k[:, :, hd * block_ops.KEY_BLOCK :].copy().view(np.float32).reshape(n_kv, blocks, 2, -1)
+        # A block's 64 bytes after its keys: its 8 key scales (8-bit keys), then its 8 value scales (float32).
+        at = hd * block_ops.KEY_BLOCK * k.itemsize
+        scales = k.view(np.uint8)[:, :, at : at + block_ops.SCALE_BYTES].copy().view(np.float32)
+        scales = scales.reshape(n_kv, blocks, 2, -1)
         scales = scales.transpose(0, 2, 1, 3).reshape(n_kv, 2, -1)
         value_scales = scales[:, 1, :capacity].copy()
         if key_dtype == np.int8:
@@ -258,8 +286,114 @@ def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache
     visible = np.tri(n, dtype=bool)
     no_window = np.zeros(len(q), np.int64)
     got = block_ops.attend(q, keys_t, values, start, visible, np.float32(0.125), no_window, np.float32(0))
-    want = _plain_loop_attention(q, keys_f32, values_f32, start, visible, np.float32(0.125), key_scales, value_scales)
+    none = np.zeros((n_kv, hd, 0), np.float32)  # no frozen keys: values without their rows
+    scale = np.float32(0.125)
+    want = _plain_loop_attention(
+        q, keys_f32, values_f32, start, visible, scale, key_scales, value_scales, no_window, none, none, none
+    )
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+# Frozen keys' integer sums need VNNI (KVCache.keeps_frozen).
+needs_vnni = pytest.mark.skipif(not vec.has_vnni(), reason="frozen keys need VNNI")
+
+
+def _frozen_cache(keys: np.ndarray, values: np.ndarray, capacity: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """keys and values [n, n_kv, hd] written from position 0 into a layer's cache of
+    int16's types with frozen keys (KVCache's layout; room for n positions, or
+    `capacity`), as the model writes them."""
+    n, n_kv, hd = keys.shape
+    key_t, value_t = np.dtype(np.float16), np.dtype(np.int8)
+    blocks = -(-max(n, capacity) // block_ops.KEY_BLOCK)
+    k = np.zeros((n_kv, blocks, KVCache.rows_per_block(hd, key_t, value_t) * block_ops.KEY_BLOCK), np.uint16)
+    capacity = blocks * block_ops.KEY_BLOCK
+    v = np.zeros((n_kv, capacity + block_ops.frozen_rows(capacity), hd), np.int8)
+    block_ops.write_kv(k, v, 0, keys, values)
+    return k, v
+
+
+@needs_vnni
+def test_a_whole_block_of_keys_is_frozen_per_channel_with_a_minimum():
+    """freeze_block: each channel of a whole block of FROZEN_BLOCK positions as 0..255
+    steps above its float16 minimum (probe_key_scales.py's rounding), within half a
+    step of the float16 key; a channel of large, offset keys does not coarsen the
+    others; the block still being written is not frozen."""
+    rng = np.random.default_rng(5)
+    fb = block_ops.FROZEN_BLOCK
+    n, n_kv, hd = 2 * fb + 6, 2, 64
+    keys = rng.standard_normal((n, n_kv, hd)).astype(np.float32)
+    keys[:, :, 7] = keys[:, :, 7] * 30 + 100
+    keys[:, 1, 9] = 0.25  # a constant channel: its step is 1, every unit 0
+    values = rng.standard_normal((n, n_kv, hd)).astype(np.float32)
+    k, v = _frozen_cache(keys, values, capacity=3 * fb)
+    shares = frozen_shares(v, 3 * fb)
+    assert shares.shape[1] == 3
+    units, lows, steps = frozen_parts(shares[:, :2], hd)
+    held = keys.astype(np.float16).astype(np.float32).transpose(1, 2, 0)  # [n_kv, hd, n]: the float16 keys
+    for b0 in (0, fb):
+        block = held[:, :, b0 : b0 + fb]
+        low = block.min(-1).astype(np.float16).astype(np.float32)
+        step = (np.maximum(block.max(-1) - low, 0) / np.float32(255)).astype(np.float16).astype(np.float32)
+        step[step == 0] = 1
+        want = np.clip(np.rint((block - low[..., None]) / step[..., None]), 0, 255)
+        np.testing.assert_array_equal(units[:, :, b0 : b0 + fb], want)
+        np.testing.assert_array_equal(lows[:, :, b0], low)
+        np.testing.assert_array_equal(steps[:, :, b0], step)
+    error = np.abs(lows + units * steps - held[:, :, : 2 * fb])
+    assert (error <= 0.5 * steps * (1 + 1e-5) + np.abs(held[:, :, : 2 * fb]) * 2.0**-11).all()
+    others = [c for c in range(hd) if c != 7]
+    assert error[:, others].max() < 0.03  # one step for all channels would be about 0.8
+    assert steps[1, 9, 0] == 1 and not units[1, 9, : 2 * fb].any()
+    assert not shares[:, 2].any()  # the last 6 positions: not a whole block yet
+
+
+def _depths(visible: np.ndarray) -> np.ndarray:
+    return visible.sum(axis=1) - 1
+
+
+@needs_vnni
+@pytest.mark.parametrize("n_q", [6, 8], ids=["groups_of_3", "groups_of_4"])
+@pytest.mark.parametrize(
+    "start,parents",
+    [(200, (-1,)), (93, (-1, 0, 1, 2, 3)), (63, (-1, 0)), (30, (-1, 0, 1)), (94, (-1, 0, 0, 1, 2, 3))],
+    ids=["step", "chain_across_a_bound", "at_the_first_bound", "before_any", "tree"],
+)
+def test_rows_read_frozen_keys_below_their_own_bound(start, parents, n_q):
+    """A row at position p reads the frozen keys of the blocks that ended
+    FROZEN_DELAY positions before it or earlier, the float16 keys after them: the
+    plain loops' bits with each score there computed from the frozen form, for a
+    step, a chain whose rows fall on both sides of a bound, and a tree; three query
+    heads of a kv head together (_frozen_scores3), a fourth alone."""
+    rng = np.random.default_rng(start)
+    n_kv, hd, n = 2, 64, len(parents)
+    capacity = start + n + 7
+    keys = rng.standard_normal((capacity, n_kv, hd)).astype(np.float32)
+    values = rng.standard_normal((capacity, n_kv, hd)).astype(np.float32)
+    k, v = _frozen_cache(keys, values)
+    visible = Segment(None, [0] * n, start, parents=parents).visible()
+    q = rng.standard_normal((n, n_q, hd)).astype(np.float32)
+    no_window = np.zeros(n, np.int64)
+    got = block_ops.attend(q, k, v, start, visible, np.float32(0.125), no_window, np.float32(0))
+    positions = start + _depths(visible)
+    ends = np.maximum(0, (positions + 1 - block_ops.FROZEN_DELAY) // block_ops.FROZEN_BLOCK) * block_ops.FROZEN_BLOCK
+    units, lows, steps = frozen_parts(frozen_shares(v, k.shape[1] * block_ops.KEY_BLOCK), hd)
+    blocks = k.reshape(n_kv, k.shape[1], -1, block_ops.KEY_BLOCK)[:, :, :hd]
+    keys_f32 = blocks.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1).view(np.float16).astype(np.float32)
+    values_f32 = v.astype(np.float32)
+    at = hd * block_ops.KEY_BLOCK
+    scales = k[:, :, at : at + block_ops.SCALE_BYTES // 2].copy().view(np.float32)
+    scales = scales.reshape(n_kv, -1, 2, block_ops.KEY_BLOCK)
+    value_scales = np.ascontiguousarray(scales[:, :, 1].reshape(n_kv, -1))
+    ones = np.ones_like(value_scales)
+    want = _plain_loop_attention(
+        q, keys_f32, values_f32, start, visible, np.float32(0.125), ones, value_scales, ends, lows, steps, units
+    )
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    if ends.any():  # the frozen form did change the scores
+        plain = _plain_loop_attention(
+            q, keys_f32, values_f32, start, visible, np.float32(0.125), ones, value_scales, 0 * ends, lows, steps, units
+        )
+        assert not np.array_equal(got, plain)
 
 
 @pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
@@ -307,8 +441,8 @@ def _asks_end(q, keys, end, raw, kept, slots, values, out, ahead_k, ahead_v, k_l
     multiple of 32, else -1) _weighted_values3, for query heads 0 to 2 of row 0.
     One compiled function, not four: each took 15 s to compile."""
     m = slots.shape[0]
-    three = block_ops._scores3(q, 0, 0, keys, end, raw, 0, ahead_k, 0, k_last)
-    alone = block_ops._scores(q, 0, 0, keys, end, raw, 0, ahead_k, 0, k_last)
+    three = block_ops._scores3(q, 0, 0, keys, 0, end, raw, 0, ahead_k, 0, k_last)
+    alone = block_ops._scores(q, 0, 0, keys, 0, end, raw, 0, ahead_k, 0, k_last)
     values1 = block_ops._weighted_values(kept, 0, slots, m, values, out, 0, 0, ahead_v, 0, v_last)
     values3 = -1
     if values.shape[1] % 32 == 0:
@@ -379,11 +513,18 @@ def test_an_8_bit_cache_keeps_its_scales_through_growth_and_moves(toy, dtype):
         np.testing.assert_array_equal(keys[..., 2:4], moved[layer][0][..., 10:12])
         np.testing.assert_array_equal(values[:, 2:4], moved[layer][1][:, 10:12])
         np.testing.assert_array_equal(np.delete(keys, [2, 3], -1), np.delete(moved[layer][0], [2, 3], -1))
-    (keys_before, values_before, scales_before), (keys_after, values_after, scales_after) = stored, cache.stored(12)
+    (keys_before, values_before, scales_before, *_), (keys_after, values_after, scales_after, *_) = (
+        stored,
+        cache.stored(12),
+    )
     np.testing.assert_array_equal(keys_after[..., 2:4], keys_before[..., 10:12])  # the stored int8 values
     np.testing.assert_array_equal(values_after[:, :, 2:4], values_before[:, :, 10:12])
     np.testing.assert_array_equal(scales_after[..., 2:4], scales_before[..., 10:12])
-    assert cache.all_keys.nbytes + cache.all_values.nbytes == cache.capacity * KVCache.bytes_per_position(cfg, dtype)
+    held = cache.all_keys.nbytes + cache.all_values.nbytes
+    # Frozen keys take bytes_per_position's share for whole blocks of FROZEN_BLOCK positions only.
+    unfrozen = cache.capacity % block_ops.FROZEN_BLOCK if cache.frozen else 0
+    per_frozen_position = cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * block_ops.FROZEN_ROWS // block_ops.FROZEN_BLOCK
+    assert held == cache.capacity * KVCache.bytes_per_position(cfg, dtype) - unfrozen * per_frozen_position
 
 
 def test_8_bit_keys_need_8_bit_values(toy):
