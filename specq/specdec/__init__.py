@@ -3,3 +3,7 @@
 Nothing in this package may import redis, rq or click: it is usable and testable
 on its own, and the queue and CLI layers are thin shells around it.
 """
+
+from specq.specdec.kernel_cache import drop_stale_kernels
+
+drop_stale_kernels()

@@ -1,0 +1,80 @@
+"""Numba's cached kernels go when any engine source changes (kernel_cache)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specq.specdec import kernel_cache
+from specq.specdec.kernel_cache import STAMP, drop_stale_kernels, sources_digest
+
+
+def _tree(root: Path) -> list[Path]:
+    (root / "__pycache__").mkdir(parents=True)
+    (root / "inner" / "__pycache__").mkdir(parents=True)
+    (root / "ops.py").write_text("def f():\n    return 1\n")
+    (root / "stack.py").write_text("from ops import f\n")
+    (root / "inner" / "kernels.py").write_text("x = 1\n")
+    cached = [
+        root / "__pycache__" / "stack._run-10.py311.nbi",
+        root / "__pycache__" / "stack._run-10.py311.1.nbc",
+        root / "inner" / "__pycache__" / "kernels.g-3.py311.nbi",
+    ]
+    for path in cached:
+        path.write_bytes(b"compiled")
+    (root / "__pycache__" / "ops.cpython-311.pyc").write_bytes(b"bytecode")
+    return cached
+
+
+def test_a_first_run_drops_the_caches_and_stamps(tmp_path):
+    cached = _tree(tmp_path)
+    assert drop_stale_kernels(tmp_path)
+    assert not any(path.exists() for path in cached)
+    assert (tmp_path / "__pycache__" / "ops.cpython-311.pyc").exists()  # Python's own cache stays
+    assert (tmp_path / "__pycache__" / STAMP).read_text() == sources_digest(tmp_path)
+
+
+def test_unchanged_sources_keep_the_caches(tmp_path):
+    cached = _tree(tmp_path)
+    drop_stale_kernels(tmp_path)
+    for path in cached:
+        path.write_bytes(b"compiled again")
+    assert not drop_stale_kernels(tmp_path)
+    assert all(path.exists() for path in cached)
+
+
+def test_a_change_to_any_module_drops_every_cache(tmp_path):
+    # The case that corrupted memory: ops.py changed, stack.py (whose cached code
+    # holds ops' old code) did not.
+    cached = _tree(tmp_path)
+    drop_stale_kernels(tmp_path)
+    for path in cached:
+        path.write_bytes(b"compiled again")
+    (tmp_path / "ops.py").write_text("def f():\n    return 2\n")
+    assert drop_stale_kernels(tmp_path)
+    assert not any(path.exists() for path in cached)
+
+
+def test_a_new_or_renamed_module_counts_as_a_change(tmp_path):
+    _tree(tmp_path)
+    before = sources_digest(tmp_path)
+    (tmp_path / "ops.py").rename(tmp_path / "ops2.py")
+    renamed = sources_digest(tmp_path)
+    (tmp_path / "extra.py").write_text("")
+    assert len({before, renamed, sources_digest(tmp_path)}) == 3
+
+
+def test_a_read_only_tree_is_left_alone(tmp_path, monkeypatch):
+    cached = _tree(tmp_path)
+
+    def refuse(self, missing_ok=False):
+        raise PermissionError(f"read-only: {self}")
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    assert not drop_stale_kernels(tmp_path)
+    assert all(path.exists() for path in cached)
+    assert not (tmp_path / "__pycache__" / STAMP).exists()
+
+
+def test_importing_the_engine_stamps_its_sources():
+    stamp = kernel_cache.ENGINE / "__pycache__" / STAMP
+    assert stamp.read_text() == sources_digest(kernel_cache.ENGINE)
