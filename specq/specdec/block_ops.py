@@ -747,11 +747,14 @@ def _frozen_sums3(area, data, hd, w0, w1, w2, a):  # pragma: no cover - compiled
         u0, u1 = vec.load_bytes(area, d), vec.load_bytes(area, d + 32)
         u2, u3 = vec.load_bytes(area, d + 64), vec.load_bytes(area, d + 96)
         w = vec.broadcast4(w0, 4 * j)
-        a00, a01, a02, a03 = vec.dot4(a00, u0, w), vec.dot4(a01, u1, w), vec.dot4(a02, u2, w), vec.dot4(a03, u3, w)
+        a00, a01 = vec.dot4_wide(a00, u0, w), vec.dot4_wide(a01, u1, w)
+        a02, a03 = vec.dot4_wide(a02, u2, w), vec.dot4_wide(a03, u3, w)
         w = vec.broadcast4(w1, 4 * j)
-        a10, a11, a12, a13 = vec.dot4(a10, u0, w), vec.dot4(a11, u1, w), vec.dot4(a12, u2, w), vec.dot4(a13, u3, w)
+        a10, a11 = vec.dot4_wide(a10, u0, w), vec.dot4_wide(a11, u1, w)
+        a12, a13 = vec.dot4_wide(a12, u2, w), vec.dot4_wide(a13, u3, w)
         w = vec.broadcast4(w2, 4 * j)
-        a20, a21, a22, a23 = vec.dot4(a20, u0, w), vec.dot4(a21, u1, w), vec.dot4(a22, u2, w), vec.dot4(a23, u3, w)
+        a20, a21 = vec.dot4_wide(a20, u0, w), vec.dot4_wide(a21, u1, w)
+        a22, a23 = vec.dot4_wide(a22, u2, w), vec.dot4_wide(a23, u3, w)
     return a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23
 
 
@@ -827,10 +830,10 @@ def _frozen_scores(
                 for j in range(hd // 4):
                     at = data + j * 4 * FROZEN_BLOCK
                     b = vec.broadcast4(w, 4 * j)
-                    a0 = vec.dot4(a0, vec.load_bytes(area, at), b)
-                    a1 = vec.dot4(a1, vec.load_bytes(area, at + 32), b)
-                    a2 = vec.dot4(a2, vec.load_bytes(area, at + 64), b)
-                    a3 = vec.dot4(a3, vec.load_bytes(area, at + 96), b)
+                    a0 = vec.dot4_wide(a0, vec.load_bytes(area, at), b)
+                    a1 = vec.dot4_wide(a1, vec.load_bytes(area, at + 32), b)
+                    a2 = vec.dot4_wide(a2, vec.load_bytes(area, at + 64), b)
+                    a3 = vec.dot4_wide(a3, vec.load_bytes(area, at + 96), b)
             out, constant, step = raw[g], vec.splat_f32(c), vec.splat_f32(d)
             vec.store_f32(out, b0 + part, vec.fma(step, vec.to_float(a0), constant))
             vec.store_f32(out, b0 + part + 8, vec.fma(step, vec.to_float(a1), constant))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from specq.errors import ModelFileError, ParameterError
-from specq.specdec import block_ops, gguf_blocks, vec
+from specq.specdec import block_ops, gguf_blocks
 from specq.specdec.gguf_blocks import BlockMatrix
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.half import TYPES as HALF_TYPES
@@ -345,10 +345,10 @@ class KVCache:
     @staticmethod
     def keeps_frozen(head_dim: int, key_dtype: np.dtype, value_dtype: np.dtype) -> bool:
         """Whether a cache keeps frozen 8-bit keys beside its float16 ones: float16
-        keys, 8-bit values, a head width a multiple of FROZEN_WIDTH, and VNNI (without
-        it the integer sums' vpmaddubsw would saturate on units of 255)."""
-        fits = key_dtype == np.float16 and value_dtype == np.int8 and head_dim % block_ops.FROZEN_WIDTH == 0
-        return fits and vec.has_vnni()
+        keys, 8-bit values and a head width a multiple of FROZEN_WIDTH. Never the CPU:
+        a request resumed on another machine must read the same keys (the integer
+        sums are vec.dot4_wide's, the same integers with VNNI or without)."""
+        return key_dtype == np.float16 and value_dtype == np.int8 and head_dim % block_ops.FROZEN_WIDTH == 0
 
     @property
     def scaled(self) -> bool:

@@ -30,8 +30,10 @@ AUTO = "auto"
 # and draw compiled (sampling_kernels), and the recurrent head's SiLU and confidence
 # (recurrent_kernels), whose last bits move a seeded request's draws now and then.
 # All +1 again (f32 3, int16 4, int8 3; 2026-12-06): a sampled request's `auto` rule
-# became the race rule, which draws other tokens for the same seed.
-NUMERICS_VERSIONS = {"f32": 3, "int16": 4, "int8": 3}
+# became the race rule, which draws other tokens for the same seed. int16 5
+# (2026-12-07): rows read keys 32 positions past a whole block of 64 as 8 bits a
+# channel (block_ops' frozen keys).
+NUMERICS_VERSIONS = {"f32": 3, "int16": 5, "int8": 3}
 
 
 def numerics(precision: str) -> str:

@@ -105,6 +105,22 @@ def _dot4(builder, acc, unsigned, signed):
     return builder.add(acc, quads)
 
 
+def _dot4_widened(builder, acc, unsigned, signed):
+    """acc + the sum of 4 (u8 x s8) products per int32 lane for any bytes, on plain
+    AVX2 (8 lanes): each half's bytes widened to int16, vpmaddwd's exact pair sums in
+    int32, then each pair added to its neighbour. vpdpbusd's integers, so the same
+    bits as with VNNI."""
+    pairs = []
+    for half in range(2):
+        mask = ir.Constant(ir.VectorType(_I32, 16), list(range(16 * half, 16 * half + 16)))
+        u = builder.zext(builder.shuffle_vector(unsigned, unsigned, mask), _V16)
+        s = builder.sext(builder.shuffle_vector(signed, signed, mask), _V16)
+        pairs.append(_call(builder, "llvm.x86.avx2.pmadd.wd", _V32, [u, s]))
+    even = builder.shuffle_vector(pairs[0], pairs[1], ir.Constant(ir.VectorType(_I32, 8), list(range(0, 16, 2))))
+    odd = builder.shuffle_vector(pairs[0], pairs[1], ir.Constant(ir.VectorType(_I32, 8), list(range(1, 16, 2))))
+    return builder.add(acc, builder.add(even, odd))
+
+
 def _width(lanes: int) -> dict:
     """The intrinsics on vectors of `lanes` int32 or float32 (8: 256 bits, AVX2; 16:
     512 bits, AVX-512) by name: vec.load_bytes etc. are the 256-bit ones,
@@ -406,6 +422,22 @@ _NARROW, _WIDE = _width(8), _width(16)
     mul_w,
     fma_w,
 ) = (_WIDE[k] for k in _PER_WIDTH)
+
+_BYTES, _INTS = Vec("i8", 32), Vec("i32", 8)
+
+
+@intrinsic
+def dot4_wide(typingctx, acc, unsigned, signed):  # pragma: no cover - compiled
+    """dot4, exact for any bytes: a frozen key's units reach 255, where a pair of
+    vpmaddubsw's products can pass int16. vpdpbusd with VNNI, else
+    _dot4_widened: the same integers on every CPU (256 bits)."""
+
+    def codegen(context, builder, sig, args):
+        if has_vnni():
+            return _dot4(builder, *args)
+        return _dot4_widened(builder, *args)
+
+    return _INTS(_INTS, _BYTES, _BYTES), codegen
 
 
 @intrinsic

@@ -294,10 +294,6 @@ def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
-# Frozen keys' integer sums need VNNI (KVCache.keeps_frozen).
-needs_vnni = pytest.mark.skipif(not vec.has_vnni(), reason="frozen keys need VNNI")
-
-
 def _frozen_cache(keys: np.ndarray, values: np.ndarray, capacity: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """keys and values [n, n_kv, hd] written from position 0 into a layer's cache of
     int16's types with frozen keys (KVCache's layout; room for n positions, or
@@ -312,7 +308,6 @@ def _frozen_cache(keys: np.ndarray, values: np.ndarray, capacity: int = 0) -> tu
     return k, v
 
 
-@needs_vnni
 def test_a_whole_block_of_keys_is_frozen_per_channel_with_a_minimum():
     """freeze_block: each channel of a whole block of FROZEN_BLOCK positions as 0..255
     steps above its float16 minimum (probe_key_scales.py's rounding), within half a
@@ -351,7 +346,6 @@ def _depths(visible: np.ndarray) -> np.ndarray:
     return visible.sum(axis=1) - 1
 
 
-@needs_vnni
 @pytest.mark.parametrize("n_q", [6, 8], ids=["groups_of_3", "groups_of_4"])
 @pytest.mark.parametrize(
     "start,parents",

@@ -196,12 +196,35 @@ def test_asking_for_lines_past_an_array_changes_nothing_and_never_faults():
     assert ask(a, 1 << 26) == a.sum()  # up to 512 MB past its 128 bytes
 
 
+# Bytes where vpmaddubsw's pairs would saturate (255 x 127 twice), and their sums.
+_EXTREME_BYTES = (
+    np.array([255] * 8 + [255, 0, 255, 1] * 4 + list(range(0, 256, 32)), np.uint8),
+    np.array([127] * 4 + [-128] * 4 + [127, -128] * 8 + [-1, 1] * 4, np.int8),
+    np.arange(-4, 4, dtype=np.int32) * 1000,
+)
+
+
+def _dot4_exact(u: np.ndarray, w: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    return (acc + (u.astype(np.int64) * w).reshape(8, 4).sum(axis=1)).astype(np.float32)
+
+
 _PRINT_PRODUCT = """
 import os, sys, numpy as np
 from specq.specdec import int8, vec
 sys.path[:0] = [{tests!r}, os.path.dirname({tests!r})]
-from test_int8 import _activations, _matrix
+from test_int8 import _EXTREME_BYTES, _activations, _matrix
 print("vnni" if vec.has_vnni() else "avx2", flush=True)
+from numba import njit
+
+
+@njit
+def dot4_wide(u, w, acc):
+    out = np.empty(8, np.float32)
+    vec.store_f32(out, 0, vec.to_float(vec.dot4_wide(vec.load_i32(acc, 0), vec.load_bytes(u, 0), vec.load_bytes(w, 0))))
+    return out
+
+
+print(dot4_wide(*_EXTREME_BYTES).tobytes().hex())
 for t, n_out, n_in in [("Q4_1", 96, 64), ("Q8_0", 40, 64)]:
     for split in (False, True):
         w = int8.Int8Matrix.from_quantized(_matrix(t, n_out, n_in)[0], split=split)
@@ -231,6 +254,13 @@ for precision in ("int8", "int16"):
         model.forward([Segment(c, {tokens!r}[i:i + 9], 0)])
     rows = model.forward([Segment(c, [5 + i], 9) for i, c in enumerate(caches)])
     print(np.concatenate([one] + [r.logits for r in rows]).view(np.uint32).tobytes().hex())
+model = LlamaModel.load({model!r}, "int16")  # rows past 95 positions read frozen 8-bit keys
+cache = model.new_cache(200)
+assert cache.frozen
+long = [(37 * i + 11) % 300 for i in range(200)]
+logits = [model.forward([Segment(cache, long[:170], 0)])[0].logits]
+logits += [model.forward([Segment(cache, [long[p]], p)])[0].logits for p in range(170, 200)]
+print(np.concatenate(logits).view(np.uint32).tobytes().hex())
 """
 
 
@@ -240,7 +270,8 @@ def test_avx2_and_vnni_compute_the_same_bits(tmp_path, toy_model_file):
     """A request resumed on a machine with the other instruction set continues
     exactly: the products compiled for a CPU without VNNI or AVX-512 (a fresh numba
     cache; F16/BF16 products too) give the bits this CPU's VNNI kernels give, and so do whole forwards at int8 and int16
-    (the float16 KV cache's conversions included), alone and batched."""
+    (the float16 KV cache's conversions included), alone and batched, and int16's
+    rows that read frozen keys (vec.dot4_wide's widened sums without VNNI)."""
     features = int8.vec.cpu_features() - {f for f in int8.vec.cpu_features() if "512" in f or "vnni" in f}
     env = {
         **os.environ,
@@ -253,11 +284,13 @@ def test_avx2_and_vnni_compute_the_same_bits(tmp_path, toy_model_file):
         tokens=TOKENS,
         model=toy_model_file(seed=6, tensor_type="Q4_1", embedding_type="Q8_0"),
     )
-    other = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    # The other build compiles every kernel it runs afresh: about 10 minutes beside other work.
+    other = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=1800)
     assert other.returncode == 0, other.stderr[-2000:]
     here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert here.returncode == 0, here.stderr[-2000:]
     assert other.stdout.splitlines()[0] == "avx2" and here.stdout.splitlines()[0] == "vnni"
+    assert here.stdout.splitlines()[1] == _dot4_exact(*_EXTREME_BYTES).tobytes().hex()
     assert other.stdout.splitlines()[1:] == here.stdout.splitlines()[1:]
 
 
