@@ -8,7 +8,9 @@ block_ops.py alone (a `git pull` in an editable install, a branch switch) the st
 kept running the old code, and with a changed cache layout that wrote out of bounds
 (`malloc(): corrupted top size`, docs/performance.md, fifteenth session). So the
 whole engine's sources are hashed at import (about 2 ms) and the caches of every
-package under this one go when the hash moves; the next use compiles afresh.
+package under this one go when the hash moves; the next use compiles afresh (a few
+minutes for everything). Every source counts, not only those with compiled code:
+compiled code also keeps the module constants it read, wherever they live.
 
 Not covered: caches numba keeps elsewhere, as it does when the install is read-only
 (a per-user directory) or NUMBA_CACHE_DIR is set; a process that started before the

@@ -330,7 +330,7 @@ class KVCache:
     With float16 keys and 8-bit values (int16's cache) and a head width a multiple
     of block_ops.FROZEN_WIDTH, each kv head's values have more rows after its
     `capacity` positions: block_ops.FROZEN_ROWS for each FROZEN_BLOCK positions, the
-    frozen keys (block_ops.freeze_block; 9 hd / 8 bytes a position), which long rows
+    frozen keys (block_ops.freeze_block; 17 hd / 16 bytes a position), which long rows
     read in place of the float16 keys (block_ops.frozen_area)."""
 
     def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype: type | tuple = np.float32) -> None:
