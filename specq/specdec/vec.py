@@ -10,8 +10,9 @@ instructions. LLVM still allocates registers and schedules. Most exist for both
 widths (`_width`): `load_bytes` is 256 bits, `load_bytes_w` 512.
 
 The CPU decides one thing at compile time: how four u8 x s8 products are added into
-an int32 lane (`dot4`). With AVX-VNNI (or AVX-512 VNNI) it is one vpdpbusd; on
-plain AVX2, vpmaddubsw then vpmaddwd. Both are exact for the values int8.py feeds
+an int32 lane (`dot4`, `dot4_wide`). With AVX-VNNI (or AVX-512 VNNI) it is one
+vpdpbusd; on plain AVX2, vpmaddubsw then vpmaddwd (dot4_wide: the bytes widened
+first, for units up to 255). Both are exact for the values int8.py feeds
 them, so every CPU computes the same integers and, with the same float epilogue,
 the same bits: a request resumed on another machine continues exactly.
 """
@@ -110,6 +111,7 @@ def _dot4_widened(builder, acc, unsigned, signed):
     AVX2 (8 lanes): each half's bytes widened to int16, vpmaddwd's exact pair sums in
     int32, then each pair added to its neighbour. vpdpbusd's integers, so the same
     bits as with VNNI."""
+    assert acc.type.count == 8, "the widened sums are 256-bit"
     pairs = []
     for half in range(2):
         mask = ir.Constant(ir.VectorType(_I32, 16), list(range(16 * half, 16 * half + 16)))

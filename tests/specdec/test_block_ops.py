@@ -125,7 +125,7 @@ def test_a_sliding_window_hides_the_cache_before_each_rows_first_position():
     assert not np.allclose(got[1:], whole[1:])  # the windows hide something
 
 
-@njit(fastmath={"nnan", "ninf", "contract"}, cache=True)
+@njit(fastmath={"nnan", "ninf", "contract"})  # not cached: it reads block_ops (kernel_cache)
 def _plain_loop_attention(
     q, keys_t, values, start, visible, scale, key_scales, value_scales, frozen_ends, lows, steps, units
 ):  # pragma: no cover - compiled
@@ -529,13 +529,13 @@ def test_8_bit_keys_need_8_bit_values(toy):
         KVCache(model.config, 8, (np.int8, np.float16))
 
 
-@njit(cache=True)
+@njit  # not cached: vec inlines into it (kernel_cache)
 def _written_by_numba(x, out):  # pragma: no cover - compiled
     for i in range(x.shape[0]):
         out[i] = vec.as_element(out, x[i])
 
 
-@njit(cache=True)
+@njit  # not cached: vec inlines into it (kernel_cache)
 def _read_by_numba(bits, out):  # pragma: no cover - compiled
     for i in range(bits.shape[0]):
         out[i] = vec.as_f32(bits[i])

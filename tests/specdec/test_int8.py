@@ -196,16 +196,45 @@ def test_asking_for_lines_past_an_array_changes_nothing_and_never_faults():
     assert ask(a, 1 << 26) == a.sum()  # up to 512 MB past its 128 bytes
 
 
-# Bytes where vpmaddubsw's pairs would saturate (255 x 127 twice), and their sums.
+# Bytes where vpmaddubsw's pairs would saturate (255 x 127 and 255 x -128, twice a
+# lane), then random ones: every lane's sum differs, so lanes in the wrong order show.
 _EXTREME_BYTES = (
-    np.array([255] * 8 + [255, 0, 255, 1] * 4 + list(range(0, 256, 32)), np.uint8),
-    np.array([127] * 4 + [-128] * 4 + [127, -128] * 8 + [-1, 1] * 4, np.int8),
+    np.concatenate([np.full(8, 255), np.random.default_rng(5).integers(0, 256, 24)]).astype(np.uint8),
+    np.concatenate([[127] * 4, [-128] * 4, np.random.default_rng(6).integers(-128, 128, 24)]).astype(np.int8),
     np.arange(-4, 4, dtype=np.int32) * 1000,
 )
 
 
 def _dot4_exact(u: np.ndarray, w: np.ndarray, acc: np.ndarray) -> np.ndarray:
     return (acc + (u.astype(np.int64) * w).reshape(8, 4).sum(axis=1)).astype(np.float32)
+
+
+def test_the_widened_dot4_gives_vpdpbusd_s_integers():
+    """vec._dot4_widened (dot4_wide without VNNI) compiled here, on any AVX2 CPU: the
+    exact sums of four u8 x s8 products per lane, in lane order, where vpmaddubsw
+    would saturate too."""
+    from numba import njit
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def widened(typingctx, acc, unsigned, signed):
+        return acc(acc, unsigned, signed), lambda context, builder, sig, args: int8.vec._dot4_widened(builder, *args)
+
+    @njit
+    def run(u, w, acc):
+        out = np.empty(8, np.float32)
+        v = widened(int8.vec.load_i32(acc, 0), int8.vec.load_bytes(u, 0), int8.vec.load_bytes(w, 0))
+        int8.vec.store_f32(out, 0, int8.vec.to_float(v))
+        return out
+
+    want = _dot4_exact(*_EXTREME_BYTES)
+    assert len(set(want.tolist())) == 8 and want[0] == 255 * 127 * 4 - 4000
+    np.testing.assert_array_equal(run(*_EXTREME_BYTES), want)
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        u, w = rng.integers(0, 256, 32).astype(np.uint8), rng.integers(-128, 128, 32).astype(np.int8)
+        acc = rng.integers(-(2**20), 2**20, 8).astype(np.int32)
+        np.testing.assert_array_equal(run(u, w, acc), _dot4_exact(u, w, acc))
 
 
 _PRINT_PRODUCT = """

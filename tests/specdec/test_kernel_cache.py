@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specq.specdec import kernel_cache
-from specq.specdec.kernel_cache import STAMP, drop_stale_kernels, sources_digest
+from specq.specdec.kernel_cache import STAMP, cache_folders, drop_stale_kernels, sources_digest
 
 
 def _tree(root: Path) -> list[Path]:
@@ -75,6 +75,52 @@ def test_a_read_only_tree_is_left_alone(tmp_path, monkeypatch):
     assert not (tmp_path / "__pycache__" / STAMP).exists()
 
 
+def test_with_numba_cache_dir_the_caches_there_go(tmp_path):
+    """An image's NUMBA_CACHE_DIR may outlive its sources: the folders numba uses
+    there (named as numba names them) are dropped and stamped instead."""
+    from numba.core.caching import _CacheLocator
+
+    root = tmp_path / "engine"
+    _tree(root)
+    cache_dir = tmp_path / "numba"
+    folders = list(cache_folders(root, str(cache_dir)))
+    named = {
+        str(cache_dir / _CacheLocator.get_suitable_cache_subpath(str(p)))
+        for p in (root / "ops.py", root / "inner" / "kernels.py")
+    }
+    assert {str(f) for f in folders} == named
+    for folder in folders:
+        folder.mkdir(parents=True)
+        (folder / "ops.f-1.py311.nbi").write_bytes(b"compiled")
+    assert drop_stale_kernels(root, str(cache_dir))
+    assert not any((folder / "ops.f-1.py311.nbi").exists() for folder in folders)
+    assert all((p.parent / "__pycache__").exists() for p in (root / "ops.py",))  # the tree's own are left
+    assert not drop_stale_kernels(root, str(cache_dir))
+
+
+def test_an_unreadable_or_hidden_file_never_breaks_the_import(tmp_path):
+    """An editor's lock link (.#ops.py, pointing nowhere) or a module deleted mid-
+    checkout must not make importing the engine raise."""
+    _tree(tmp_path)
+    (tmp_path / ".#ops.py").symlink_to(tmp_path / "nowhere")
+    before = sources_digest(tmp_path)
+    (tmp_path / "broken.py").symlink_to(tmp_path / "gone")
+    assert sources_digest(tmp_path) != before  # counted by its name
+    assert drop_stale_kernels(tmp_path)
+
+
+def test_a_failure_leaves_no_partial_stamp(tmp_path, monkeypatch):
+    _tree(tmp_path)
+
+    def refuse(source, target):
+        raise PermissionError("no")
+
+    monkeypatch.setattr("os.replace", refuse)
+    assert not drop_stale_kernels(tmp_path)
+    assert [p.name for p in (tmp_path / "__pycache__").iterdir() if p.name.startswith(STAMP)] == []
+
+
 def test_importing_the_engine_stamps_its_sources():
-    stamp = kernel_cache.ENGINE / "__pycache__" / STAMP
+    stamp = next(cache_folders(kernel_cache.ENGINE)) / STAMP
     assert stamp.read_text() == sources_digest(kernel_cache.ENGINE)
+    assert not drop_stale_kernels()  # and a second look finds it fresh
