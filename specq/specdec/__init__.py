@@ -4,6 +4,6 @@ Nothing in this package may import redis, rq or click: it is usable and testable
 on its own, and the queue and CLI layers are thin shells around it.
 """
 
-from specq.specdec.kernel_cache import drop_stale_kernels
+from specq.specdec import kernel_cache
 
-drop_stale_kernels()
+kernel_cache.on_import()

@@ -13,9 +13,13 @@ one go, in the folders numba uses (__pycache__, or under NUMBA_CACHE_DIR); the n
 use compiles afresh (minutes for everything). Every source counts, not only those
 with compiled code: compiled code also keeps the module constants it read.
 
-Not covered: numba's per-user folder for a read-only install, and a process that
-started before the sources changed and compiles a new signature after (it saves old
-code under the new stamp; restart workers after an upgrade).
+The hash at import is kept: a long-lived process (a worker) asks
+`changed_since_import` now and then, and stops once the sources under it changed
+(an upgrade in place). Run on, it would mix the old modules it holds with new ones it
+imports later, and a signature it compiles after the change would save old code
+under the new stamp, where the next process would load it.
+
+Not covered: numba's per-user folder for a read-only install.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 ENGINE = Path(os.path.abspath(__file__)).parent  # as numba names it: symbolic links kept
 STAMP = "specq-sources.sha256"
 CACHED_SUFFIXES = (".nbi", ".nbc")
+_at_import: str | None = None  # the engine's hash when this process imported it
 
 
 def _sources(root: Path) -> list[Path]:
@@ -63,13 +68,36 @@ def cache_folders(root: Path, cache_dir: str | None = None) -> Iterator[Path]:
             yield package / "__pycache__"
 
 
-def drop_stale_kernels(root: Path = ENGINE, cache_dir: str | None = None) -> bool:
+def on_import() -> None:
+    """specq.specdec's import: keeps the engine's hash and drops stale kernels."""
+    global _at_import
+    try:
+        _at_import = sources_digest(ENGINE)
+    except OSError:
+        return
+    drop_stale_kernels(ENGINE, digest=_at_import)
+
+
+def changed_since_import() -> bool:
+    """Whether the engine's sources on disk differ from those of this process's
+    import (about 2 ms). A tree it cannot list now counts as changed: that is an
+    upgrade or an uninstall under way."""
+    if _at_import is None:
+        return False
+    try:
+        return sources_digest(ENGINE) != _at_import
+    except OSError:
+        return True
+
+
+def drop_stale_kernels(root: Path = ENGINE, cache_dir: str | None = None, digest: str | None = None) -> bool:
     """Deletes numba's cache files of the modules under root when their hash differs
     from the one stamped at the last deletion, then stamps the new one; whether it
     deleted. Never raises: a failure leaves the caches as they were, as numba would.
-    Several processes may do this at once: numba reads a vanished file as a miss."""
+    Several processes may do this at once: numba reads a vanished file as a miss.
+    `digest` is root's hash when the caller has it."""
     try:
-        digest = sources_digest(root)
+        digest = digest or sources_digest(root)
         folders = list(cache_folders(root, cache_dir))
         stamp = folders[0] / STAMP if folders else root / "__pycache__" / STAMP
         try:

@@ -48,6 +48,7 @@ class WorkerContext:
         self.client = client  # for specq's own reads and writes; None: the job's connection
         self.queues: frozenset[str] = frozenset()  # what this process's RQ worker listens on
         self.stop_requested = threading.Event()
+        self.engine_changed = False  # specq's sources changed under this process (Heartbeat)
         self._engines: dict[tuple[str, ...], LoadedEngine] = {}
         self._lock = threading.Lock()
         self._held: dict[tuple[str, str], tuple[BatchStore, Lease]] = {}

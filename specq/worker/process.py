@@ -34,6 +34,7 @@ from specq.queue.status import read_batch
 from specq.queue.store import BatchStore, _text
 from specq.queue.timing import HEARTBEAT_S, LEASE_TTL_MS, WORKER_ALIVE_S
 from specq.queue.vocabulary import Flag, RequestState
+from specq.specdec import kernel_cache
 from specq.worker import context as context_mod
 from specq.worker.context import WorkerContext
 from specq.worker.job import SpecqJob
@@ -50,6 +51,12 @@ RQ_WORKER_TTL_S = 60
 PUBSUB_POLL_S = 1.0
 
 log = logging.getLogger("specq.worker")
+
+
+class EngineChanged(SpecqError):
+    """The engine's sources changed on disk under a running worker (an upgrade in
+    place): it handed its work back and stopped, so that a new process runs the new
+    code (kernel_cache says why an old one must not run on)."""
 
 
 class SpecqWorker(SimpleWorker):
@@ -99,6 +106,7 @@ class Heartbeat(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.is_set():
+            self.stop_if_engine_changed()
             try:
                 self.beat()
             except (redis.RedisError, OSError) as exc:
@@ -106,6 +114,16 @@ class Heartbeat(threading.Thread):
             except Exception:  # noqa: BLE001 - this thread keeps the leases alive: it must not die
                 log.exception("heartbeat failed; retrying")
             self.stopped.wait(HEARTBEAT_S)
+
+    def stop_if_engine_changed(self) -> None:
+        """A SIGTERM to this process once the engine's sources changed: the same
+        handback as `kill`, at the next round. Checked here, every beat, so that an
+        idle worker, or one in a long job, stops too."""
+        if self.runtime.engine_changed or not kernel_cache.changed_since_import():
+            return
+        self.runtime.engine_changed = True
+        log.error("specq's engine changed on disk since this worker started: handing work back and stopping")
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def beat(self) -> None:
         now = time.time()
@@ -144,7 +162,8 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
     """Work until stopped (or, with burst, until nothing of the queues is left to
     do). A Redis outage (a restart, a failover, a partition) ends RQ's work loop;
     this one waits with backoff for Redis to answer again and starts a new one,
-    keeping the loaded model. A refused password ends it with RedisUnavailable."""
+    keeping the loaded model. A refused password ends it with RedisUnavailable, and
+    an upgrade of specq under it with EngineChanged, once its work is handed back."""
     store_client = with_socket_timeout(client, STORE_SOCKET_TIMEOUT_S)
     runtime = WorkerContext(client=store_client)
     queues = listened_queues(list(queues))
@@ -153,47 +172,65 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     _stop_on_signals(runtime)
     heartbeat = Heartbeat(store_client, runtime, queues)
-    worked = False
     try:
-        _wait_for_redis(store_client, runtime)
-        if runtime.stop_requested.is_set():
-            return worked
-        require_noeviction(store_client)
-        heartbeat.start()
-        for attempt in itertools.count():
-            if runtime.stop_requested.is_set():  # a signal while Redis was away
-                return worked
-            worker = SpecqWorker(
-                [make_queue(client, q, SpecqJob) for q in queues],
-                connection=client,
-                name=f"{runtime.worker_id}.{attempt}",  # RQ refuses a name whose last life did not end cleanly
-                serializer=make_queue(client, queues[0], SpecqJob).serializer,
-                runtime=runtime,
-            )
-            try:
-                worked |= worker.work(burst=burst, logging_level=os.environ.get("SPECQ_LOG_LEVEL", "INFO"))
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                log.warning("lost Redis (%s)", exc.__class__.__name__)
-            except StopRequested:
-                # A signal while RQ tears its loop down (after a burst, say): RQ's own
-                # handler raises there, outside the loop that would catch it.
-                runtime.stop_requested.set()
-            _stop_on_signals(runtime)  # RQ's handlers assume its loop is running
-            if runtime.stop_requested.is_set():
-                return worked
-            if _redis_answers(store_client) and burst:
-                try:
-                    left = burst_work_left(store_client, queues)
-                except (redis.ConnectionError, redis.TimeoutError):
-                    left = True  # Redis went away again: look once it is back
-                if not left:
-                    return worked
-                runtime.stop_requested.wait(HEARTBEAT_S)
-            _wait_for_redis(store_client, runtime)
+        worked = _work(client, store_client, runtime, heartbeat, queues, burst)
     finally:
         heartbeat.leave()
         for sig, handler in previous.items():  # an embedding program gets its handlers back
             signal.signal(sig, handler)
+    if runtime.engine_changed:
+        raise EngineChanged(
+            "specq's engine changed on disk since this worker started (an upgrade?): "
+            "its work is handed back; start the worker again to run the new code"
+        )
+    return worked
+
+
+def _work(
+    client: redis.Redis,
+    store_client: redis.Redis,
+    runtime: WorkerContext,
+    heartbeat: Heartbeat,
+    queues: list[str],
+    burst: bool,
+) -> bool:
+    """run_worker's loop: one RQ work loop after another, across Redis outages."""
+    worked = False
+    _wait_for_redis(store_client, runtime)
+    if runtime.stop_requested.is_set():
+        return worked
+    require_noeviction(store_client)
+    heartbeat.start()
+    for attempt in itertools.count():
+        if runtime.stop_requested.is_set():  # a signal while Redis was away
+            return worked
+        worker = SpecqWorker(
+            [make_queue(client, q, SpecqJob) for q in queues],
+            connection=client,
+            name=f"{runtime.worker_id}.{attempt}",  # RQ refuses a name whose last life did not end cleanly
+            serializer=make_queue(client, queues[0], SpecqJob).serializer,
+            runtime=runtime,
+        )
+        try:
+            worked |= worker.work(burst=burst, logging_level=os.environ.get("SPECQ_LOG_LEVEL", "INFO"))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("lost Redis (%s)", exc.__class__.__name__)
+        except StopRequested:
+            # A signal while RQ tears its loop down (after a burst, say): RQ's own
+            # handler raises there, outside the loop that would catch it.
+            runtime.stop_requested.set()
+        _stop_on_signals(runtime)  # RQ's handlers assume its loop is running
+        if runtime.stop_requested.is_set():
+            return worked
+        if _redis_answers(store_client) and burst:
+            try:
+                left = burst_work_left(store_client, queues)
+            except (redis.ConnectionError, redis.TimeoutError):
+                left = True  # Redis went away again: look once it is back
+            if not left:
+                return worked
+            runtime.stop_requested.wait(HEARTBEAT_S)
+        _wait_for_redis(store_client, runtime)
     return worked
 
 

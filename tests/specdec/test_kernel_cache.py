@@ -124,3 +124,27 @@ def test_importing_the_engine_stamps_its_sources():
     stamp = next(cache_folders(kernel_cache.ENGINE)) / STAMP
     assert stamp.read_text() == sources_digest(kernel_cache.ENGINE)
     assert not drop_stale_kernels()  # and a second look finds it fresh
+
+
+def test_this_process_sees_its_engine_unchanged():
+    assert kernel_cache._at_import == sources_digest(kernel_cache.ENGINE)
+    assert not kernel_cache.changed_since_import()
+
+
+def test_a_change_after_import_is_seen(tmp_path, monkeypatch):
+    """What a worker asks every heartbeat: an upgrade in place, or an uninstall."""
+    cached = _tree(tmp_path)
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setattr(kernel_cache, "ENGINE", tmp_path)
+    monkeypatch.setattr(kernel_cache, "_at_import", None)
+    assert not kernel_cache.changed_since_import()  # never imported: nothing to compare with
+    kernel_cache.on_import()
+    assert not any(path.exists() for path in cached)  # the import dropped this tree's caches
+    assert not kernel_cache.changed_since_import()
+    (tmp_path / "inner" / "kernels.py").write_text("x = 2\n")
+    assert kernel_cache.changed_since_import()
+    (tmp_path / "inner" / "kernels.py").write_text("x = 1\n")
+    assert not kernel_cache.changed_since_import()
+    for path in tmp_path.rglob("*.py"):
+        path.unlink()
+    assert kernel_cache.changed_since_import()

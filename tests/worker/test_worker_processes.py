@@ -6,10 +6,12 @@ uninterrupted local decode."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
@@ -196,3 +198,32 @@ def test_run_again_continues_a_batch_started_at_f32(client, queue_env, tmp_path,
     assert client.zcard("specq:batches") == 1  # no second batch
     assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()
     assert first.stderr.splitlines()[-1].split(":")[0] == again.stderr.splitlines()[-1].split(":")[0]
+
+
+@pytest.mark.slow
+def test_an_upgrade_under_a_running_worker_hands_its_work_back_and_stops_it(batch, queue_env, tmp_path):
+    """specq upgraded in place (pip, a git pull) while a worker decodes: the worker
+    must not run on with old modules beside new ones (kernel_cache). It notices at
+    its next heartbeat, hands its requests back, and exits non-zero, saying why, so
+    that its supervisor starts the new code; another worker finishes the batch
+    exactly."""
+    store, expected, _, _ = batch
+    site = tmp_path / "site"
+    # The installed copy, numba's compiled kernels beside its sources as in a real
+    # install (copied with their times, so they load instead of compiling again).
+    shutil.copytree(Path(sys.modules["specq"].__file__).parent, site / "specq")
+    env = {**queue_env, "PYTHONPATH": str(site)}
+    where = subprocess.run([sys.executable, "-c", "import specq; print(specq.__file__)"], env=env, capture_output=True)
+    assert Path(where.stdout.decode().strip()).is_relative_to(site)
+    worker = start_worker(env)
+    wait_for_checkpoints(store, timeout=900)  # a copy whose kernels were not compiled yet compiles them
+    assert store.counts()["completed"] < N, "the upgrade must land mid-batch"
+    engine = site / "specq" / "specdec" / "engine.py"
+    engine.write_text(engine.read_text() + "\n# the next version\n")
+    assert worker.wait(60) == 1
+    assert "specq's engine changed on disk since this worker started" in worker.stdout.read()
+    counts = store.counts()
+    assert counts["running"] == 0 and counts["queued"] > 0
+    finisher = start_worker(queue_env, "--burst")
+    assert finisher.wait(240) == 0, finisher.stdout.read()
+    assert_exactly_once(store, expected)
