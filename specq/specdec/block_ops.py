@@ -478,7 +478,8 @@ def _scratch(group, longest, hd):  # pragma: no cover - compiled
     folded = np.empty((3, hd), dtype=np.float32)  # frozen keys: queries times steps (_fold)
     lanes = np.empty(8, dtype=np.float32)
     halves = np.empty((6, hd), dtype=np.int8)  # and their integers' halves
-    return raw, kept, totals, pow2, slots, folded, lanes, halves
+    whole = np.empty((3, hd), dtype=np.int16)  # or, without VNNI, the integers (_PAIRED)
+    return raw, kept, totals, pow2, slots, folded, lanes, halves, whole
 
 
 @njit(inline="always")
@@ -584,6 +585,12 @@ FROZEN_DELAY = 32
 FROZEN_ROWS = FROZEN_BLOCK + 4
 FROZEN_WIDTH = 8  # the parameters are read eight at a time (_fold)
 FOLD_LEVELS = 16256  # a folded query's largest magnitude in integers: two 7-bit halves (int8.SPLIT_LEVELS)
+# Without VNNI (plain AVX2) vpdpbusd's sums of the halves cost each half's bytes
+# widened and each pair added to its neighbour (vec.dot4_wide): then the folded
+# query's integers stay whole, int16, against the units widened to int16 once for
+# all heads (vpmaddwd, _paired_sums). 128 high + low is the whole integer, so the
+# sums, and the bits, are the VNNI path's. A constant once compiled.
+_PAIRED = not vec.has_vnni()
 
 
 @njit(inline="always")
@@ -674,11 +681,11 @@ def _ask_frozen(area, hd, b0):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
-def _fold(q, r, h, heads, area, b0, folded, lanes, halves):  # pragma: no cover - compiled
+def _fold(q, r, h, heads, area, b0, folded, lanes, halves, whole):  # pragma: no cover - compiled
     """For query heads h .. h + heads - 1 and the frozen block at b0 (area: one kv
     head's frozen_area): f_i = q_i step_i (one rounding) in integers, q'_i = rint(f_i
     FOLD_LEVELS / max|f|), its high and low 7-bit halves into halves[2k] and
-    halves[2k + 1]; returns per head the constant sum_i q_i minimum_i (lane l one
+    halves[2k + 1] (without VNNI q' itself into whole[k]); returns per head the constant sum_i q_i minimum_i (lane l one
     fused multiply-add per i = l mod 8, in i order, from 0; then the eight lanes added
     in lane order) and the step max|f| / FOLD_LEVELS of the integers. Once a block,
     not once a position: the scores' inner loop is then integer dot products of units
@@ -705,22 +712,26 @@ def _fold(q, r, h, heads, area, b0, folded, lanes, halves):  # pragma: no cover 
             vec.store_f32(folded[2], i, f)
             m2 = vec.max_abs(m2, f)
             c2 = vec.fma(query, low, c2)
-    d0 = _split_folded(folded[0], vec.largest_lane(m0), halves[0], halves[1], hd)
+    d0 = _split_folded(folded[0], vec.largest_lane(m0), halves[0], halves[1], whole[0], hd)
     d1 = d2 = np.float32(0.0)
     if heads > 1:
-        d1 = _split_folded(folded[1], vec.largest_lane(m1), halves[2], halves[3], hd)
-        d2 = _split_folded(folded[2], vec.largest_lane(m2), halves[4], halves[5], hd)
+        d1 = _split_folded(folded[1], vec.largest_lane(m1), halves[2], halves[3], whole[1], hd)
+        d2 = _split_folded(folded[2], vec.largest_lane(m2), halves[4], halves[5], whole[2], hd)
     return _lane_total(c0, lanes), _lane_total(c1, lanes), _lane_total(c2, lanes), d0, d1, d2
 
 
 @njit(inline="always")
-def _split_folded(f, largest, high, low, hd):  # pragma: no cover - compiled
-    """rint(f * FOLD_LEVELS / largest) split into 7-bit halves (high * 128 + low);
-    returns the integers' step, largest / FOLD_LEVELS (0 for a zero query)."""
+def _split_folded(f, largest, high, low, whole, hd):  # pragma: no cover - compiled
+    """rint(f * FOLD_LEVELS / largest) split into 7-bit halves (high * 128 + low), or
+    whole without VNNI (_PAIRED); returns the integers' step, largest / FOLD_LEVELS
+    (0 for a zero query)."""
     levels = np.float32(FOLD_LEVELS)
     scale = vec.splat_f32(levels / largest if largest > 0 else np.float32(0.0))
     for i in range(0, hd, 8):
         v = vec.round_scaled(vec.load_f32(f, i), scale)
+        if _PAIRED:
+            vec.store_i16(whole, i, v)
+            continue
         top = vec.high7(v)
         vec.store_i8(high, i, top)
         vec.store_i8(low, i, vec.low7(v, top))
@@ -759,8 +770,31 @@ def _frozen_sums3(area, data, hd, w0, w1, w2, a):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
+def _paired_sums(area, data, hd, whole, heads):  # pragma: no cover - compiled
+    """Without VNNI: the integer sums sum_i q'_i u_i of the 8 positions of a frozen
+    block at `data` for the folded queries whole[0 .. heads - 1] (heads 1 or 3), one
+    int32 lane a position: the units widened once (4 positions of 4 channels a
+    vector), vpmaddwd's exact pair sums against q' as int16, each position's two
+    pairs added once at the end (vec.pair_totals). Integer sums in any order are
+    the same integers (at most 255 x 16256 x hd: int32 holds them)."""
+    zero = vec.zeros_i32()
+    a0, b0, a1, b1, a2, b2 = zero, zero, zero, zero, zero, zero
+    for j in range(hd // 4):
+        d = data + j * 4 * FROZEN_BLOCK
+        first, second = vec.widen_units(area, d), vec.widen_units(area, d + 16)
+        w = vec.broadcast_pairs(whole[0], 4 * j)
+        a0, b0 = vec.madd16(a0, first, w), vec.madd16(b0, second, w)
+        if heads == 3:
+            w = vec.broadcast_pairs(whole[1], 4 * j)
+            a1, b1 = vec.madd16(a1, first, w), vec.madd16(b1, second, w)
+            w = vec.broadcast_pairs(whole[2], 4 * j)
+            a2, b2 = vec.madd16(a2, first, w), vec.madd16(b2, second, w)
+    return vec.pair_totals(a0, b0), vec.pair_totals(a1, b1), vec.pair_totals(a2, b2)
+
+
+@njit(inline="always")
 def _frozen_scores3(
-    q, r, h, area, begin, end, raw, g, folded, lanes, halves, ahead, ahead_end
+    q, r, h, area, begin, end, raw, g, folded, lanes, halves, whole, ahead, ahead_end
 ):  # pragma: no cover - compiled
     """raw[g + k, t] for query heads h + k (k = 0, 1, 2) over the frozen blocks from
     position `begin` to `end` (whole blocks), area one kv head's frozen_area: per
@@ -774,7 +808,13 @@ def _frozen_scores3(
     for b0 in range(begin, end, FROZEN_BLOCK):
         if b0 < ahead_end:
             _ask_frozen(ahead, hd, b0)
-        c0, c1, c2, d0, d1, d2 = _fold(q, r, h, 3, area, b0, folded, lanes, halves)
+        c0, c1, c2, d0, d1, d2 = _fold(q, r, h, 3, area, b0, folded, lanes, halves, whole)
+        if _PAIRED:
+            for part in range(0, FROZEN_BLOCK, 8):
+                s0, s1, s2 = _paired_sums(area, _block_at(hd, b0) + 4 * part, hd, whole, 3)
+                for k, c, d, s in ((0, c0, d0, s0), (1, c1, d1, s1), (2, c2, d2, s2)):
+                    vec.store_f32(raw[g + k], b0 + part, vec.fma(vec.splat_f32(d), vec.to_float(s), vec.splat_f32(c)))
+            continue
         for part in range(0, FROZEN_BLOCK, FROZEN_PASS):
             data = _block_at(hd, b0) + 4 * part
             a = (zero, zero, zero, zero, zero, zero, zero, zero, zero, zero, zero, zero)
@@ -806,7 +846,7 @@ def _frozen_scores3(
 
 @njit(inline="always")
 def _frozen_scores(
-    q, r, h, area, begin, end, raw, g, folded, lanes, halves, ahead, ahead_end
+    q, r, h, area, begin, end, raw, g, folded, lanes, halves, whole, ahead, ahead_end
 ):  # pragma: no cover - compiled
     """_frozen_scores3 for query head h alone (raw[g])."""
     hd = q.shape[2]
@@ -814,7 +854,12 @@ def _frozen_scores(
     for b0 in range(begin, end, FROZEN_BLOCK):
         if b0 < ahead_end:
             _ask_frozen(ahead, hd, b0)
-        c, _, _, d, _, _ = _fold(q, r, h, 1, area, b0, folded, lanes, halves)
+        c, _, _, d, _, _ = _fold(q, r, h, 1, area, b0, folded, lanes, halves, whole)
+        if _PAIRED:
+            for part in range(0, FROZEN_BLOCK, 8):
+                sums = _paired_sums(area, _block_at(hd, b0) + 4 * part, hd, whole, 1)
+                vec.store_f32(raw[g], b0 + part, vec.fma(vec.splat_f32(d), vec.to_float(sums[0]), vec.splat_f32(c)))
+            continue
         for part in range(0, FROZEN_BLOCK, FROZEN_PASS):
             data = _block_at(hd, b0) + 4 * part
             a0, a1, a2, a3 = zero, zero, zero, zero
@@ -901,7 +946,7 @@ def _attend_task(
     group = n_q // n_kv
     n = visible.shape[0]
     end = start + n
-    raw, kept, totals, pow2, slots, folded, lanes, halves = scratch
+    raw, kept, totals, pow2, slots, folded, lanes, halves, whole = scratch
     for t in range(start - first):
         slots[t] = first + t
     m = start - first
@@ -926,13 +971,17 @@ def _attend_task(
     while g + 3 <= group:
         if frozen > below:
             f_asked = f_end if g == 0 else 0
-            _frozen_scores3(q, r, kv * group + g, area, below, frozen, raw, g, folded, lanes, halves, ahead_f, f_asked)
+            _frozen_scores3(
+                q, r, kv * group + g, area, below, frozen, raw, g, folded, lanes, halves, whole, ahead_f, f_asked
+            )
         _scores3(q, r, kv * group + g, keys_t[kv], frozen, end, raw, g, ahead_k, 0, k_last)
         g += 3
     for g in range(g, group):
         if frozen > below:
             f_asked = f_end if g == 0 else 0
-            _frozen_scores(q, r, kv * group + g, area, below, frozen, raw, g, folded, lanes, halves, ahead_f, f_asked)
+            _frozen_scores(
+                q, r, kv * group + g, area, below, frozen, raw, g, folded, lanes, halves, whole, ahead_f, f_asked
+            )
         _scores(q, r, kv * group + g, keys_t[kv], frozen, end, raw, g, ahead_k, 0, k_last)
     for g in range(group):
         totals[g] = _softmax_weights(raw[g], kept[g], slots, first, start, m, scale, cap, pow2)

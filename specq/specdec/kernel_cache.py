@@ -80,7 +80,7 @@ def on_import() -> None:
 
 def changed_since_import() -> bool:
     """Whether the engine's sources on disk differ from those of this process's
-    import (about 2 ms). A tree it cannot list now counts as changed: that is an
+    import (2 to 4 ms). A tree it cannot list now counts as changed: that is an
     upgrade or an uninstall under way."""
     if _at_import is None:
         return False

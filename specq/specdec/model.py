@@ -347,7 +347,7 @@ class KVCache:
         """Whether a cache keeps frozen 8-bit keys beside its float16 ones: float16
         keys, 8-bit values and a head width a multiple of FROZEN_WIDTH. Never the CPU:
         a request resumed on another machine must read the same keys (the integer
-        sums are vec.dot4_wide's, the same integers with VNNI or without)."""
+        sums are exact with VNNI or without, block_ops._PAIRED)."""
         return key_dtype == np.float16 and value_dtype == np.int8 and head_dim % block_ops.FROZEN_WIDTH == 0
 
     @property

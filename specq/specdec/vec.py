@@ -487,6 +487,33 @@ def widen_bytes(typingctx, array, i):  # pragma: no cover - compiled
 
 
 @intrinsic
+def widen_units(typingctx, array, i):  # pragma: no cover - compiled
+    """The 16 uint8 at array[i:] as int16 (vpmovzxbw): 4 positions' units of 4
+    channels in a frozen block, so each 32-bit lane holds 2 channels of a position."""
+
+    def codegen(context, builder, sig, args):
+        narrow = ir.VectorType(ir.IntType(8), 16)
+        packed = builder.load(_pointer(context, builder, sig.args[0], args[0], args[1], narrow), align=1)
+        return builder.zext(packed, _V16)
+
+    return I16(array, i), codegen
+
+
+@intrinsic
+def store_i16(typingctx, array, i, v):  # pragma: no cover - compiled
+    """The 8 int32 lanes of v, truncated to int16, at array[i:] (an int16 array)."""
+
+    def codegen(context, builder, sig, args):
+        narrow = ir.VectorType(ir.IntType(16), 8)
+        builder.store(
+            builder.trunc(args[2], narrow), _pointer(context, builder, sig.args[0], args[0], args[1], narrow), align=2
+        )
+        return context.get_dummy_value()
+
+    return types.void(array, i, I32), codegen
+
+
+@intrinsic
 def broadcast_pairs(typingctx, array, i):  # pragma: no cover - compiled
     """The 4 int16 at array[i:] in every 64-bit lane (vpbroadcastq): inputs i, i+1
     against a lane's first two weights, i+2, i+3 against the next lane's."""
