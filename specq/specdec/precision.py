@@ -3,11 +3,12 @@ them without importing the engine (numba, the kernels).
 
 "f32": float32 arithmetic on the quantized weights (HuggingFace parity).
 "int16": each activation row quantized to 15 bits and multiplied as two int8 halves
-with integer dot products (int8.py), keys cached as float16 and values as 8 bits with
-a scale each (model.KV_TYPES): faster than f32 on several rows, and next-token
+with integer dot products (int8.py), keys cached as float16 (and older ones again as
+8 bits, block_ops.freeze_block) and values as 8 bits with a scale each
+(model.KV_TYPES): faster than f32 on several rows, and next-token
 predictions that agree with f32's (docs/performance.md).
 "int8": activations quantized to 8 bits, and keys and values cached as 8 bits with a
-scale each (model.KVCache): faster still, 0.68x int16's cache memory, and outputs
+scale each (model.KVCache): faster still, 0.51x int16's cache memory, and outputs
 that differ from f32's near ties.
 """
 
@@ -16,9 +17,9 @@ from specq.errors import ParameterError
 PRECISIONS = ("f32", "int16", "int8")
 INTEGER = ("int16", "int8")  # the precisions whose products run on int8.py's kernels
 # What a command runs at unless told otherwise: int16 wherever its kernels run, since
-# it predicts what f32 does (docs/performance.md: top-1 agreement 99.59%, mean KL
-# 6e-5 nats on the bench mix, with its cache of float16 keys and 8-bit values; the
-# rest near ties) at up to twice the speed on many rows.
+# it predicts what f32 does (docs/performance.md: top-1 agreement 99.50%, mean KL
+# 8e-5 nats on the bench mix, with its cache of float16 keys, 8-bit copies of older
+# ones and 8-bit values; the rest near ties) at up to twice the speed on many rows.
 AUTO = "auto"
 
 # The version of each precision's arithmetic, raised whenever a release changes its

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from specq.specdec import kernel_cache
 from specq.specdec.kernel_cache import STAMP, cache_folders, drop_stale_kernels, sources_digest
+
+
+@pytest.fixture(autouse=True)
+def _no_cache_dir(monkeypatch):
+    """Caches in __pycache__ unless a test names a NUMBA_CACHE_DIR itself: the
+    Dockerfile sets one, and a run of the suite there must not depend on it."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
 
 
 def _tree(root: Path) -> list[Path]:
@@ -134,7 +143,6 @@ def test_this_process_sees_its_engine_unchanged():
 def test_a_change_after_import_is_seen(tmp_path, monkeypatch):
     """What a worker asks every heartbeat: an upgrade in place, or an uninstall."""
     cached = _tree(tmp_path)
-    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     monkeypatch.setattr(kernel_cache, "ENGINE", tmp_path)
     monkeypatch.setattr(kernel_cache, "_at_import", None)
     assert not kernel_cache.changed_since_import()  # never imported: nothing to compare with
