@@ -469,8 +469,8 @@ def _softmax_weights(raw, kept, slots, first, start, m, scale, cap, pow2):  # pr
 def _scratch(group, longest, hd):  # pragma: no cover - compiled
     """Work arrays for _attend_task, made once per chunk of tasks (allocating them per
     task was a large part of a short task's time)."""
-    whole = -(-longest // KEY_BLOCK) * KEY_BLOCK  # _scores stores whole blocks
-    raw = np.empty((group, whole), dtype=np.float32)  # every slot's score, before masking
+    padded = -(-longest // KEY_BLOCK) * KEY_BLOCK  # _scores stores whole blocks
+    raw = np.empty((group, padded), dtype=np.float32)  # every slot's score, before masking
     kept = np.empty((group, longest), dtype=np.float32)  # the visible scores, then weights
     totals = np.empty(group, dtype=np.float64)  # sequential sums of up to thousands of weights
     pow2 = np.empty(longest, dtype=np.int32)
@@ -778,18 +778,18 @@ def _paired_sums(area, data, hd, whole, heads):  # pragma: no cover - compiled
     pairs added once at the end (vec.pair_totals). Integer sums in any order are
     the same integers (at most 255 x 16256 x hd: int32 holds them)."""
     zero = vec.zeros_i32()
-    a0, b0, a1, b1, a2, b2 = zero, zero, zero, zero, zero, zero
+    e0, o0, e1, o1, e2, o2 = zero, zero, zero, zero, zero, zero  # positions 0-3 and 4-7 of each head
     for j in range(hd // 4):
         d = data + j * 4 * FROZEN_BLOCK
         first, second = vec.widen_units(area, d), vec.widen_units(area, d + 16)
         w = vec.broadcast_pairs(whole[0], 4 * j)
-        a0, b0 = vec.madd16(a0, first, w), vec.madd16(b0, second, w)
+        e0, o0 = vec.madd16(e0, first, w), vec.madd16(o0, second, w)
         if heads == 3:
             w = vec.broadcast_pairs(whole[1], 4 * j)
-            a1, b1 = vec.madd16(a1, first, w), vec.madd16(b1, second, w)
+            e1, o1 = vec.madd16(e1, first, w), vec.madd16(o1, second, w)
             w = vec.broadcast_pairs(whole[2], 4 * j)
-            a2, b2 = vec.madd16(a2, first, w), vec.madd16(b2, second, w)
-    return vec.pair_totals(a0, b0), vec.pair_totals(a1, b1), vec.pair_totals(a2, b2)
+            e2, o2 = vec.madd16(e2, first, w), vec.madd16(o2, second, w)
+    return vec.pair_totals(e0, o0), vec.pair_totals(e1, o1), vec.pair_totals(e2, o2)
 
 
 @njit(inline="always")
@@ -800,7 +800,8 @@ def _frozen_scores3(
     position `begin` to `end` (whole blocks), area one kv head's frozen_area: per
     block and head the folded query's halves, its step d and the constant c (_fold),
     then per position the integer sum_i q'_i u_i (the high halves' products, times
-    128, plus the low halves'), exact, and the score fma(d, sum, c). Asks for the
+    128, plus the low halves'; without VNNI q' whole, _paired_sums), exact, and the
+    score fma(d, sum, c). Asks for the
     next task's frozen blocks below ahead_end (ahead: its frozen_area), one a block,
     as _scores asks for its float16 keys."""
     hd = q.shape[2]

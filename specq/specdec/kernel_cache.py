@@ -19,7 +19,10 @@ The hash at import is kept: a long-lived process (a worker) asks
 imports later, and a signature it compiles after the change would save old code
 under the new stamp, where the next process would load it.
 
-Not covered: numba's per-user folder for a read-only install.
+Not covered: numba's per-user folder for a read-only install; a compile under way
+when the sources change, or begun before the next heartbeat notices, which saves old
+code; processes other than workers (`specq generate`, `specq bench`), which never
+check: restart them after an upgrade.
 """
 
 from __future__ import annotations

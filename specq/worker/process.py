@@ -103,11 +103,12 @@ class Heartbeat(threading.Thread):
         self.runtime = runtime
         self.queues = list(queues)
         self.stopped = threading.Event()
+        self._leaving = threading.Lock()  # no SIGTERM of ours once run_worker's handlers are gone
 
     def run(self) -> None:
         while not self.stopped.is_set():
-            self.stop_if_engine_changed()
             try:
+                self.stop_if_engine_changed()
                 self.beat()
             except (redis.RedisError, OSError) as exc:
                 log.warning("heartbeat failed (%s); retrying", exc.__class__.__name__)
@@ -121,9 +122,12 @@ class Heartbeat(threading.Thread):
         idle worker, or one in a long job, stops too."""
         if self.runtime.engine_changed or not kernel_cache.changed_since_import():
             return
-        self.runtime.engine_changed = True
-        log.error("specq's engine changed on disk since this worker started: handing work back and stopping")
-        os.kill(os.getpid(), signal.SIGTERM)
+        with self._leaving:
+            if self.stopped.is_set():
+                return
+            self.runtime.engine_changed = True
+            log.error("specq's engine changed on disk since this worker started: handing work back and stopping")
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def beat(self) -> None:
         now = time.time()
@@ -150,7 +154,8 @@ class Heartbeat(threading.Thread):
         reap_all(self.client)
 
     def leave(self) -> None:
-        self.stopped.set()
+        with self._leaving:
+            self.stopped.set()
         try:
             self.client.zrem(keys.WORKERS, self.runtime.worker_id)
             self.client.delete(keys.worker(self.runtime.worker_id))

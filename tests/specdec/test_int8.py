@@ -300,7 +300,7 @@ def test_avx2_and_vnni_compute_the_same_bits(tmp_path, toy_model_file):
     exactly: the products compiled for a CPU without VNNI or AVX-512 (a fresh numba
     cache; F16/BF16 products too) give the bits this CPU's VNNI kernels give, and so do whole forwards at int8 and int16
     (the float16 KV cache's conversions included), alone and batched, and int16's
-    rows that read frozen keys (vec.dot4_wide's widened sums without VNNI)."""
+    rows that read frozen keys (block_ops._paired_sums without VNNI)."""
     features = int8.vec.cpu_features() - {f for f in int8.vec.cpu_features() if "512" in f or "vnni" in f}
     env = {
         **os.environ,

@@ -30,8 +30,12 @@ CHUNK = ["--checkpoint-tokens", "6", "--checkpoint-seconds", "0.5", "--batch-siz
 def batch(client, queue_env, tmp_path, slow_model_path):
     """A submitted batch and the outputs an uninterrupted `specq generate` gives (on
     the slow toy model: the small one finishes a batch between two polls)."""
+    return submitted(client, queue_env, tmp_path, slow_model_path, MAX_TOKENS)
+
+
+def submitted(client, queue_env, tmp_path, model_path, max_tokens):
     path = write_prompts(tmp_path / "p.jsonl", N)
-    common = ["--model", slow_model_path, "--max-tokens", str(MAX_TOKENS), "--temperature", "0.7", "--seed", "3"]
+    common = ["--model", model_path, "--max-tokens", str(max_tokens), "--temperature", "0.7", "--seed", "3"]
     local = specq(["generate", "--input", str(path), "--json", *common], queue_env)
     expected = {(r := json.loads(line))["custom_id"]: r["specq"]["token_ids"] for line in local.stdout.splitlines()}
     specq(["submit", str(path), "--batch-id", "kb", *common, *CHUNK], queue_env)
@@ -201,18 +205,24 @@ def test_run_again_continues_a_batch_started_at_f32(client, queue_env, tmp_path,
 
 
 @pytest.mark.slow
-def test_an_upgrade_under_a_running_worker_hands_its_work_back_and_stops_it(batch, queue_env, tmp_path):
-    """specq upgraded in place (pip, a git pull) while a worker decodes: the worker
-    must not run on with old modules beside new ones (kernel_cache). It notices at
-    its next heartbeat, hands its requests back, and exits non-zero, saying why, so
-    that its supervisor starts the new code; another worker finishes the batch
-    exactly."""
-    store, expected, _, _ = batch
+def test_an_upgrade_under_a_running_worker_hands_its_work_back_and_stops_it(
+    client, queue_env, tmp_path, slow_model_path
+):
+    """specq's engine upgraded in place (pip, a git pull) while a worker decodes: the
+    worker must not run on with old modules beside new ones (kernel_cache). It
+    notices at its next heartbeat, hands its requests back, and exits non-zero,
+    saying why, so that its supervisor starts the new code; another worker finishes
+    the batch exactly. Longer requests than the other tests': the heartbeat (0.5 s)
+    and a round must come before the batch's end."""
+    store, expected, _, _ = submitted(client, queue_env, tmp_path, slow_model_path, 6 * MAX_TOKENS)
     site = tmp_path / "site"
     # The installed copy, numba's compiled kernels beside its sources as in a real
     # install (copied with their times, so they load instead of compiling again).
     shutil.copytree(Path(sys.modules["specq"].__file__).parent, site / "specq")
-    env = {**queue_env, "PYTHONPATH": str(site)}
+    # PYTHONSAFEPATH: `-m` and `-c` put the working directory (a checkout holding
+    # specq) before PYTHONPATH; no NUMBA_CACHE_DIR: the copy's kernels are in its tree.
+    env = {k: v for k, v in queue_env.items() if k != "NUMBA_CACHE_DIR"}
+    env |= {"PYTHONPATH": str(site), "PYTHONSAFEPATH": "1"}
     where = subprocess.run([sys.executable, "-c", "import specq; print(specq.__file__)"], env=env, capture_output=True)
     assert Path(where.stdout.decode().strip()).is_relative_to(site)
     worker = start_worker(env)
