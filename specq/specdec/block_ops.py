@@ -685,9 +685,10 @@ def _fold(q, r, h, heads, area, b0, folded, lanes, halves, whole):  # pragma: no
     """For query heads h .. h + heads - 1 and the frozen block at b0 (area: one kv
     head's frozen_area): f_i = q_i step_i (one rounding) in integers, q'_i = rint(f_i
     FOLD_LEVELS / max|f|), its high and low 7-bit halves into halves[2k] and
-    halves[2k + 1] (without VNNI q' itself into whole[k]); returns per head the constant sum_i q_i minimum_i (lane l one
-    fused multiply-add per i = l mod 8, in i order, from 0; then the eight lanes added
-    in lane order) and the step max|f| / FOLD_LEVELS of the integers. Once a block,
+    halves[2k + 1] (without VNNI q' itself into whole[k]); returns per head the
+    constant sum_i q_i minimum_i (lane l one fused multiply-add per i = l mod 8, in i
+    order, from 0; then the eight lanes added in lane order) and the step max|f| /
+    FOLD_LEVELS of the integers. Once a block,
     not once a position: the scores' inner loop is then integer dot products of units
     and halves alone."""
     hd = q.shape[2]
@@ -801,9 +802,8 @@ def _frozen_scores3(
     block and head the folded query's halves, its step d and the constant c (_fold),
     then per position the integer sum_i q'_i u_i (the high halves' products, times
     128, plus the low halves'; without VNNI q' whole, _paired_sums), exact, and the
-    score fma(d, sum, c). Asks for the
-    next task's frozen blocks below ahead_end (ahead: its frozen_area), one a block,
-    as _scores asks for its float16 keys."""
+    score fma(d, sum, c). Asks for the next task's frozen blocks below ahead_end
+    (ahead: its frozen_area), one a block, as _scores asks for its float16 keys."""
     hd = q.shape[2]
     zero = vec.zeros_i32()
     for b0 in range(begin, end, FROZEN_BLOCK):

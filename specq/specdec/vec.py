@@ -10,9 +10,9 @@ instructions. LLVM still allocates registers and schedules. Most exist for both
 widths (`_width`): `load_bytes` is 256 bits, `load_bytes_w` 512.
 
 The CPU decides one thing here at compile time (block_ops._PAIRED is another): how
-four u8 x s8 products are added into an int32 lane (`dot4`, `dot4_wide`). With AVX-VNNI (or AVX-512 VNNI) it is one
-vpdpbusd; on plain AVX2, vpmaddubsw then vpmaddwd (dot4_wide: the bytes widened
-first, for units up to 255). Both are exact for the values int8.py feeds
+four u8 x s8 products are added into an int32 lane (`dot4`, `dot4_wide`). With
+AVX-VNNI (or AVX-512 VNNI) it is one vpdpbusd; on plain AVX2, vpmaddubsw then
+vpmaddwd (dot4_wide: the bytes widened first, for units up to 255). Both are exact for the values int8.py feeds
 them, so every CPU computes the same integers and, with the same float epilogue,
 the same bits: a request resumed on another machine continues exactly.
 """
