@@ -6,6 +6,7 @@ uninterrupted local decode."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from queue_helpers import specq, start_worker, stop_process, wait_until, write_p
 from specq.queue.status import batch_status
 from specq.queue.store import BatchStore
 from specq.specdec import int8
+from specq.specdec.kernel_cache import cache_folders
 
 N = 6
 MAX_TOKENS = 120
@@ -216,13 +218,18 @@ def test_an_upgrade_under_a_running_worker_hands_its_work_back_and_stops_it(
     and a round must come before the batch's end."""
     store, expected, _, _ = submitted(client, queue_env, tmp_path, slow_model_path, 6 * MAX_TOKENS)
     site = tmp_path / "site"
-    # The installed copy, numba's compiled kernels beside its sources as in a real
-    # install (copied with their times, so they load instead of compiling again).
-    shutil.copytree(Path(sys.modules["specq"].__file__).parent, site / "specq")
+    # The installed copy with numba's compiled kernels, copied with their sources'
+    # times so that they load instead of compiling again (minutes): beside the
+    # sources, or under NUMBA_CACHE_DIR in the folders numba names for the copy.
+    installed = Path(sys.modules["specq"].__file__).parent
+    shutil.copytree(installed, site / "specq")
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        for ours, its in zip(cache_folders(installed), cache_folders(site / "specq")):
+            if ours.is_dir():
+                shutil.copytree(ours, its, dirs_exist_ok=True)
     # PYTHONSAFEPATH: `-m` and `-c` put the working directory (a checkout holding
-    # specq) before PYTHONPATH; no NUMBA_CACHE_DIR: the copy's kernels are in its tree.
-    env = {k: v for k, v in queue_env.items() if k != "NUMBA_CACHE_DIR"}
-    env |= {"PYTHONPATH": str(site), "PYTHONSAFEPATH": "1"}
+    # specq) before PYTHONPATH.
+    env = {**queue_env, "PYTHONPATH": str(site), "PYTHONSAFEPATH": "1"}
     where = subprocess.run([sys.executable, "-c", "import specq; print(specq.__file__)"], env=env, capture_output=True)
     assert Path(where.stdout.decode().strip()).is_relative_to(site)
     worker = start_worker(env)
