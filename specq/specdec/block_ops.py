@@ -1008,11 +1008,15 @@ def _attend_task(
 # float16 keys with int8 values; or int8 keys and values, each position's key and
 # value of each kv head with a float32 scale. Bytes read bound attention over many
 # long sequences, and the keys are what 8 bits cost quality (docs/performance.md).
-CACHE_TYPES = (("float32", "float32"), ("uint16", "uint16"), ("uint16", "int8"), ("int8", "int8"))
-_FREEZE = [f"void({k}[:, :, :, ::1], {v}[:, :, :, ::1], int64[::1], int64)" for k, v in CACHE_TYPES[2:3]]
+#
+# The functions below compile at their first call, for its cache's types, not at
+# import for all four: a precision uses one pair, and attend and attend_many took
+# about 48 s each to compile for one pair on a Zen 4 (docs/operations.md). Not
+# inlining _attend_task cut that to 18 s and 8 s, but made attention 1.02x to 1.09x
+# slower (a call per task).
 
 
-@njit(_FREEZE, cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def freeze_blocks(all_keys, all_values, firsts, hd):  # pragma: no cover - compiled
     """Freezes the blocks starting at `firsts` in every layer (a whole cache,
     KVCache.all_keys and all_values: after a tree's accepted path moved)."""
@@ -1022,14 +1026,7 @@ def freeze_blocks(all_keys, all_values, firsts, hd):  # pragma: no cover - compi
                 freeze_block(all_keys[layer], all_values[layer], kv, b0, hd)
 
 
-_ATTEND = [
-    f"float32[:, ::1](float32[:, :, ::1], {k}[:, :, ::1], {v}[:, :, ::1], int64, boolean[:, ::1], float32, "
-    "int64[::1], float32)"
-    for k, v in CACHE_TYPES
-]
-
-
-@njit(_ATTEND, fastmath=_ORDERED, parallel=True, cache=True, nogil=True)
+@njit(fastmath=_ORDERED, parallel=True, cache=True, nogil=True)
 def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no cover - compiled
     """Attention of a segment's rows over its cache.
 
@@ -1098,10 +1095,7 @@ def attend(q, keys_t, values, start, visible, scale, firsts, cap):  # pragma: no
     return out
 
 
-_WRITE = [f"void({k}[:, :, ::1], {v}[:, :, ::1], int64, float32[:, :, :], float32[:, :, :])" for k, v in CACHE_TYPES]
-
-
-@njit(_WRITE, cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def write_kv(cache_k, cache_v, start, k, v):  # pragma: no cover - compiled
     """k and v [n, Hkv, hd] into a layer's cache at positions start..start+n-1, then
     the blocks they end frozen (freeze_stored)."""
@@ -1111,14 +1105,7 @@ def write_kv(cache_k, cache_v, start, k, v):  # pragma: no cover - compiled
     freeze_stored(cache_k, cache_v, start, k.shape[0], k.shape[2])
 
 
-_ATTEND_MANY = [
-    f"float32[:, ::1](float32[:, :, ::1], int64[::1], int64[::1], ListType(boolean[:, ::1]), "
-    f"ListType({k}[:, :, :, ::1]), ListType({v}[:, :, :, ::1]), int64, float32)"
-    for k, v in CACHE_TYPES
-]
-
-
-@njit(_ATTEND_MANY, fastmath=_ORDERED, parallel=True, cache=True, nogil=True)
+@njit(fastmath=_ORDERED, parallel=True, cache=True, nogil=True)
 def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # pragma: no cover - compiled
     """`attend` for every segment of a forward at once: q [rows, Hq, hd] holds the
     segments' rows one after the other (segment s: rows bounds[s]..bounds[s+1]),

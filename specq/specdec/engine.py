@@ -129,6 +129,20 @@ class Engine:
             states[index] = state
         return states
 
+    def warm_up(self) -> None:
+        """Decode two short requests together, one of them on alone to its end, and
+        drop them: the kernels this model, precision, proposer and CPU run are
+        compiled (or loaded from numba's cache) now, rather than inside the first
+        round of real work, where a first compile takes minutes and a worker would
+        hold leases through it (docs/operations.md). No costs are measured: the
+        compile is not a forward's time."""
+        vocab = self.model.config.vocab_size
+        prompt = tuple(i % vocab for i in (5, 6, 7) * 4)  # a repeat, for prompt lookup to draft from
+        spare = Engine(self.model, self.tokenizer, self.proposer)
+        greedy = GenerationRequest(prompt, max_tokens=2)
+        sampled = GenerationRequest(prompt[1:], max_tokens=6, sampling=SamplingParams(temperature=0.8, seed=1))
+        spare.run_many([greedy, sampled], group_size=2)
+
     def record(self, planned: Sequence[PlannedRound], forward_s: float) -> None:
         """Time a round for the measured costs: its drafts, and its forward unless a
         prompt's prefill took part (its rows cost less: only its last row's logits)."""

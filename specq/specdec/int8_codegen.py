@@ -50,18 +50,6 @@ _ARGS = {
     "q8_hv": "wq, wd, wm, ws, xq, xd, xs",
     "q8_hvs": "wq, wd, wm, ws, xq, xl, xd, xs",
 }
-_SIGNATURES = {
-    "q4_1": "void(uint8[::1], float32[::1], float32[::1], int8[::1], float32[::1], float32[::1], "
-    "float32[::1], int64, int64, int64, int64, int64)",
-    "q8_0": "void(int8[::1], float32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)",
-    "q8_0v": "void(int8[::1], float32[::1], int32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, "
-    "int64, int64)",
-    "q4_1s": "void(uint8[::1], float32[::1], float32[::1], int8[::1], int8[::1], float32[::1], float32[::1], "
-    "float32[::1], int64, int64, int64, int64, int64)",
-    "q8_0vs": "void(int8[::1], float32[::1], int32[::1], int8[::1], int8[::1], float32[::1], float32[::1], int64, "
-    "int64, int64, int64, int64)",
-    "q8_0i": "void(int8[::1], float32[::1], int16[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)",
-}
 # How far ahead a micro-kernel asks for its weights (vec.prefetch), in output groups:
 # a group's blocks lie end to end (nb blocks), so block b of group c + 4 is about 18
 # KB ahead in a layer of the default model (at 16 lanes; half that at 8). With the
@@ -101,8 +89,8 @@ FAMILIES = (
     # (docs/performance.md; not measured on a Zen 4).
     ("q4_1s", 16, ((2, 4),)),
     ("q8_0vs", 16, ((2, 3),)),
-    # The formats other GGUF types are unpacked into (int8.py). They compile on first
-    # use only: most models never reach them.
+    # The formats other GGUF types are unpacked into (int8.py): most models never
+    # reach them.
     ("q8_m", 8, BLOCKINGS),
     ("q8_mv", 8, BLOCKINGS),
     ("q8_mv", 16, ((2, 3),)),
@@ -123,7 +111,6 @@ FAMILIES = (
     ("q8_mi", 8, ((1, 3),)),
     ("q8_hi", 8, ((1, 2),)),  # two sums per output and row: fewer rows
 )
-_EAGER = ("q4_1", "q8_0", "q8_0v", "q4_1s", "q8_0vs")  # compiled at import on every AVX2 CPU
 
 
 def _name(kind: str, lanes: int) -> str:
@@ -325,30 +312,18 @@ def _micro(kind: str, lanes: int, no: int, nr: int) -> list[str]:
     return lines
 
 
-def _scale_variants(kind: str) -> str:
-    """The kind's eager signatures: its weights' scales (wd, and wm where it has one)
-    as float32 or as float16 bits (int8.Int8Matrix.d)."""
-    signature = _SIGNATURES[kind]
-    types = signature[len("void(") : -1].split(", ")
-    names = _ARGS[kind].split(", ")
-    halves = [("uint16[::1]" if name in ("wd", "wm") else t) for name, t in zip(names, types)]
-    narrow = "void(" + ", ".join(halves + types[len(names) :]) + ")"
-    return f'["{signature}", "{narrow}"]'
-
-
 def _driver(kind: str, lanes: int, no: int, nr: int) -> list[str]:
     """Each thread takes a slice of the output groups (`lanes` outputs each); in it,
     NO groups at a time (single ones for the slice's remainder), and for those all
     rows in groups of NR (then the remaining rows as one smaller group): the group's
     weights, a few KB, stay in L1 while the row groups pass over them."""
     args, name = _ARGS[kind], _name(kind, lanes)
-    # 256-bit drivers compile at import (every CPU with AVX2 runs them); 512-bit ones
-    # on first use, which only a CPU with AVX-512 VNNI reaches (int8.py).
-    signature = f"{_scale_variants(kind)}, " if lanes == 8 and kind in _EAGER else ""
+    # Compiled on first use, for the types they are called with: a CPU runs either
+    # the 256-bit or the 512-bit drivers (int8.py), and a model few of the families.
     lines = [
         "",
         "",
-        f"@njit({signature}parallel=True, cache=True, nogil=True)",
+        "@njit(parallel=True, cache=True, nogil=True)",
         f"def {name}_{no}x{nr}({args}, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled",
         f"    groups = n_out // {lanes}",
         "    for t in prange(n_slices):",

@@ -546,7 +546,7 @@ def _q4_1_2_3(wq, wd, wm, xq, xd, xs, out, c, r0, lap, laps, nb, n_in, n_out):  
     store_f32(out, (r0 + 2) * n_out + (c + 1) * 8, a12)
 
 
-@njit(["void(uint8[::1], float32[::1], float32[::1], int8[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", "void(uint8[::1], uint16[::1], uint16[::1], int8[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)"], parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def q4_1_2x3(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
     groups = n_out // 8
     for t in prange(n_slices):
@@ -574,7 +574,7 @@ def q4_1_2x3(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # prag
             c += step
 
 
-@njit(["void(uint8[::1], float32[::1], float32[::1], int8[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", "void(uint8[::1], uint16[::1], uint16[::1], int8[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)"], parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def q4_1_1x3(wq, wd, wm, xq, xd, xs, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
     groups = n_out // 8
     for t in prange(n_slices):
@@ -1187,7 +1187,7 @@ def _q8_0_2_3(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma
     store_f32(out, (r0 + 2) * n_out + (c + 1) * 8, a12)
 
 
-@njit(["void(int8[::1], float32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", "void(int8[::1], uint16[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)"], parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def q8_0_2x3(wq, wd, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
     groups = n_out // 8
     for t in prange(n_slices):
@@ -1334,7 +1334,7 @@ def _q8_0_1_4(wq, wd, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # pragma
     store_f32(out, (r0 + 3) * n_out + (c + 0) * 8, a03)
 
 
-@njit(["void(int8[::1], float32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", "void(int8[::1], uint16[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)"], parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def q8_0_1x4(wq, wd, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
     groups = n_out // 8
     for t in prange(n_slices):
@@ -1913,7 +1913,7 @@ def _q8_0v_2_3(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # p
     store_f32(out, (r0 + 2) * n_out + (c + 1) * 8, a12)
 
 
-@njit(["void(int8[::1], float32[::1], int32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", "void(int8[::1], uint16[::1], int32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)"], parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def q8_0v_2x3(wq, wd, ws, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
     groups = n_out // 8
     for t in prange(n_slices):
@@ -2058,7 +2058,7 @@ def _q8_0v_1_4(wq, wd, ws, xq, xd, out, c, r0, lap, laps, nb, n_in, n_out):  # p
     store_f32(out, (r0 + 3) * n_out + (c + 0) * 8, a03)
 
 
-@njit(["void(int8[::1], float32[::1], int32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", "void(int8[::1], uint16[::1], int32[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)"], parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def q8_0v_1x4(wq, wd, ws, xq, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
     groups = n_out // 8
     for t in prange(n_slices):
@@ -3673,7 +3673,7 @@ def _q4_1s_2_2(wq, wd, wm, xq, xl, xd, xs, out, c, r0, lap, laps, nb, n_in, n_ou
     store_f32(out, (r0 + 1) * n_out + (c + 1) * 8, a11)
 
 
-@njit(["void(uint8[::1], float32[::1], float32[::1], int8[::1], int8[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", "void(uint8[::1], uint16[::1], uint16[::1], int8[::1], int8[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)"], parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def q4_1s_2x2(wq, wd, wm, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
     groups = n_out // 8
     for t in prange(n_slices):
@@ -3697,7 +3697,7 @@ def q4_1s_2x2(wq, wd, wm, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slices):  #
             c += step
 
 
-@njit(["void(uint8[::1], float32[::1], float32[::1], int8[::1], int8[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", "void(uint8[::1], uint16[::1], uint16[::1], int8[::1], int8[::1], float32[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)"], parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def q4_1s_1x2(wq, wd, wm, xq, xl, xd, xs, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
     groups = n_out // 8
     for t in prange(n_slices):
@@ -4175,7 +4175,7 @@ def _q8_0vs_2_2(wq, wd, ws, xq, xl, xd, out, c, r0, lap, laps, nb, n_in, n_out):
     store_f32(out, (r0 + 1) * n_out + (c + 1) * 8, a11)
 
 
-@njit(["void(int8[::1], float32[::1], int32[::1], int8[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", "void(int8[::1], uint16[::1], int32[::1], int8[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)"], parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def q8_0vs_2x2(wq, wd, ws, xq, xl, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
     groups = n_out // 8
     for t in prange(n_slices):
@@ -4199,7 +4199,7 @@ def q8_0vs_2x2(wq, wd, ws, xq, xl, xd, out, n, nb, n_in, n_out, n_slices):  # pr
             c += step
 
 
-@njit(["void(int8[::1], float32[::1], int32[::1], int8[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)", "void(int8[::1], uint16[::1], int32[::1], int8[::1], int8[::1], float32[::1], float32[::1], int64, int64, int64, int64, int64)"], parallel=True, cache=True, nogil=True)
+@njit(parallel=True, cache=True, nogil=True)
 def q8_0vs_1x2(wq, wd, ws, xq, xl, xd, out, n, nb, n_in, n_out, n_slices):  # pragma: no cover - compiled
     groups = n_out // 8
     for t in prange(n_slices):

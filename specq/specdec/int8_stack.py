@@ -15,20 +15,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, prange
 
 from specq.specdec import block_ops, half, int8
 from specq.specdec.half import HalfMatrix
 from specq.specdec.int8 import Int8Matrix
 from specq.specdec.layer_stack import (
-    HALF_CACHE,
-    INT8_CACHE,
     KINDS,
-    NORMS,
-    ROPE,
-    ROWS,
-    SIZE_TYPES,
-    VISIBLE,
     StackedLayers,
     attention,
     beyond_llama,
@@ -134,21 +127,6 @@ def _build_mixed(layers) -> tuple[StackedLayers, tuple]:
     return stack, views
 
 
-_Q = (types.uint8[:, ::1], types.uint16[:, ::1], types.uint16[:, ::1])  # per kind: quants, d, m (float16 bits)
-WEIGHTS = types.Tuple((*NORMS, *_Q, *_Q, *_Q, *_Q))  # the norms, then each kind's quants, d and m
-SIZES = types.Tuple((*SIZE_TYPES, types.boolean))  # layer_stack's, and whether activations are split
-# The caches' (keys, values) at the integer precisions (model.KVCache): float16 keys
-# with 8-bit values (int16's), 8-bit (int8's), and float16, which no precision keeps
-# any more: the tests measure int16's products alone on it, and
-# scripts/bench_kv_cache.py compares against it.
-_CACHES = ((HALF_CACHE, HALF_CACHE), (HALF_CACHE, INT8_CACHE), (INT8_CACHE, INT8_CACHE))
-_SIG = [
-    types.float32[:, ::1](*ROWS, types.ListType(VISIBLE), WEIGHTS, ROPE, types.ListType(k), types.ListType(v), SIZES)
-    for k, v in _CACHES
-]
-_SIG_ONE = [types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, ROPE, k, v, SIZES) for k, v in _CACHES]
-
-
 @njit(parallel=True, cache=True, nogil=True)
 def _normed_parallel(x, weight, eps, qx, split, n_chunks):  # pragma: no cover - compiled
     n, d = x.shape
@@ -191,7 +169,9 @@ def _gated(gate_up, d_ffn, split, n_threads):  # pragma: no cover - compiled
     return qx
 
 
-@njit(_SIG, cache=True, nogil=True)
+# The two loops compile for the caches' types of their first call (float16 keys with
+# 8-bit values at int16, 8-bit both at int8), not for every pair at import.
+@njit(cache=True, nogil=True)
 def _run(x, positions, starts, bounds, visible, weights, rope, keys, values, sizes):  # pragma: no cover - compiled
     attn_norm, ffn_norm, qkv_q, qkv_d, qkv_m, out_q, out_d, out_m, gu_q, gu_d, gu_m, down_q, down_d, down_m = weights
     cos, sin = rope
@@ -209,7 +189,7 @@ def _run(x, positions, starts, bounds, visible, weights, rope, keys, values, siz
     return x
 
 
-@njit(_SIG_ONE, cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _run_one(x, positions, starts, bounds, visible, weights, rope, keys, values, sizes):  # pragma: no cover - compiled
     """_run for one segment, its lists built here rather than from Python."""
     return _run(x, positions, starts, bounds, one(visible), weights, rope, one(keys), one(values), sizes)
@@ -235,7 +215,7 @@ def _product(x, kind, layer, n_out, n_threads, split):  # pragma: no cover - com
     )
 
 
-# Compiled on first use (no signature): only models of other files' types need it.
+# Only models of other files' types reach it.
 @njit(cache=True, nogil=True)
 def _run_mixed(
     x, positions, starts, bounds, visible, weights, rope, keys, values, sizes

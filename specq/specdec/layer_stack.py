@@ -171,7 +171,6 @@ def _heads(qkv, first, n_heads, hd):  # pragma: no cover - compiled
     return out
 
 
-_Q = (types.uint8[:, :, :, :, ::1], types.uint16[:, :, :, :, ::1])
 CACHE = types.float32[:, :, :, ::1]  # KVCache.kernel_keys / kernel_values
 HALF_CACHE = types.uint16[:, :, :, ::1]  # the same, float16 bits (the integer precisions)
 INT8_CACHE = types.int8[:, :, :, ::1]  # the same, 8-bit (int8 values and their scales)
@@ -190,17 +189,13 @@ def _rebuild(state: dict) -> StackedLayers:
 
 
 VISIBLE = types.boolean[:, ::1]
-NORMS = (types.float32[:, ::1], types.float32[:, ::1])  # attn_norm, ffn_norm: [L, d] each
-WEIGHTS = types.Tuple((*NORMS, *_Q, *_Q, *_Q, *_Q))  # the norms, then each kind's quants and scales
-ROPE = types.UniTuple(types.float32[:, ::1], 2)  # cos, sin
-# n_heads, the q|k|v product's width, d_ffn, the RMSNorm epsilon, attention's scale, threads
-SIZE_TYPES = (types.int64, types.int64, types.int64, types.float64, types.float32, types.int64)
-ROWS = (types.float32[:, ::1], types.int64[::1], types.int64[::1], types.int64[::1])  # x, positions, starts, bounds
-SIZES = types.Tuple(SIZE_TYPES)
-_SIG = types.float32[:, ::1](
-    *ROWS, types.ListType(VISIBLE), WEIGHTS, ROPE, types.ListType(CACHE), types.ListType(CACHE), SIZES
-)
-_SIG_ONE = types.float32[:, ::1](*ROWS, VISIBLE, WEIGHTS, ROPE, CACHE, CACHE, SIZES)
+# The loops (_run, _run_one, and int8_stack's) take x [rows, d] float32; positions,
+# starts and bounds int64; the segments' visible masks and caches (typed lists, or
+# one of each); weights: the norms [L, d], then each kind's quants and scales; rope:
+# (cos, sin); sizes: n_heads, the q|k|v product's width, d_ffn, the RMSNorm epsilon
+# (float64), attention's scale (float32), the threads, then the stack's extras. They
+# compile for the types of their first call, not for every cache at import: a
+# precision uses one cache type (docs/operations.md).
 
 
 @njit(inline="always")
@@ -235,7 +230,7 @@ def one(item):  # pragma: no cover - compiled
 
 # No fastmath: the only arithmetic of its own is the residual additions, which must
 # round as numpy's do in the Python loop.
-@njit(_SIG, cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _run(x, positions, starts, bounds, visible, weights, rope, keys, values, sizes):  # pragma: no cover - compiled
     attn_norm, ffn_norm, qkv_q, qkv_s, out_q, out_s, gu_q, gu_s, down_q, down_s = weights
     cos, sin = rope
@@ -254,7 +249,7 @@ def _run(x, positions, starts, bounds, visible, weights, rope, keys, values, siz
     return x
 
 
-@njit(_SIG_ONE, cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _run_one(x, positions, starts, bounds, visible, weights, rope, keys, values, sizes):  # pragma: no cover - compiled
     """_run for one segment, its lists built here rather than from Python."""
     return _run(x, positions, starts, bounds, one(visible), weights, rope, one(keys), one(values), sizes)

@@ -44,9 +44,9 @@ def numerics(precision: str) -> str:
 
 def integer_available() -> bool:
     """Whether this CPU runs the integer precisions' kernels (AVX2, FMA, F16C). Reads
-    the CPU's features only: importing specq.specdec.int8 would compile or load every
-    kernel (about a minute on a fresh install), which a command that only names a
-    precision (`submit`, `run`'s parent) must not pay."""
+    the CPU's features only: importing specq.specdec.int8 compiles or loads its
+    small kernels, which a command that only names a precision (`submit`, `run`'s
+    parent) need not pay."""
     from specq.specdec import vec
 
     return vec.has_avx2()

@@ -10,9 +10,11 @@ as long as the decode loop's own renewals keep them.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -27,6 +29,8 @@ from specq.specdec.engine import Engine
 from specq.specdec.gguf_file import file_sha256
 from specq.worker.breaker import Breaker
 from specq.worker.guarded_proposer import GuardedProposer
+
+log = logging.getLogger("specq.worker")
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,14 @@ def load_for_batch(config: BatchConfig) -> LoadedEngine:
             f"this machine's model {engine.model.path} (sha256 {engine.model.fingerprint[:12]}) is not the one "
             f"the batch was submitted with (sha256 {config.model_sha256[:12]})"
         )
+    # Before any request is claimed: a first compile of the kernels (after an install
+    # or an upgrade) takes minutes, and leases held through it would only wait.
+    log.info("warming up the engine (the first run after an install or an upgrade compiles its kernels: minutes)")
+    started = time.monotonic()
+    engine.warm_up()
+    log.info(
+        "engine ready at %s: its kernels compiled or loaded in %.1f s", config.precision, time.monotonic() - started
+    )
     # From the batch's configuration, not from what loaded: a degraded worker may
     # resume the batch's checkpoints (greedy output stays identical; seeded sampling
     # keeps the target's distribution but draws other tokens without the drafts).

@@ -191,6 +191,19 @@ def run_worker(client: redis.Redis, queues: Sequence[str], *, burst: bool = Fals
     return worked
 
 
+def _show_specq_log(level: str) -> None:
+    """specq's own lines (the engine's warm-up, warnings) at RQ's level and in its
+    format, on stderr, unless the program set up logging itself. Without a handler
+    Python shows warnings only, and a first compile would pass in silence."""
+    logger = logging.getLogger("specq")
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+
+
 def _work(
     client: redis.Redis,
     store_client: redis.Redis,
@@ -201,6 +214,8 @@ def _work(
 ) -> bool:
     """run_worker's loop: one RQ work loop after another, across Redis outages."""
     worked = False
+    level = os.environ.get("SPECQ_LOG_LEVEL", "INFO")
+    _show_specq_log(level)
     _wait_for_redis(store_client, runtime)
     if runtime.stop_requested.is_set():
         return worked
@@ -217,7 +232,7 @@ def _work(
             runtime=runtime,
         )
         try:
-            worked |= worker.work(burst=burst, logging_level=os.environ.get("SPECQ_LOG_LEVEL", "INFO"))
+            worked |= worker.work(burst=burst, logging_level=level)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.warning("lost Redis (%s)", exc.__class__.__name__)
         except StopRequested:
