@@ -18,8 +18,9 @@ RUN pip install --no-cache-dir . \
  && python -c "from specq.specdec import loader, precision; \
 loader.load_engine(proposer='auto', precision=precision.resolve('auto')).warm_up()"
 
-# Runs as an unprivileged user; the compiled-kernel cache stays readable.
-RUN useradd --create-home specq && chmod -R a+rX /var/cache/numba \
+# Runs as an unprivileged user, who owns the compiled-kernel cache: numba reads a
+# cache folder only where it can also write (else it compiles into ~/.cache anew).
+RUN useradd --create-home specq && chown -R specq /var/cache/numba \
  && mkdir -p /var/lib/specq && chown specq /var/lib/specq
 USER specq
 

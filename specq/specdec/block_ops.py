@@ -1013,7 +1013,8 @@ def _attend_task(
 # import for all four: a precision uses one pair, and attend and attend_many took
 # about 48 s each to compile for one pair on a Zen 4 (docs/operations.md). Not
 # inlining _attend_task cut that to 18 s and 8 s, but made attention 1.02x to 1.09x
-# slower (a call per task).
+# slower (a call per task); LLVM's inlining (numba's forceinline), 20 s and 10 s,
+# still about 1.02x slower.
 
 
 @njit(cache=True, nogil=True)

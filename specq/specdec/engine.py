@@ -23,6 +23,7 @@ from specq.specdec.acceptance import accept, accept_tree_greedy, drafts_free, re
 from specq.specdec.adaptive import ROW_COSTS, choose_k
 from specq.specdec.completion_text import completion_text, final_text_so_far
 from specq.specdec.draft_costs import MeasuredCosts, RoundCosts, prior_round_costs
+from specq.specdec.head_screen import SCREEN_ROWS
 from specq.specdec.model import KVCache, LlamaModel, Segment, SegmentOutput
 from specq.specdec.proposers.base import Draft, ProposeContext, Proposer
 from specq.specdec.rng import race_key, uniform
@@ -130,18 +131,22 @@ class Engine:
         return states
 
     def warm_up(self) -> None:
-        """Decode two short requests together, one of them on alone to its end, and
-        drop them: the kernels this model, precision, proposer and CPU run are
-        compiled (or loaded from numba's cache) now, rather than inside the first
-        round of real work, where a first compile takes minutes and a worker would
-        hold leases through it (docs/operations.md). No costs are measured: the
-        compile is not a forward's time."""
+        """Decode a few short requests, then one alone, and drop them: the kernels
+        this model, precision, proposer and CPU run are compiled (or loaded from
+        numba's cache) now, rather than inside the first round of real work, where a
+        first compile takes minutes and a worker would hold leases through it
+        (docs/operations.md). No costs are measured: the compile is not a forward's
+        time. SCREEN_ROWS greedy requests make rounds of that many logit rows (the
+        output head's screen) and a first round of over a hundred prompt rows (the
+        many-row products), with a sampled one beside them; the lone one runs the
+        layer loop of one sequence."""
         vocab = self.model.config.vocab_size
         prompt = tuple(i % vocab for i in (5, 6, 7) * 4)  # a repeat, for prompt lookup to draft from
         spare = Engine(self.model, self.tokenizer, self.proposer)
-        greedy = GenerationRequest(prompt, max_tokens=2)
-        sampled = GenerationRequest(prompt[1:], max_tokens=6, sampling=SamplingParams(temperature=0.8, seed=1))
-        spare.run_many([greedy, sampled], group_size=2)
+        together = [GenerationRequest(prompt[i % 3 :], max_tokens=3) for i in range(SCREEN_ROWS)]
+        together.append(GenerationRequest(prompt, max_tokens=3, sampling=SamplingParams(temperature=0.8, seed=1)))
+        spare.run_many(together, group_size=len(together))
+        spare.run(GenerationRequest(prompt, max_tokens=3))
 
     def record(self, planned: Sequence[PlannedRound], forward_s: float) -> None:
         """Time a round for the measured costs: its drafts, and its forward unless a

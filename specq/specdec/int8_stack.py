@@ -39,8 +39,9 @@ def build(layers) -> tuple[StackedLayers, tuple] | None:
         return None
     if len({w.split for w in matrices if isinstance(w, Int8Matrix)}) > 1:
         return None
-    # The Q4_1 loop's signature takes float16 scales, which Q4_1 and Q4_0 files have;
-    # Q4_1 matrices unpacked from Q4_K have float32 ones and take the mixed loop.
+    # The Q4_1 loop runs on float16 scales, which Q4_1 and Q4_0 files have; Q4_1
+    # matrices unpacked from Q4_K have float32 ones and take the mixed loop, rather
+    # than a second compile of this one.
     if any(w.type_name != "Q4_1" or w.d.dtype != np.uint16 for w in matrices):
         return _build_mixed(layers)
     stacked = {

@@ -48,7 +48,7 @@ class StackedLayers:
     ffn_norm: np.ndarray  # [L, d] float32
     arrays: tuple[np.ndarray, ...]  # per kind, the arrays its product reads, [L, ...] each
     n_out: tuple[int, ...]  # per kind: the matrix's rows
-    compiled: tuple  # (for several segments, for one): _run and _run_one's signatures
+    compiled: tuple  # (for several segments, for one): _run and _run_one, or int8_stack's
     extra: tuple = ()  # arguments after the sizes (int8_stack: whether activations are split)
 
     def __reduce__(self) -> tuple:

@@ -148,6 +148,8 @@ def load_for_batch(config: BatchConfig) -> LoadedEngine:
     log.info("warming up the engine (the first run after an install or an upgrade compiles its kernels: minutes)")
     started = time.monotonic()
     engine.warm_up()
+    if guard:
+        guard.take_failures()  # logged; they were no request's, and the batch's metrics count requests'
     log.info(
         "engine ready at %s: its kernels compiled or loaded in %.1f s", config.precision, time.monotonic() - started
     )

@@ -29,6 +29,9 @@ log = logging.getLogger("specq.worker")
 
 def work_on_batch(batch_id: str) -> dict[str, Any]:
     runtime = context_mod.current()
+    # The job's time counts from here, where RQ's hard limit (JOB_TIMEOUT_S) counts
+    # from: loading an engine can take minutes (a first compile, in its warm-up).
+    started = time.monotonic()
     # The runtime's client has short socket timeouts (a cut-off Redis must not hold a
     # checkpoint write for minutes); RQ's own, for blocking dequeues, has long ones.
     client = runtime.client or get_current_job().connection
@@ -58,7 +61,7 @@ def work_on_batch(batch_id: str) -> dict[str, Any]:
             config,
             loaded,
             runtime,
-            deadline=time.monotonic() + JOB_SECONDS,
+            deadline=started + JOB_SECONDS,
             serves_sync=meta.get("sync") or None,
             yields_to_sync=queue if sync_queue(queue) in runtime.queues else None,
         )

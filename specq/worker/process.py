@@ -62,7 +62,10 @@ class EngineChanged(SpecqError):
 class SpecqWorker(SimpleWorker):
     """On SIGTERM or SIGINT, the running job hands its requests back (checkpointed)
     at the next round, then RQ's warm shutdown ends the worker; a second signal
-    stops it at once. `docker stop` allows 10 s: one round is well within that."""
+    stops it at once. `docker stop` allows 10 s: one round is well within that. A
+    job that loads its batch's model first warms it up (context.load_for_batch),
+    which a first signal does not cut short: a first compile takes minutes, and
+    holds no request."""
 
     def __init__(self, *args, runtime: WorkerContext, **kwargs) -> None:
         super().__init__(*args, job_class=SpecqJob, worker_ttl=RQ_WORKER_TTL_S, **kwargs)

@@ -80,7 +80,7 @@ def test_every_matrix_stays_in_blocks_on_the_int8_kernels(case):
 
 def test_scales_of_two_widths_share_the_mixed_loop_as_float32(toy_model_file):
     model = LlamaModel.load(toy_model_file(**CASES["q4_1_q4_k"][0]), "int16")
-    assert model._stack.compiled[0] is int8_stack._run_mixed  # the Q4_1 loop takes float16 scales only
+    assert model._stack.compiled[0] is int8_stack._run_mixed  # the Q4_1 loop is for float16 scales only
     # One dtype a kind: layer 1's ffn_down is Q4_K's, so every ffn_down has float32 scales.
     dtypes = {k: {getattr(lw, k).d.dtype for lw in model.weights.layers} for k in MATRICES}
     assert dtypes == {
