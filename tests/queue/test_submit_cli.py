@@ -386,6 +386,16 @@ def test_a_worker_decodes_together_only_what_its_kv_memory_holds(
         return original(self)
 
     monkeypatch.setattr(engine_module.DecodeGroup, "round", counting)
+    # The worker's warm-up, before it claims anything, decodes requests of its own
+    # (Engine.warm_up): those rounds are not the batch's.
+    warm_up = engine_module.Engine.warm_up
+
+    def uncounted(self):
+        before = len(rounds)
+        warm_up(self)
+        del rounds[before:]
+
+    monkeypatch.setattr(engine_module.Engine, "warm_up", uncounted)
     from specq.requests.inputs import GenerationDefaults, read_jsonl, to_request
     from specq.specdec.loader import load_engine
 
