@@ -23,7 +23,7 @@ from redis.retry import Retry
 from rq import SimpleWorker
 from rq.exceptions import StopRequested
 
-from specq.errors import SpecqError
+from specq.errors import ParameterError, SpecqError
 from specq.queue import keys
 from specq.queue.connection import RedisUnavailable
 from specq.queue.control import reap_all, sweep
@@ -198,6 +198,8 @@ def _show_specq_log(level: str) -> None:
     """specq's own lines (the engine's warm-up, warnings) at RQ's level and in its
     format, on stderr, unless the program set up logging itself. Without a handler
     Python shows warnings only, and a first compile would pass in silence."""
+    if not isinstance(logging.getLevelName(level.upper()), int):
+        raise ParameterError(f"SPECQ_LOG_LEVEL must be a logging level (DEBUG, INFO, WARNING, ERROR), got {level!r}")
     logger = logging.getLogger("specq")
     if logger.handlers or logging.getLogger().handlers:
         return

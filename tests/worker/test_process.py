@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 
-from specq.worker.process import THREAD_VARIABLES, threads_per_process
+import pytest
+
+from specq.errors import ParameterError
+from specq.worker.process import THREAD_VARIABLES, _show_specq_log, threads_per_process
 
 
 def test_cores_are_shared_among_worker_processes(monkeypatch):
@@ -42,3 +45,8 @@ def test_a_worker_whose_subscription_is_gone_tears_down_at_once(client):
     worker.unsubscribe()
     assert time.monotonic() - t0 < 5
     assert not worker.pubsub_thread.is_alive()
+
+
+def test_an_unknown_log_level_is_one_clear_error():
+    with pytest.raises(ParameterError, match="SPECQ_LOG_LEVEL.*'verbose'"):
+        _show_specq_log("verbose")
