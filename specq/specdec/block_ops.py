@@ -425,6 +425,47 @@ def _weighted_values3(kept, g, slots, m, values, out, r, h, ahead, at, last):  #
     return at
 
 
+@njit(inline="always")
+def _weighted_values3_w(kept, g, slots, m, values, out, r, h, ahead, at, last):  # pragma: no cover - compiled
+    """_weighted_values3 on 512-bit vectors (_WIDE), hd a multiple of 64: sixteen lanes
+    of i a vector, so one pass over t covers 64 of them with the same twelve sums in
+    registers (AVX-512's 32 registers hold them and the four vectors of values). Each
+    output is still one fused multiply-add per t, in t order, from 0: the same bits
+    as the 256-bit loop, for half its instructions. The pass was bound by its
+    arithmetic, not by reading the values (read from L1 instead it took 0.4 of its
+    3.0 ms less over 32 sequences at context 500, docs/performance.md)."""
+    hd = values.shape[1]
+    flat = values.reshape(-1)
+    w0, w1, w2 = kept[g], kept[g + 1], kept[g + 2]
+    for i0 in range(0, hd, 64):
+        a00, a01, a02, a03 = vec.zeros_f32_w(), vec.zeros_f32_w(), vec.zeros_f32_w(), vec.zeros_f32_w()
+        a10, a11, a12, a13 = vec.zeros_f32_w(), vec.zeros_f32_w(), vec.zeros_f32_w(), vec.zeros_f32_w()
+        a20, a21, a22, a23 = vec.zeros_f32_w(), vec.zeros_f32_w(), vec.zeros_f32_w(), vec.zeros_f32_w()
+        for t in range(m):
+            if t % 8 == 0:
+                at = _ask(ahead, at, last, 8 * 64)
+            row = slots[t] * hd + i0
+            v0, v1 = vec.load_f32_w(flat, row), vec.load_f32_w(flat, row + 16)
+            v2, v3 = vec.load_f32_w(flat, row + 32), vec.load_f32_w(flat, row + 48)
+            w = vec.broadcast_f32_w(w0, t)
+            a00, a01 = vec.fma_w(w, v0, a00), vec.fma_w(w, v1, a01)
+            a02, a03 = vec.fma_w(w, v2, a02), vec.fma_w(w, v3, a03)
+            w = vec.broadcast_f32_w(w1, t)
+            a10, a11 = vec.fma_w(w, v0, a10), vec.fma_w(w, v1, a11)
+            a12, a13 = vec.fma_w(w, v2, a12), vec.fma_w(w, v3, a13)
+            w = vec.broadcast_f32_w(w2, t)
+            a20, a21 = vec.fma_w(w, v0, a20), vec.fma_w(w, v1, a21)
+            a22, a23 = vec.fma_w(w, v2, a22), vec.fma_w(w, v3, a23)
+        target = out[r]
+        for k, (s0, s1, s2, s3) in enumerate(((a00, a01, a02, a03), (a10, a11, a12, a13), (a20, a21, a22, a23))):
+            o = (h + k) * hd + i0
+            vec.store_f32_w(target, o, s0)
+            vec.store_f32_w(target, o + 16, s1)
+            vec.store_f32_w(target, o + 32, s2)
+            vec.store_f32_w(target, o + 48, s3)
+    return at
+
+
 @njit(fastmath=_ORDERED, inline="always")
 def _softmax_weights(raw, kept, slots, first, start, m, scale, cap, pow2):  # pragma: no cover - compiled
     """kept[t] = exp(raw[slots[t]] * scale - their largest) for t < m, and their sum
@@ -591,6 +632,11 @@ FOLD_LEVELS = 16256  # a folded query's largest magnitude in integers: two 7-bit
 # all heads (vpmaddwd, _paired_sums). 128 high + low is the whole integer, so the
 # sums, and the bits, are the VNNI path's. A constant once compiled.
 _PAIRED = not vec.has_vnni()
+# With AVX-512 VNNI, the frozen scores and the weighted values of three heads run on
+# 512-bit vectors: both were bound by their arithmetic (docs/performance.md), and the
+# lanes are positions or channels, each computed as on 256 bits, so the bits are the
+# same on every CPU. A constant once compiled.
+_WIDE = vec.has_avx512_vnni()
 
 
 @njit(inline="always")
@@ -771,6 +817,57 @@ def _frozen_sums3(area, data, hd, w0, w1, w2, a):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
+def _frozen_sums3_w(area, data, hd, w0, w1, w2, a):  # pragma: no cover - compiled
+    """_frozen_sums3 on 512-bit vectors (_WIDE): sixteen positions a vector, so the
+    twelve sums cover a whole frozen block (4 x 16 positions) in one pass."""
+    a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23 = a
+    for j in range(hd // 4):
+        d = data + j * 4 * FROZEN_BLOCK
+        u0, u1 = vec.load_bytes_w(area, d), vec.load_bytes_w(area, d + 64)
+        u2, u3 = vec.load_bytes_w(area, d + 128), vec.load_bytes_w(area, d + 192)
+        w = vec.broadcast4_w(w0, 4 * j)
+        a00, a01 = vec.dot4_w(a00, u0, w), vec.dot4_w(a01, u1, w)
+        a02, a03 = vec.dot4_w(a02, u2, w), vec.dot4_w(a03, u3, w)
+        w = vec.broadcast4_w(w1, 4 * j)
+        a10, a11 = vec.dot4_w(a10, u0, w), vec.dot4_w(a11, u1, w)
+        a12, a13 = vec.dot4_w(a12, u2, w), vec.dot4_w(a13, u3, w)
+        w = vec.broadcast4_w(w2, 4 * j)
+        a20, a21 = vec.dot4_w(a20, u0, w), vec.dot4_w(a21, u1, w)
+        a22, a23 = vec.dot4_w(a22, u2, w), vec.dot4_w(a23, u3, w)
+    return a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23
+
+
+@njit(inline="always")
+def _frozen_scores3_w(area, data, c0, c1, c2, d0, d1, d2, halves, hd, raw, g, b0):  # pragma: no cover - compiled
+    """_frozen_scores3's scores of one frozen block (at `data`) on 512-bit vectors
+    (_WIDE): the same exact integer sums, and per position the same fma(d, sum, c)."""
+    zero = vec.zeros_i32_w()
+    a = (zero, zero, zero, zero, zero, zero, zero, zero, zero, zero, zero, zero)
+    a = _frozen_sums3_w(area, data, hd, halves[0], halves[2], halves[4], a)
+    a = (
+        vec.combine7_w(a[0], zero),
+        vec.combine7_w(a[1], zero),
+        vec.combine7_w(a[2], zero),
+        vec.combine7_w(a[3], zero),
+        vec.combine7_w(a[4], zero),
+        vec.combine7_w(a[5], zero),
+        vec.combine7_w(a[6], zero),
+        vec.combine7_w(a[7], zero),
+        vec.combine7_w(a[8], zero),
+        vec.combine7_w(a[9], zero),
+        vec.combine7_w(a[10], zero),
+        vec.combine7_w(a[11], zero),
+    )
+    a = _frozen_sums3_w(area, data, hd, halves[1], halves[3], halves[5], a)
+    for k, c, d in ((0, c0, d0), (1, c1, d1), (2, c2, d2)):
+        out, constant, step = raw[g + k], vec.splat_f32_w(c), vec.splat_f32_w(d)
+        vec.store_f32_w(out, b0, vec.fma_w(step, vec.to_float_w(a[4 * k]), constant))
+        vec.store_f32_w(out, b0 + 16, vec.fma_w(step, vec.to_float_w(a[4 * k + 1]), constant))
+        vec.store_f32_w(out, b0 + 32, vec.fma_w(step, vec.to_float_w(a[4 * k + 2]), constant))
+        vec.store_f32_w(out, b0 + 48, vec.fma_w(step, vec.to_float_w(a[4 * k + 3]), constant))
+
+
+@njit(inline="always")
 def _paired_sums(area, data, hd, whole, heads):  # pragma: no cover - compiled
     """Without VNNI: the integer sums sum_i q'_i u_i of the 8 positions of a frozen
     block at `data` for the folded queries whole[0 .. heads - 1] (heads 1 or 3), one
@@ -815,6 +912,9 @@ def _frozen_scores3(
                 s0, s1, s2 = _paired_sums(area, _block_at(hd, b0) + 4 * part, hd, whole, 3)
                 for k, c, d, s in ((0, c0, d0, s0), (1, c1, d1, s1), (2, c2, d2, s2)):
                     vec.store_f32(raw[g + k], b0 + part, vec.fma(vec.splat_f32(d), vec.to_float(s), vec.splat_f32(c)))
+            continue
+        if _WIDE:
+            _frozen_scores3_w(area, _block_at(hd, b0), c0, c1, c2, d0, d1, d2, halves, hd, raw, g, b0)
             continue
         for part in range(0, FROZEN_BLOCK, FROZEN_PASS):
             data = _block_at(hd, b0) + 4 * part
@@ -992,6 +1092,10 @@ def _attend_task(
     if warm:
         _warm(values_kv.reshape(-1), first * hd, end * hd)
     g = 0
+    if _WIDE:  # a constant: the branch is gone where AVX-512 is missing
+        while hd % 64 == 0 and g + 3 <= group:
+            _weighted_values3_w(kept, g, slots, m, values_kv, out, r, kv * group + g, ahead_v, 0, v_last)
+            g += 3
     while hd % 32 == 0 and g + 3 <= group:
         _weighted_values3(kept, g, slots, m, values_kv, out, r, kv * group + g, ahead_v, 0, v_last)
         g += 3

@@ -79,7 +79,7 @@ if AVAILABLE:
     _VNNI = vec.has_vnni()
     # 512-bit vectors where AVX-512 has VNNI: twice the outputs per instruction. Else
     # 256-bit ones, with the larger micro-kernel where AVX-512VL gives 32 registers.
-    _512 = {"avx512f", "avx512bw", "avx512vl", "avx512vnni"} <= vec.cpu_features()
+    _512 = vec.has_avx512_vnni()
     _32_REGISTERS = "avx512vl" in vec.cpu_features()
     if _512:
         _drive_q4_1, _drive_q8_0v = _kernels.q4_1w_2x3, _kernels.q8_0vw_2x3

@@ -50,6 +50,12 @@ def has_vnni() -> bool:
     return "avxvnni" in features or {"avx512vnni", "avx512vl"} <= features
 
 
+def has_avx512_vnni() -> bool:
+    """512-bit vectors with their byte and integer dot-product instructions (what the
+    512-bit kernels and attention's wide loops use)."""
+    return {"avx512f", "avx512bw", "avx512vl", "avx512vnni"} <= cpu_features()
+
+
 class Vec(types.Type):
     def __init__(self, kind: str, n: int) -> None:
         self.kind, self.n = kind, n
@@ -556,6 +562,16 @@ def splat_f32(typingctx, x):  # pragma: no cover - compiled
         return _splat(builder, args[0], _VF)
 
     return F32(types.float32), codegen
+
+
+@intrinsic
+def splat_f32_w(typingctx, x):  # pragma: no cover - compiled
+    """x in each of 16 float32 lanes (512 bits)."""
+
+    def codegen(context, builder, sig, args):
+        return _splat(builder, args[0], ir.VectorType(ir.FloatType(), 16))
+
+    return Vec("f32", 16)(types.float32), codegen
 
 
 @intrinsic
