@@ -2,9 +2,11 @@
 each (or of --rows R, a verification chain's causal rows), their contexts spread over
 a block of positions (c to c + 7, so that rows end anywhere in a block, as in decode
 rounds), at int16's cache (float16 keys and 8-bit values; float16 values before
-2026-12-05, whose block_ops --against cannot take this cache); with --against,
-another copy of block_ops (an earlier commit's) interleaved in the same process, its
-outputs checked bit for bit against this one's.
+2026-12-05, whose block_ops --against cannot take this cache, nor can one from
+before the frozen blocks held their value scales, 2026-12-07: it reads the frozen
+blocks at other offsets, and the bits check stops it); with --against, another copy
+of block_ops (an earlier commit's) interleaved in the same process, its outputs
+checked bit for bit against this one's.
 
     python scripts/bench_attention.py --cases 1x200,32x50,32x200,32x500
     git show 556218f:specq/specdec/block_ops.py > /tmp/block_ops_before.py

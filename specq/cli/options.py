@@ -56,7 +56,7 @@ precision_option = click.option(
     help="auto: int16 on CPUs with AVX2, else f32. f32: float32 arithmetic, HuggingFace parity. int16: 15-bit "
     "activations with integer dot products, KV caches of float16 keys (older ones read as 8 bits) and 8-bit "
     "values, f32's predictions at 99.5% of positions (the rest near ties) and faster on many rows. int8: "
-    "8-bit activations and 8-bit KV caches (0.51x int16's memory a position), faster still; outputs differ "
+    "8-bit activations and 8-bit KV caches (0.50x int16's memory a position), faster still; outputs differ "
     "from f32 near ties (docs/performance.md).",
 )
 

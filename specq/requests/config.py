@@ -29,7 +29,7 @@ def env_number(name: str, default: float) -> float:
     return value
 
 
-# A request's key/value cache is allocated for prompt + max_tokens up front (23.6 KiB
+# A request's key/value cache is allocated for prompt + max_tokens up front (23.9 KiB
 # a position for the default model at int16, 45 KiB at f32), so an unbounded
 # max_tokens lets one line claim gigabytes of a worker's memory; submit refuses lines
 # above this.
@@ -39,7 +39,7 @@ DEFAULT_KV_MEMORY = "4GiB"
 # whole `specq generate` of 224 bench-mix requests of at most 128 tokens took 51.3 and
 # 51.6 s at 8 requests together, 43.9 and 45.2 s at 16, 42.5 to 44.3 s at 32 and 42.4
 # and 43.0 s at 64 (docs/performance.md): a decode round of 32 sequences costs about
-# 6.4 lone steps, one of 8 about 2. 32 caches of 23.6 KiB a position fit the default
+# 6.4 lone steps, one of 8 about 2. 32 caches of 23.9 KiB a position fit the default
 # --kv-memory up to about 5,500 positions each; it bounds longer ones. How many
 # workers a batch wakes does not follow it (queue.submit.jobs_for).
 DEFAULT_BATCH_SIZE = 32

@@ -313,19 +313,32 @@ def _key_scaled(sums, flat, at):  # pragma: no cover - compiled
 
 
 @njit(inline="always")
-def _value_scaled(kept, group, slots, first, start, m, keys, hd):  # pragma: no cover - compiled
+def _value_scaled(kept, group, slots, first, start, m, keys, hd, area, frozen):  # pragma: no cover - compiled
     """8-bit values' weights kept[g, t] times the value scale of slot slots[t] (the
-    scales sit in the blocks of keys, _scale_offset). Over the cache before the
-    segment (slots first + t there), eight at a time with one load of a block's
-    scales when `first` starts a block; the rest one at a time; one multiply a
-    weight either way."""
+    scales sit in the blocks of keys, _scale_offset, and below position `frozen` in
+    the frozen blocks of `area` too). Over the cache before the segment (slots
+    first + t there): below `frozen` from the frozen blocks' copies, eight at a time
+    from a multiple of KEY_BLOCK; then from the blocks of keys, eight at a time when
+    `first` starts a block. The segment's own slots (a tree's are not consecutive)
+    one at a time from the blocks of keys. One multiply a weight either way."""
     stride = keys.shape[1]
     flat = keys.reshape(-1)
     scales = _scale_offset(flat, hd, VALUE_SCALES)
     per_scale = 4 // flat.itemsize  # elements of the keys' type a float32 scale takes
+    copies = (FROZEN_BLOCK + FROZEN_PARAMS) * hd  # bytes into a frozen block
     for g in range(group):
         weights = kept[g]
         t = 0
+        below = min(frozen, start) - first
+        while t < below:
+            p = first + t
+            at = _block_at(hd, p) + copies + 4 * (p % FROZEN_BLOCK)
+            if p % KEY_BLOCK == 0 and t + KEY_BLOCK <= below:
+                vec.store_f32(weights, t, vec.mul(vec.load_f32(weights, t), vec.load_scales(area, at)))
+                t += KEY_BLOCK
+            else:
+                weights[t] *= vec.load_scale(area, at)
+                t += 1
         while first % KEY_BLOCK == 0 and t + KEY_BLOCK <= start - first:
             block = ((first + t) // KEY_BLOCK) * stride
             vec.store_f32(weights, t, vec.mul(vec.load_f32(weights, t), vec.load_scales(flat, block + scales)))
@@ -610,10 +623,15 @@ def store_position(cache_k, cache_v, kv, slot, key, value):  # pragma: no cover 
 # when its last position is stored again, before any row reads it frozen.
 #
 # A kv head's frozen blocks lie one after another after its rows of values (the
-# values array has FROZEN_ROWS rows of hd bytes more per FROZEN_BLOCK positions of
-# capacity: frozen_area), each block's bytes in one piece: the units of each group
-# of 4 channels, position by position (a 32-bit lane of vpdpbusd each), then the
-# channels' float16 steps, then their float16 minima. Scores over a frozen block are
+# values array has frozen_block_rows(hd) rows of hd bytes more per FROZEN_BLOCK
+# positions of capacity: frozen_area), each block's bytes in one piece: the units of
+# each group of 4 channels, position by position (a 32-bit lane of vpdpbusd each),
+# then the channels' float16 steps, then their float16 minima, then a copy of the
+# block's value scales (float32, by position). The scales' own place, a line in each
+# block of 8 float16 keys, is otherwise untouched once keys are read frozen: one read
+# of it for every 8 positions cost attention over 32 sequences at context 500 about
+# 7% of its time (docs/performance.md, nineteenth session). A block's size in rows of
+# hd bytes is frozen_block_rows(hd) (72 at hd 64). Scores over a frozen block are
 # integer sums against the query folded with the block's steps (_fold): blocks of 64
 # positions, as one fold a block of 32 cost what the integer sums saved
 # (docs/performance.md, fifteenth session).
@@ -623,7 +641,8 @@ def store_position(cache_k, cache_v, kv, slot, key, value):  # pragma: no cover 
 FROZEN_BLOCK = 64
 FROZEN_PASS = 32  # positions one pass of the integer sums covers (four vectors of 8)
 FROZEN_DELAY = 32
-FROZEN_ROWS = FROZEN_BLOCK + 4
+FROZEN_PARAMS = 4  # rows of hd bytes after the units: the float16 steps, then the minima
+FROZEN_SCALES = 4 * FROZEN_BLOCK  # bytes after them: the block's value scales
 FROZEN_WIDTH = 8  # the parameters are read eight at a time (_fold)
 FOLD_LEVELS = 16256  # a folded query's largest magnitude in integers: two 7-bit halves (int8.SPLIT_LEVELS)
 # Without VNNI (plain AVX2) vpdpbusd's sums of the halves cost each half's bytes
@@ -645,10 +664,18 @@ def frozen_blocks(position):  # pragma: no cover - compiled
     return max(0, (position + 1 - FROZEN_DELAY) // FROZEN_BLOCK)
 
 
-def frozen_rows(capacity: int) -> int:
+def frozen_block_rows(hd: int) -> int:
+    """The rows of hd bytes one frozen block takes: units, parameters, value scales."""
+    return FROZEN_BLOCK + FROZEN_PARAMS + -(-FROZEN_SCALES // hd)
+
+
+_block_rows = njit(inline="always")(frozen_block_rows)
+
+
+def frozen_rows(capacity: int, hd: int) -> int:
     """The rows of hd bytes the frozen blocks of a cache of `capacity` positions take
     after its values (model.KVCache)."""
-    return capacity // FROZEN_BLOCK * FROZEN_ROWS
+    return capacity // FROZEN_BLOCK * frozen_block_rows(hd)
 
 
 @njit(inline="always")
@@ -671,7 +698,7 @@ def frozen_area(keys, values, kv):  # pragma: no cover - compiled
 @njit(inline="always")
 def _block_at(hd, b0):  # pragma: no cover - compiled
     """Where the frozen block starting at position b0 begins in a frozen_area."""
-    return b0 // FROZEN_BLOCK * FROZEN_ROWS * hd
+    return b0 // FROZEN_BLOCK * _block_rows(hd) * hd
 
 
 @njit(inline="always")
@@ -679,12 +706,19 @@ def freeze_block(cache_k, cache_v, kv, b0, hd):  # pragma: no cover - compiled
     """Freezes the keys of positions b0 .. b0 + FROZEN_BLOCK - 1 of kv head kv (a
     layer's cache): per channel, the smallest key rounded to float16 is the minimum,
     (largest - minimum) / 255 rounded to float16 the step (1 where that is 0), and
-    each key the nearest whole number of steps above the minimum, 0..255. Every path
-    freezes through here, compiled without fastmath, so the bits never depend on the
-    path."""
+    each key the nearest whole number of steps above the minimum, 0..255; and copies
+    the positions' value scales. Every path freezes through here, compiled without
+    fastmath, so the bits never depend on the path."""
     keys = cache_k[kv]
     target = frozen_area(cache_k, cache_v, kv)
     at = _block_at(hd, b0)
+    flat, stride = keys.reshape(-1), keys.shape[1]
+    scales, per_scale = _scale_offset(flat, hd, VALUE_SCALES), 4 // flat.itemsize
+    copies = at + (FROZEN_BLOCK + FROZEN_PARAMS) * hd
+    for t in range(FROZEN_BLOCK):
+        p = b0 + t
+        scale = vec.load_scale(flat, (p // KEY_BLOCK) * stride + scales + per_scale * (p % KEY_BLOCK))
+        vec.store_scale(target, copies + 4 * t, scale)
     for c in range(hd):
         step_at, low_at = at + FROZEN_BLOCK * hd + 2 * c, at + (FROZEN_BLOCK + 2) * hd + 2 * c
         low, high = np.float32(np.inf), np.float32(-np.inf)
@@ -722,7 +756,7 @@ def _ask_frozen(area, hd, b0):  # pragma: no cover - compiled
     """Asks for the lines of the frozen block at b0 of a frozen_area (vec.prefetch,
     never waiting), as _ask does for float16 keys."""
     at = _block_at(hd, b0)
-    for e in range(0, FROZEN_ROWS * hd, 64):
+    for e in range(0, _block_rows(hd) * hd, 64):
         vec.prefetch(area, at + e)
 
 
@@ -1087,7 +1121,7 @@ def _attend_task(
     for g in range(group):
         totals[g] = _softmax_weights(raw[g], kept[g], slots, first, start, m, scale, cap, pow2)
     if vec.scaled(values):  # a value is its int8 values times its scale: so is its weight
-        _value_scaled(kept, group, slots, first, start, m, keys_t[kv], q.shape[2])
+        _value_scaled(kept, group, slots, first, start, m, keys_t[kv], hd, area, frozen)
     values_kv = values[kv]
     if warm:
         _warm(values_kv.reshape(-1), first * hd, end * hd)

@@ -37,8 +37,8 @@ from specq.specdec.int8 import BLOCK, LEVELS, SPLIT_LEVELS, Int8Matrix, int8_mat
 # memory at either precision (1.1 ms at 1 and at 5 rows); the head alone, whole
 # against screened, on a Zen 4: 8 rows the same, 12 rows 1.12x, 16 1.19x, 32 1.22x.
 SCREEN_ROWS = 12
-# A row with more candidates than this (near ties everywhere; not seen on the bench
-# mix) falls back to the whole head.
+# A row with more candidates than this (near ties everywhere: 3 rows of 1,713 in a
+# batch of 32 over the bench mix) takes the whole head, alone.
 MOST_CANDIDATES = 1024
 # Relative margin for the float roundings of the two sums (at most ~nb * 2**-24 of
 # the sum of the terms' magnitudes, which sum_b A[o, b] * max|x_b| bounds).
@@ -71,11 +71,13 @@ class ScreenedHead:
         bound = np.nextafter(exact.astype(np.float32), np.float32(np.inf))
         return cls(head, replace(head, split=False), bound, bound.max(axis=0))
 
-    def argmax_logits(self, h: np.ndarray) -> np.ndarray | None:
+    def argmax_logits(self, h: np.ndarray) -> np.ndarray:
         """h [rows, d] final-normed -> [rows, n_out] float32: at every output that could
-        be a row's largest logit, the full head's bits; -inf elsewhere. None where a
-        row's screen is inconclusive (non-finite values, or too many candidates): the
-        caller takes the whole head."""
+        be a row's largest logit, the full head's bits; -inf elsewhere. A row whose
+        screen is inconclusive (non-finite values, or too many candidates) gets the
+        whole head's logits, computed for it alone: a row's bits never depend on the
+        rows beside it (int8.py), and the round's other rows keep their screen, where
+        one such row used to send every row of the round through the whole head."""
         h = np.ascontiguousarray(h, dtype=np.float32)
         coarse = int8_matmul_t(h, self.coarse)
         nb = h.shape[1] // BLOCK
@@ -85,12 +87,13 @@ class ScreenedHead:
         slack = slack.astype(np.float32) * np.float32(1.0 + 1e-4)
         picked = np.empty((len(h), MOST_CANDIDATES), dtype=np.int64)
         counts = _candidates(coarse, slack, self.bound, self.bound_max, picked)
-        if counts.min() < 0:
-            return None
         q, low, xd, _ = int8.quantized(h, True, 1)  # defined where int8.AVAILABLE, as Int8Matrix heads are
         out = np.full(coarse.shape, -np.inf, dtype=np.float32)
         head = self.head
-        _exact(q, low, xd, head.quants, head.d, head.lanes, nb, h.shape[1], picked, counts, out)
+        _exact(q, low, xd, head.quants, head.d, head.lanes, nb, h.shape[1], picked, np.maximum(counts, 0), out)
+        unsure = np.flatnonzero(counts < 0)
+        if unsure.size:
+            out[unsure] = int8_matmul_t(h[unsure], head)
         return out
 
 

@@ -329,9 +329,11 @@ class KVCache:
 
     With float16 keys and 8-bit values (int16's cache) and a head width a multiple
     of block_ops.FROZEN_WIDTH, each kv head's values have more rows after its
-    `capacity` positions: block_ops.FROZEN_ROWS for each FROZEN_BLOCK positions, the
-    frozen keys (block_ops.freeze_block; 17 hd / 16 bytes a position), which long rows
-    read in place of the float16 keys (block_ops.frozen_area)."""
+    `capacity` positions: block_ops.frozen_block_rows(hd) for each FROZEN_BLOCK
+    positions, the frozen keys and a copy of their value scales
+    (block_ops.freeze_block; 18 hd / 16 bytes a position at hd 64), which long rows
+    read in place of the float16 keys and the scales among them
+    (block_ops.frozen_area)."""
 
     def __init__(self, cfg: LlamaConfig, capacity: int = 256, dtype: type | tuple = np.float32) -> None:
         self._cfg = cfg
@@ -376,14 +378,14 @@ class KVCache:
         key_rows = KVCache.rows_per_block(cfg.head_dim, keys, values)
         per_head = key_rows * keys.itemsize + cfg.head_dim * values.itemsize
         if KVCache.keeps_frozen(cfg.head_dim, keys, values):
-            per_head += cfg.head_dim * block_ops.FROZEN_ROWS // block_ops.FROZEN_BLOCK
+            per_head += -(-cfg.head_dim * block_ops.frozen_block_rows(cfg.head_dim) // block_ops.FROZEN_BLOCK)
         return cfg.n_layers * cfg.n_kv_heads * per_head
 
     def _arrays(self, capacity: int) -> tuple[np.ndarray, np.ndarray]:
         """Zeroed keys and values for `capacity` positions (a multiple of KEY_BLOCK),
         with room for the frozen keys where the cache keeps them."""
         cfg, block = self._cfg, block_ops.KEY_BLOCK
-        rows = capacity + (block_ops.frozen_rows(capacity) if self.frozen else 0)
+        rows = capacity + (block_ops.frozen_rows(capacity, cfg.head_dim) if self.frozen else 0)
         return (
             np.zeros((cfg.n_layers, cfg.n_kv_heads, capacity // block, self._rows * block), dtype=self.key_dtype),
             np.zeros((cfg.n_layers, cfg.n_kv_heads, rows, cfg.head_dim), dtype=self.value_dtype),
@@ -456,7 +458,8 @@ class KVCache:
         keys[:, :, : old // block_ops.KEY_BLOCK] = self.all_keys
         values[:, :, :old] = self.all_values[:, :, :old]
         if self.frozen:  # the frozen blocks follow the positions
-            values[:, :, new_cap : new_cap + block_ops.frozen_rows(old)] = self.all_values[:, :, old:]
+            hd = self._cfg.head_dim
+            values[:, :, new_cap : new_cap + block_ops.frozen_rows(old, hd)] = self.all_values[:, :, old:]
         self._set(keys, values, new_cap)
 
     def move(self, sources: Sequence[int], targets: Sequence[int]) -> None:
@@ -491,20 +494,21 @@ def frozen_shares(values: np.ndarray, capacity: int) -> np.ndarray:
     `capacity` positions, as [..., frozen blocks, bytes] (block_ops.frozen_area): a
     view."""
     rows = values[..., capacity:, :]
-    n_blocks = rows.shape[-2] // block_ops.FROZEN_ROWS
-    return rows.view(np.uint8).reshape(*rows.shape[:-2], n_blocks, block_ops.FROZEN_ROWS * rows.shape[-1])
+    block_rows = block_ops.frozen_block_rows(rows.shape[-1])
+    return rows.view(np.uint8).reshape(*rows.shape[:-2], rows.shape[-2] // block_rows, block_rows * rows.shape[-1])
 
 
 def frozen_parts(shares: np.ndarray, hd: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The frozen keys' units, minima and steps [Hkv, hd, positions] as float32, from
     one layer's frozen bytes [Hkv, frozen blocks, bytes] (frozen_shares; a block:
     the units of each group of 4 channels, position by position, then the channels'
-    float16 steps, then their float16 minima)."""
+    float16 steps, then their float16 minima, then the value scales' copy)."""
     n_kv, n_blocks = shares.shape[:2]
     frozen = block_ops.FROZEN_BLOCK
     units = shares[..., : frozen * hd].reshape(n_kv, n_blocks, hd // 4, frozen, 4).transpose(0, 1, 2, 4, 3)
     units = units.reshape(n_kv, n_blocks, hd, frozen).astype(np.float32)
-    params = np.ascontiguousarray(shares[..., frozen * hd :]).view(np.float16).astype(np.float32)
+    params = shares[..., frozen * hd : (frozen + block_ops.FROZEN_PARAMS) * hd]
+    params = np.ascontiguousarray(params).view(np.float16).astype(np.float32)
     params = params.reshape(n_kv, n_blocks, 2, hd, 1)  # steps, then minima
     steps, lows = (np.broadcast_to(params[:, :, k], units.shape) for k in (0, 1))
 

@@ -8,7 +8,7 @@ with integer dot products (int8.py), keys cached as float16 (and older ones agai
 (model.KV_TYPES): faster than f32 on several rows, and next-token
 predictions that agree with f32's (docs/performance.md).
 "int8": activations quantized to 8 bits, and keys and values cached as 8 bits with a
-scale each (model.KVCache): faster still, 0.51x int16's cache memory, and outputs
+scale each (model.KVCache): faster still, 0.50x int16's cache memory, and outputs
 that differ from f32's near ties.
 """
 

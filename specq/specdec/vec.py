@@ -9,7 +9,8 @@ locals, which LLVM keeps in registers, and each function below emits one or two
 instructions. LLVM still allocates registers and schedules. Most exist for both
 widths (`_width`): `load_bytes` is 256 bits, `load_bytes_w` 512.
 
-The CPU decides one thing here at compile time (block_ops._PAIRED is another): how
+The CPU decides one thing here at compile time (block_ops._PAIRED and _WIDE are
+others): how
 four u8 x s8 products are added into an int32 lane (`dot4`, `dot4_wide`). With
 AVX-VNNI (or AVX-512 VNNI) it is one vpdpbusd; on plain AVX2, vpmaddubsw then
 vpmaddwd (dot4_wide: the bytes widened first, for units up to 255). Both are exact for the values int8.py feeds

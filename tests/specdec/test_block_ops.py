@@ -263,7 +263,9 @@ CACHE_DTYPES = [np.float32, np.float16, (np.float16, np.int8), np.int8]
 
 @pytest.mark.parametrize("n_q", [9, 12], ids=["groups_of_3", "groups_of_4"])
 @pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
-@pytest.mark.parametrize("hd,start,n", [(64, 200, 1), (64, 37, 5), (16, 9, 5), (24, 3, 2), (72, 61, 3), (32, 5, 6)])
+@pytest.mark.parametrize(
+    "hd,start,n", [(64, 200, 1), (64, 37, 5), (16, 9, 5), (24, 3, 2), (72, 61, 3), (32, 5, 6), (128, 70, 2)]
+)
 def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache_dtype, n_q):
     """Scores and weighted sums kept in registers (block_ops._scores, _weighted_values)
     do each fused multiply-add of the plain loops in the same order: the same bits,
@@ -303,7 +305,7 @@ def _frozen_cache(keys: np.ndarray, values: np.ndarray, capacity: int = 0) -> tu
     blocks = -(-max(n, capacity) // block_ops.KEY_BLOCK)
     k = np.zeros((n_kv, blocks, KVCache.rows_per_block(hd, key_t, value_t) * block_ops.KEY_BLOCK), np.uint16)
     capacity = blocks * block_ops.KEY_BLOCK
-    v = np.zeros((n_kv, capacity + block_ops.frozen_rows(capacity), hd), np.int8)
+    v = np.zeros((n_kv, capacity + block_ops.frozen_rows(capacity, hd), hd), np.int8)
     block_ops.write_kv(k, v, 0, keys, values)
     return k, v
 
@@ -339,6 +341,14 @@ def test_a_whole_block_of_keys_is_frozen_per_channel_with_a_minimum():
     others = [c for c in range(hd) if c != 7]
     assert error[:, others].max() < 0.03  # one step for all channels would be about 0.8
     assert steps[1, 9, 0] == 1 and not units[1, 9, : 2 * fb].any()
+    # Each whole block's value scales, copied by position after its parameters.
+    at = hd * block_ops.KEY_BLOCK  # a block of keys' scales follow its hd rows (uint16 elements)
+    scales = k[:, :, at : at + block_ops.SCALE_BYTES // 2].copy().view(np.float32)  # [n_kv, blocks, 16]
+    value_scales = scales[:, :, block_ops.KEY_BLOCK :].reshape(n_kv, -1)[:, : 2 * fb]
+    first = (fb + block_ops.FROZEN_PARAMS) * hd
+    copies = np.ascontiguousarray(shares[:, :2, first : first + block_ops.FROZEN_SCALES]).view(np.float32)
+    assert (value_scales > 0).all()
+    np.testing.assert_array_equal(copies.reshape(n_kv, -1), value_scales)
     assert not shares[:, 2].any()  # the last 6 positions: not a whole block yet
 
 
@@ -517,7 +527,8 @@ def test_an_8_bit_cache_keeps_its_scales_through_growth_and_moves(toy, dtype):
     held = cache.all_keys.nbytes + cache.all_values.nbytes
     # Frozen keys take bytes_per_position's share for whole blocks of FROZEN_BLOCK positions only.
     unfrozen = cache.capacity % block_ops.FROZEN_BLOCK if cache.frozen else 0
-    per_frozen_position = cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * block_ops.FROZEN_ROWS // block_ops.FROZEN_BLOCK
+    frozen_bytes = -(-cfg.head_dim * block_ops.frozen_block_rows(cfg.head_dim) // block_ops.FROZEN_BLOCK)
+    per_frozen_position = cfg.n_layers * cfg.n_kv_heads * frozen_bytes
     assert held == cache.capacity * KVCache.bytes_per_position(cfg, dtype) - unfrozen * per_frozen_position
 
 

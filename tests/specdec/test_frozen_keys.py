@@ -46,7 +46,7 @@ def test_the_cache_freezes_whole_blocks_and_rows_read_them(model, stepped):
     assert cache.frozen
     hd = model.config.head_dim
     shares = frozen_shares(cache.kernel_values, cache.capacity)  # [L, Hkv, frozen blocks, bytes]
-    assert shares.shape[3] == block_ops.FROZEN_ROWS * hd
+    assert shares.shape[3] == block_ops.frozen_block_rows(hd) * hd
     whole = (N - 1) // block_ops.FROZEN_BLOCK  # the last position is never stored
     assert shares.shape[2] >= whole
     assert shares[:, :, :whole].any(axis=(0, 1, 3)).all()  # every whole block holds frozen bytes

@@ -15,7 +15,7 @@ from gguf.quants import quantize
 
 from specq.specdec import int8
 from specq.specdec.engine import Engine
-from specq.specdec.head_screen import SCREEN_ROWS, ScreenedHead
+from specq.specdec.head_screen import MOST_CANDIDATES, SCREEN_ROWS, ScreenedHead
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.model import Segment
 from specq.specdec.proposers import NgramProposer
@@ -74,13 +74,26 @@ def test_tied_largest_logits_are_all_kept_and_the_first_wins():
 
 
 @needs_avx2
-def test_non_finite_rows_and_other_heads_take_the_whole_head():
+def test_an_unsure_row_takes_the_whole_head_alone_and_the_others_keep_their_screen():
+    """A row of ties everywhere (more candidates than MOST_CANDIDATES) and a
+    non-finite row each get the whole head's logits; the round's other rows stay
+    screened, with the whole head's bits where they are kept."""
     rng = np.random.default_rng(2)
-    w = rng.standard_normal((256, 64)) * 0.05
-    screen = ScreenedHead.of(_head(w))
+    w = rng.standard_normal((2 * MOST_CANDIDATES, 64)) * 0.05
+    head = _head(w)
+    screen = ScreenedHead.of(head)
     h = rng.standard_normal((SCREEN_ROWS, 64)).astype(np.float32)
+    h[3] = 0.0  # every logit 0: all of them tie
     h[2, 5] = np.inf
-    assert screen.argmax_logits(h) is None
+    screened = screen.argmax_logits(h)
+    full = int8.int8_matmul_t(h, head)
+    np.testing.assert_array_equal(screened[3].view(np.uint32), full[3].view(np.uint32))
+    assert (screened[3] == 0).all()
+    np.testing.assert_array_equal(screened[2], full[2])  # NaN where full has NaN, the same infinities
+    assert not np.isfinite(full[2]).any()
+    others = [r for r in range(len(h)) if r not in (2, 3)]
+    _assert_same_argmax_and_bits(screened[others], full[others])
+    assert np.isfinite(screened[others]).sum() < 0.05 * screened[others].size
     assert ScreenedHead.of(replace(_head(w), split=False)) is None  # int8's head: nothing to save
 
 
