@@ -444,9 +444,10 @@ def _weighted_values3_w(kept, g, slots, m, values, out, r, h, ahead, at, last): 
     of i a vector, so one pass over t covers 64 of them with the same twelve sums in
     registers (AVX-512's 32 registers hold them and the four vectors of values). Each
     output is still one fused multiply-add per t, in t order, from 0: the same bits
-    as the 256-bit loop, for half its instructions. The pass was bound by its
-    arithmetic, not by reading the values (read from L1 instead it took 0.4 of its
-    3.0 ms less over 32 sequences at context 500, docs/performance.md)."""
+    as the 256-bit loop, for half its instructions. The pass hardly waits on reading
+    the values (read from L1 instead it took 0.4 of its 3.0 ms less over 32 sequences
+    at context 500), yet half the instructions made attention only 1.02x to 1.09x
+    faster: what bounds it was not found (docs/performance.md, nineteenth session)."""
     hd = values.shape[1]
     flat = values.reshape(-1)
     w0, w1, w2 = kept[g], kept[g + 1], kept[g + 2]
@@ -652,9 +653,9 @@ FOLD_LEVELS = 16256  # a folded query's largest magnitude in integers: two 7-bit
 # sums, and the bits, are the VNNI path's. A constant once compiled.
 _PAIRED = not vec.has_vnni()
 # With AVX-512 VNNI, the frozen scores and the weighted values of three heads run on
-# 512-bit vectors: both were bound by their arithmetic (docs/performance.md), and the
-# lanes are positions or channels, each computed as on 256 bits, so the bits are the
-# same on every CPU. A constant once compiled.
+# 512-bit vectors: neither waits much on the caches (docs/performance.md, nineteenth
+# session), and the lanes are positions or channels, each computed as on 256 bits, so
+# the bits are the same on every CPU. A constant once compiled.
 _WIDE = vec.has_avx512_vnni()
 
 
