@@ -570,14 +570,14 @@ def test_a_kv_memory_budget_bounds_a_batch_and_refuses_a_request_too_big_for_it(
     assert [r["token_ids"] for r in records(bounded)] == [r["token_ids"] for r in free]
     assert "note: --kv-memory 40.0 KiB holds as few as" in bounded.stderr and "--batch-size 4" in bounded.stderr
     assert "note: --kv-memory" not in generate(*common).stderr
-    # r1's cache takes 48 positions (13.7 KiB at int16's 292 bytes a position on the toy
-    # model: 224 for float16 keys and 8-bit values, 68 for the frozen keys), r2's 49,
-    # allocated as 56 (whole blocks of 8): 16.0 KiB.
+    # r1's cache takes 48 positions (14.4 KiB at int16's 308 bytes a position on the toy
+    # model: 224 for float16 keys and 8-bit values, 84 for the frozen keys and their
+    # value scales), r2's 49, allocated as 56 (whole blocks of 8): 16.8 KiB.
     user_error(
         generate(*common, "--kv-memory", "15KiB"),
         1,
         "request 'r2' (line 3)",
-        "(56 positions at 292 bytes)",
+        "(56 positions at 308 bytes)",
         "more than --kv-memory 15.0 KiB",
     )
     user_error(generate(*common, "--kv-memory", "lots"), 2, "'lots' is not a size")

@@ -428,22 +428,30 @@ def test_a_tasks_loops_ask_for_all_of_the_next_tasks_keys_and_values(hd, end, ca
     assert ends[:2] == (k_last, k_last)
     assert ends[2] == v_last
     assert ends[3] == (v_last if hd % 32 == 0 else -1)
+    wide = block_ops._WIDE and hd % 64 == 0  # _weighted_values3_w runs (512-bit vectors)
+    assert ends[4] == (v_last if wide else -1)
     # Half as long a next task: the asks stop at its end.
     ends = _asks_end(q, keys_t[0], end, raw, kept, slots, values[0], out, ahead_k, ahead_v, k_last // 2, v_last // 2)
     assert ends[:3] == (k_last // 2, k_last // 2, v_last // 2)
+    assert ends[4] == (v_last // 2 if wide else -1)
     # Twice as long: this task's loops get halfway through its keys and values (a
     # block of keys after each block they read, the values of eight positions
     # before each eight they weigh); the next task's own loops read the rest.
     long_last = 2 * blocks * keys_t.shape[2] - 1
     ends = _asks_end(q, keys_t[0], end, raw, kept, slots, values[0], out, ahead_k, ahead_v, long_last, 2 * end * hd)
     assert ends[:3] == (blocks * keys_t.shape[2], blocks * keys_t.shape[2], blocks * block_ops.KEY_BLOCK * hd)
+    assert ends[4] == (blocks * block_ops.KEY_BLOCK * hd if wide else -1)
+
+
+_WIDE = block_ops._WIDE  # a global constant, so that numba drops the branch where it is False
 
 
 @njit
 def _asks_end(q, keys, end, raw, kept, slots, values, out, ahead_k, ahead_v, k_last, v_last):
-    """Where each loop's asks end: _scores3, _scores, _weighted_values and (hd a
-    multiple of 32, else -1) _weighted_values3, for query heads 0 to 2 of row 0.
-    One compiled function, not four: each took 15 s to compile."""
+    """Where each loop's asks end: _scores3, _scores, _weighted_values, (hd a
+    multiple of 32, else -1) _weighted_values3 and (with AVX-512 VNNI and hd a
+    multiple of 64, else -1) _weighted_values3_w, for query heads 0 to 2 of row 0.
+    One compiled function, not five: each took 15 s to compile."""
     m = slots.shape[0]
     three = block_ops._scores3(q, 0, 0, keys, 0, end, raw, 0, ahead_k, 0, k_last)
     alone = block_ops._scores(q, 0, 0, keys, 0, end, raw, 0, ahead_k, 0, k_last)
@@ -451,7 +459,10 @@ def _asks_end(q, keys, end, raw, kept, slots, values, out, ahead_k, ahead_v, k_l
     values3 = -1
     if values.shape[1] % 32 == 0:
         values3 = block_ops._weighted_values3(kept, 0, slots, m, values, out, 0, 0, ahead_v, 0, v_last)
-    return three, alone, values1, values3
+    values3w = -1
+    if _WIDE and values.shape[1] % 64 == 0:
+        values3w = block_ops._weighted_values3_w(kept, 0, slots, m, values, out, 0, 0, ahead_v, 0, v_last)
+    return three, alone, values1, values3, values3w
 
 
 @pytest.mark.parametrize("dtype", [np.int8, (np.float16, np.int8)], ids=["8_bit", "float16_keys"])
