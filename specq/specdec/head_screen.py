@@ -125,13 +125,14 @@ def _top(row):  # pragma: no cover - compiled
 def _candidates(coarse, slack, bound, bound_max, picked):  # pragma: no cover - compiled
     """Per row, into picked[r, :count]: the outputs whose upper bound reaches the best
     lower bound (the per-output bound A @ slack, after a first cut by its largest
-    per block). count -1: non-finite values, or more than picked holds. The cut
-    skips 64 values at a time whose largest falls below it (nearly all).
+    per block), and then a settled row of `coarse` overwritten with -inf. count -1:
+    non-finite values, or more than picked holds (such a row is left as it is). The
+    cut skips 64 values at a time whose largest falls below it (nearly all).
 
-    A settled row of `coarse` is then overwritten with -inf, to become the output
-    that _exact fills in at its candidates: the row is still in this core's cache,
-    where a fresh array of -inf for the round (np.full, 6.3 MB at 32 rows) cost a
-    pass over memory of its own (0.23 ms alone, more inside a round)."""
+    The -inf makes `coarse` the output that _exact fills in at the candidates: the
+    row was just read whole here, so it is in this core's cache, where a fresh array
+    of -inf for the round (np.full, 6.3 MB at 32 rows) cost a pass over memory of its
+    own (0.23 ms alone, more inside a round)."""
     rows, n_out = coarse.shape
     nb = slack.shape[1]
     counts = np.empty(rows, dtype=np.int64)
@@ -183,20 +184,8 @@ def _candidates(coarse, slack, bound, bound_max, picked):  # pragma: no cover - 
                 picked[r, kept] = o
                 kept += 1
         counts[r] = kept
-        _fill(row, np.float32(-np.inf))
+        row[:] = np.float32(-np.inf)
     return counts
-
-
-@njit(inline="always")
-def _fill(row, value):  # pragma: no cover - compiled
-    n = row.shape[0]
-    v = vec.splat_f32(value)
-    i = 0
-    while i + 8 <= n:
-        vec.store_f32(row, i, v)
-        i += 8
-    for i in range(i, n):
-        row[i] = value
 
 
 @njit(cache=True, nogil=True)

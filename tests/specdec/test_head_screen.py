@@ -38,7 +38,9 @@ def _head(w: np.ndarray) -> int8.Int8Matrix:
 def _assert_same_argmax_and_bits(screened: np.ndarray, full: np.ndarray) -> None:
     kept = np.isfinite(screened)
     np.testing.assert_array_equal(screened[kept].view(np.uint32), full[kept].view(np.uint32))
-    assert (screened[~kept] == -np.inf).all()  # the coarse logits the output's room held are gone
+    # Left out means -inf, never NaN or +inf (a coarse logit left behind is finite: the
+    # bits above catch it).
+    assert (screened[~kept] == -np.inf).all()
     np.testing.assert_array_equal(screened.argmax(axis=1), full.argmax(axis=1))
     assert kept.any(axis=1).all()
 
