@@ -8,10 +8,17 @@ blocks at other offsets, and the bits check stops it); with --against, another c
 of block_ops (an earlier commit's) interleaved in the same process, its outputs
 checked bit for bit against this one's.
 
+With --one-cache, every sequence at exactly the context (not spread), timed as it is
+beside the same rows all reading the first sequence's cache: the same instructions
+and, the caches holding the same tokens, the same bits (checked), but one cache's
+bytes, which stay in the CPU's caches. The difference is what attention waits on
+memory (32 x 500 on the Intel Xeon with AMX, 2026-12-07: 17.8 ms against 11.9).
+
     python scripts/bench_attention.py --cases 1x200,32x50,32x200,32x500
     git show 556218f:specq/specdec/block_ops.py > /tmp/block_ops_before.py
     python scripts/bench_attention.py --against /tmp/block_ops_before.py
     python scripts/bench_attention.py --rows 5 --cases 1x200,1x500   # a 5-row verification
+    python scripts/bench_attention.py --cases 8x500,32x200,32x500 --one-cache
     python scripts/bench_attention.py --model toy.gguf --cases 2x8 --trials 1   # a smoke run
 """
 
@@ -62,6 +69,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=21)
     parser.add_argument("--rows", type=int, default=1, help="rows of each sequence's segment (causal)")
     parser.add_argument("--against", default=None, help="another block_ops.py to time beside this one")
+    parser.add_argument(
+        "--one-cache", action="store_true", help="also time every sequence reading the first one's cache"
+    )
     args = parser.parse_args()
     try:
         cases = _cases(args.cases)
@@ -70,6 +80,8 @@ def main() -> None:
     if args.rows < 1:
         parser.error(f"--rows: {args.rows} is not a number of rows (1 or more)")
     modules = {"now": block_ops}
+    if args.against and args.one_cache:
+        parser.error("--one-cache and --against: one comparison at a time")
     if args.against and not os.path.isfile(args.against):
         parser.error(f"--against: no file {args.against}")
     if args.against:
@@ -86,19 +98,24 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows = args.rows
     for n, context in cases:
-        lengths = [context + j % 8 for j in range(n)]
+        lengths = [context if args.one_cache else context + j % 8 for j in range(n)]
         caches = [model.new_cache(length + rows + 8) for length in lengths]
         for cache, length in zip(caches, lengths):  # the segments' own rows are in the cache too
             model.forward([Segment(cache, [5 + i % 7 for i in range(length + rows)], 0, all_logits=False)])
-        keys, values = List([c.kernel_keys for c in caches]), List([c.kernel_values for c in caches])
+        # Per timed variant: (block_ops, its caches' keys, values).
+        own = (List([c.kernel_keys for c in caches]), List([c.kernel_values for c in caches]))
+        runs = {name: (module, *own) for name, module in modules.items()}
+        if args.one_cache:
+            first = caches[0]
+            runs["one cache"] = (block_ops, List([first.kernel_keys] * n), List([first.kernel_values] * n))
         visible = List([np.tri(rows, dtype=np.bool_) for _ in caches])
         q = rng.standard_normal((n * rows, cfg.n_heads, cfg.head_dim)).astype(np.float32)
         starts, bounds = np.array(lengths, np.int64), np.arange(0, n * rows + 1, rows, dtype=np.int64)
-        outputs = [m.attend_many(q, starts, bounds, visible, keys, values, 0, scale) for m in modules.values()]
+        outputs = [m.attend_many(q, starts, bounds, visible, k, v, 0, scale) for m, k, v in runs.values()]
         assert all(np.array_equal(o.view(np.uint32), outputs[0].view(np.uint32)) for o in outputs), "bits differ"
-        times: dict[str, list[float]] = {name: [] for name in modules}
+        times: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(args.trials):
-            for name, module in modules.items():
+            for name, (module, keys, values) in runs.items():
                 t0 = time.perf_counter()
                 for layer in range(cfg.n_layers):
                     module.attend_many(q, starts, bounds, visible, keys, values, layer, scale)
@@ -107,8 +124,12 @@ def main() -> None:
         if args.against:
             ratio = statistics.median(a / b for a, b in zip(times["against"], times["now"]))
             parts.append(f"against / now {ratio:.3f} (median of pairs)")
+        if args.one_cache:
+            ratio = statistics.median(a / b for a, b in zip(times["now"], times["one cache"]))
+            parts.append(f"now / one cache {ratio:.3f} (median of pairs)")
         each = f"{rows} rows each, " if rows > 1 else ""
-        print(f"{n} sequence(s), context {context} to {context + 7}, {each}{cfg.n_layers} layers: " + ", ".join(parts))
+        spread = f"context {context}" if args.one_cache else f"context {context} to {context + 7}"
+        print(f"{n} sequence(s), {spread}, {each}{cfg.n_layers} layers: " + ", ".join(parts))
 
 
 if __name__ == "__main__":

@@ -391,6 +391,7 @@ def test_bench_attention_against_an_earlier_copy(q4_model, tmp_path):
     other.write_text("x = 1\n")
     for bad, named in (
         (("--cases", "32"), "--cases"),
+        (("--one-cache", "--against", copy), "one comparison at a time"),
         (("--rows", "0"), "--rows"),
         (("--against", tmp_path / "missing.py"), "no file"),
         (("--against", other), "no attend_many"),
@@ -398,6 +399,18 @@ def test_bench_attention_against_an_earlier_copy(q4_model, tmp_path):
     ):
         result = run_script("bench_attention.py", *bad)
         assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr
+
+
+@needs_int8
+def test_bench_attention_times_every_sequence_reading_one_cache(q4_model):
+    """--one-cache: the same rows over their own caches and over the first one's,
+    which hold the same tokens, so the script's bits check passes only if both read
+    what they should."""
+    args = ("--model", q4_model, "--cases", "3x20", "--trials", "1", "--one-cache")
+    out = ok(run_script("bench_attention.py", *args, timeout=600))
+    line = r"^3 sequence\(s\), context 20, \d+ layers: now ([\d.]+) ms, one cache ([\d.]+) ms, now / one cache ([\d.]+)"
+    found = re.findall(line, out, re.M)
+    assert len(found) == 1 and all(float(x) > 0 for x in found[0]), out
 
 
 # --- bench_forwards.py -----------------------------------------------------------------
