@@ -413,6 +413,39 @@ def test_bench_attention_times_every_sequence_reading_one_cache(q4_model):
     assert len(found) == 1 and all(float(x) > 0 for x in found[0]), out
 
 
+# --- bench_head_screen.py --------------------------------------------------------------
+
+
+@needs_int8
+def test_bench_head_screen_times_the_screen_the_whole_head_and_the_choice(q4_model, tmp_path):
+    """Both kinds of text (an input .jsonl, a plain text), every row count, the three
+    paths' times; the script itself stops if their argmax ever differ."""
+    text = tmp_path / "notes.md"
+    text.write_text("# Notes\n\n- the cat sat on the mat\n- a b c a b\n\n| a | b |\n| --- | --- |\n" * 20)
+    prompts = write_prompts(tmp_path / "prompts.jsonl", 6)
+    args = ("--model", q4_model, "--texts", f"{prompts},{text}", "--rows", "12,16", "--calls", "6", "--between", "1")
+    out = ok(run_script("bench_head_screen.py", *args, timeout=900))
+    line = r"^(\S+) +(\d+)" + r" +([\d.]+)" * 5 + r" +([\d.]+)% +(\d+)%$"
+    found = re.findall(line, out, re.M)
+    assert [(name, int(rows)) for name, rows, *_ in found] == [
+        ("prompts.jsonl", 12),
+        ("prompts.jsonl", 16),
+        ("notes.md", 12),
+        ("notes.md", 16),
+    ], out
+    for _, _, *ms, unsure, screened in found:
+        assert all(float(x) > 0 for x in ms) and 0 <= float(unsure) <= 100 and 0 <= int(screened) <= 100, out
+    for bad, named in (
+        (("--rows", "8"), "--rows"),
+        (("--rows", "a"), "--rows"),
+        (("--texts", tmp_path / "missing.md"), "not a file"),
+        (("--calls", "0"), "--calls"),
+        (("--model", "/nonexistent.gguf"), "not found"),
+    ):
+        result = run_script("bench_head_screen.py", *bad)
+        assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr
+
+
 # --- bench_forwards.py -----------------------------------------------------------------
 
 

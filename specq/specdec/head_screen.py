@@ -25,6 +25,8 @@ acceptance takes the argmax).
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -40,6 +42,15 @@ SCREEN_ROWS = 12
 # A row with more candidates than this (near ties everywhere: 3 rows of 1,713 in a
 # batch of 32 over the bench mix) takes the whole head, alone.
 MOST_CANDIDATES = 1024
+# One call in this many takes the path HeadChoice did not choose, so that the cost it
+# compares stays current as the text changes.
+EXPLORE_EVERY = 16
+# A path's cost is the median of its last this many timings a row: a call stalled by
+# the machine (a preemption) does not turn the choice, and a round with an unsure row
+# is one among several. Replayed over 200 calls timed both ways on two texts, this
+# came within 0.968x to 0.993x of the better path in hindsight; running averages
+# (half or a quarter weight to the latest) came within 0.937x to 0.995x.
+TIMINGS = 5
 # Relative margin for the float roundings of the two sums (at most ~nb * 2**-24 of
 # the sum of the terms' magnitudes, which sum_b A[o, b] * max|x_b| bounds).
 ROUNDING = 1e-5
@@ -210,3 +221,55 @@ def _exact(q, low, xd, quants, d, lanes, nb, n_in, picked, counts, out):  # prag
                 scale = vec.as_f32(d[(group * nb + b) * lanes + lane]) * xd[r * nb + b]
                 acc = vec.fma1(np.float32(total), scale, acc)
             out[r, o] = acc
+
+
+class HeadChoice:
+    """Whether a forward's greedy rows go through the screen or the whole head, by
+    what each has cost a row lately at about that many rows. Both give every row the
+    same argmax, so the choice moves time, never an output.
+
+    Which is cheaper depends on the text and the CPU's moment (docs/performance.md).
+    On the bench mix's rows, where 1.4% of rows are unsure (too many candidates, so
+    a pass of the whole head of their own), the screen ran at 1.08x to 1.14x the
+    whole head's speed at 8 to 32 rows on the Xeon one morning and at 0.96x to 1.09x
+    the same evening. On markdown 12% of rows were unsure, and the screen ran at
+    0.71x to 0.85x. So the two are measured here as they run, not assumed."""
+
+    def __init__(self) -> None:
+        # (row bucket, screened) -> the last TIMINGS timings, seconds a row
+        self._timings: dict[tuple[int, bool], deque[float]] = {}
+        self._timed: set[tuple[int, bool]] = set()  # paths whose first call has passed
+        self._calls: dict[int, int] = {}
+
+    @staticmethod
+    def _bucket(rows: int) -> int:
+        # 12 to 15 rows, 16 to 31, 32 to 63, ...: a head's cost a row falls with its
+        # rows (the weights' stream is shared), so only like sizes are compared.
+        return rows.bit_length()
+
+    def screen(self, rows: int) -> bool:
+        """Whether the next forward of `rows` greedy rows takes the screen."""
+        bucket = self._bucket(rows)
+        calls = self._calls[bucket] = self._calls.get(bucket, 0) + 1
+        screened, whole = self.cost(rows, True), self.cost(rows, False)
+        if screened is None or whole is None:
+            return screened is None  # each path timed before any comparison
+        better = screened <= whole
+        return better if calls % EXPLORE_EVERY else not better
+
+    def record(self, rows: int, screened: bool, seconds: float) -> None:
+        """A forward's head took `seconds` for `rows` rows, screened or whole. A path's
+        first call at a size is not counted: it loads its compiled code and finds its
+        arrays cold. Counted in a running average, the screen's first call at 12 rows
+        kept the whole head chosen for 92% of 96 calls where the screen was 1.08x
+        cheaper (scripts/bench_head_screen.py, the bench mix, 2026-12-07)."""
+        key = (self._bucket(rows), screened)
+        if key not in self._timed:
+            self._timed.add(key)
+            return
+        self._timings.setdefault(key, deque(maxlen=TIMINGS)).append(seconds / rows)
+
+    def cost(self, rows: int, screened: bool) -> float | None:
+        """Seconds a row that the path has taken lately at about `rows` rows."""
+        timings = self._timings.get((self._bucket(rows), screened))
+        return statistics.median(timings) if timings else None

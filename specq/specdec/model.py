@@ -32,7 +32,7 @@ from specq.specdec.gguf_blocks import BlockMatrix
 from specq.specdec.gguf_file import GGUFFile
 from specq.specdec.half import TYPES as HALF_TYPES
 from specq.specdec.half import HalfMatrix
-from specq.specdec.head_screen import SCREEN_ROWS, ScreenedHead
+from specq.specdec.head_screen import SCREEN_ROWS, HeadChoice, ScreenedHead
 from specq.specdec.layer_stack import StackedLayers
 from specq.specdec.matmul import BULK_ROWS, RowPlan, Weight, dequantized, embed, linear, n_values
 from specq.specdec.model_config import GEMMA3_LOCAL_BASE, LlamaConfig
@@ -629,6 +629,7 @@ class LlamaModel:
         # allow it (layer_stack); the layers then view its arrays.
         self._stack: StackedLayers | None = None
         self._screen: ScreenedHead | bool | None = None  # built on first use; False: none fits
+        self.head_choice = HeadChoice()  # screen or whole head, for rows a screen may take
         if config.gemma:
             # The compiled loops compute llama's block (SiLU, no extra norms, windows
             # or caps); Gemma's weights can look like llama's (Gemma 1's do).
@@ -741,14 +742,21 @@ class LlamaModel:
             logits = np.tanh(logits * (np.float32(1.0) / cap)) * cap
         return logits
 
-    def _screened_logits(self, segments: Sequence[Segment], rows: np.ndarray) -> np.ndarray | None:
-        """The head's logits by head_screen where every segment wants only its rows'
-        largest logits and there are enough rows for the screen to pay; else None."""
+    def _greedy_logits(self, segments: Sequence[Segment], rows: np.ndarray, plan: RowPlan) -> np.ndarray | None:
+        """Where every segment wants only its rows' largest logits and there are enough
+        rows for the screen to pay: the head's logits by head_screen or whole, as
+        head_choice says, and the time it took told to head_choice. Else None."""
         if len(rows) < SCREEN_ROWS or self.config.final_softcap or not all(s.argmax_only for s in segments):
             return None
         if self._screen is None:
             self._screen = ScreenedHead.of(self.weights.w_output) or False
-        return self._screen.argmax_logits(rows) if self._screen else None
+        if not self._screen:
+            return None
+        screened = self.head_choice.screen(len(rows))
+        started = time.perf_counter()
+        logits = self._screen.argmax_logits(rows) if screened else self.head_logits(rows, plan)
+        self.head_choice.record(len(rows), screened, time.perf_counter() - started)
+        return logits
 
     def rebuild_cache(self, cache: KVCache, ids: Sequence[int], n_prompt: int) -> np.ndarray:
         """Write the keys and values of `ids` (a prompt of n_prompt tokens, then
@@ -806,9 +814,10 @@ class LlamaModel:
             for i, seg in enumerate(segments)
         ]
         head_input = hidden[np.concatenate(head_rows)]
-        logits = self._screened_logits(segments, head_input)
+        plan = RowPlan([len(r) for r in head_rows])
+        logits = self._greedy_logits(segments, head_input, plan)
         if logits is None:
-            logits = self.head_logits(head_input, RowPlan([len(r) for r in head_rows]))
+            logits = self.head_logits(head_input, plan)
         head_bounds = np.cumsum([0] + [len(r) for r in head_rows])
         seconds = time.perf_counter() - started
         return [

@@ -15,7 +15,7 @@ from gguf.quants import quantize
 
 from specq.specdec import int8
 from specq.specdec.engine import Engine
-from specq.specdec.head_screen import MOST_CANDIDATES, SCREEN_ROWS, ScreenedHead
+from specq.specdec.head_screen import EXPLORE_EVERY, MOST_CANDIDATES, SCREEN_ROWS, HeadChoice, ScreenedHead
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.model import Segment
 from specq.specdec.proposers import NgramProposer
@@ -110,10 +110,64 @@ def test_a_model_screens_only_rounds_of_greedy_segments_with_enough_rows(toy):
         seg = Segment(model.new_cache(), tokens[:n], 0, argmax_only=argmax_only)
         return model.forward([seg])[0].logits
 
+    model.head_choice = HeadChoice()  # nothing timed yet: the screen first
     full, screened = logits(SCREEN_ROWS + 4, False), logits(SCREEN_ROWS + 4, True)
     assert np.isfinite(full).all() and not np.isfinite(screened).all()
     _assert_same_argmax_and_bits(screened, full)
     assert np.isfinite(logits(SCREEN_ROWS - 1, True)).all()  # too few rows: the whole head
+
+
+@needs_avx2
+def test_a_model_takes_the_head_its_choice_timed_cheaper_and_times_each_forward(toy):
+    """The forward follows head_choice: the whole head's logits (every one finite)
+    where the whole head was timed cheaper, the screen's where the screen was, the
+    same argmax either way; and each forward's head time goes back to the choice."""
+    model, _ = toy
+    tokens = [1, 42, 267, 7, 300, 3, 150, 258, 259, 99, 2, 17, 64, 128, 200, 11, 5, 280, 33, 306]
+    n = SCREEN_ROWS + 2
+
+    def logits(choice: HeadChoice) -> np.ndarray:
+        model.head_choice = choice
+        return model.forward([Segment(model.new_cache(), tokens[:n], 0, argmax_only=True)])[0].logits
+
+    whole_cheaper, screen_cheaper = HeadChoice(), HeadChoice()
+    for screened, seconds in ((True, 2.0), (False, 1.0)):
+        for choice, cost in ((whole_cheaper, seconds), (screen_cheaper, 3.0 - seconds)):
+            choice.record(n, screened, 0.0)  # a path's first call, not counted
+            choice.record(n, screened, cost)
+    whole, screened = logits(whole_cheaper), logits(screen_cheaper)
+    assert np.isfinite(whole).all() and not np.isfinite(screened).all()
+    _assert_same_argmax_and_bits(screened, whole)
+    # Each forward's own time (well under 0.2 s) joined its path's timing of 1 s.
+    assert whole_cheaper.cost(n, False) < 0.6 / n
+    assert screen_cheaper.cost(n, True) < 0.6 / n
+    assert whole_cheaper.cost(n, True) == 2.0 / n  # the path not taken, untouched
+
+
+def test_the_head_choice_times_both_paths_then_keeps_the_cheaper_and_retimes_the_other():
+    choice = HeadChoice()
+    for screened, seconds in ((True, 0.004), (False, 0.007)):  # the screen first, then the whole head
+        for timing in (1.0, seconds):  # a first call (loading its code) is not counted
+            assert choice.screen(32) == screened
+            choice.record(32, screened, timing)
+    assert choice.cost(32, True) == 0.004 / 32 and choice.cost(32, False) == 0.007 / 32
+    for screened, seconds in ((True, 0.004), (False, 0.007)) * 2:
+        choice.record(32, screened, seconds)
+    picks = [choice.screen(32) for _ in range(4 * EXPLORE_EVERY)]
+    assert picks.count(False) == 4  # the dearer path, once in EXPLORE_EVERY calls
+    # One stalled call (the machine's, not the path's) does not turn the choice.
+    choice.record(32, True, 1.0)
+    assert choice.screen(32)
+    # The text turns to near ties everywhere: the screen's forwards cost more.
+    for _ in range(3):
+        choice.record(32, True, 0.010)
+    assert [choice.screen(32) for _ in range(EXPLORE_EVERY)].count(True) == 1
+    # Sizes are compared only with like sizes: 12 rows have timed nothing yet.
+    assert choice.screen(12)
+    # And back: the screen, retimed on its turns, is cheaper again.
+    for _ in range(3):
+        choice.record(32, True, 0.003)
+    assert sum(choice.screen(32) for _ in range(EXPLORE_EVERY)) == EXPLORE_EVERY - 1
 
 
 @needs_avx2
