@@ -16,6 +16,14 @@ markdown, where many rows have near ties everywhere and the screen alone loses
     python scripts/bench_head_screen.py
     python scripts/bench_head_screen.py --texts notes.md --rows 12,32 --calls 128
     python scripts/bench_head_screen.py --model toy.gguf --rows 12 --calls 4   # a smoke run
+
+With --decode, greedy decoding instead: the first --batch prompts of each .jsonl
+text, --suffix appended to each one's last message, decoded together (a batch,
+no drafts) with the choice, with the screen always and with the whole head always,
+--runs times each in alternating orders; the outputs must be identical.
+
+    python scripts/bench_head_screen.py --decode --texts examples/bench_prompts.jsonl \\
+        --suffix " Answer with a markdown table and a bulleted list."
 """
 
 from __future__ import annotations
@@ -25,14 +33,16 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from specq.errors import SpecqError
 from specq.requests.inputs import GenerationDefaults, parse_line, to_request
+from specq.specdec.engine import Engine
 from specq.specdec.head_screen import SCREEN_ROWS, HeadChoice, ScreenedHead
-from specq.specdec.loader import default_model_path, load_model_and_tokenizer
+from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer
 from specq.specdec.model import Segment
 from specq.specdec.precision import INTEGER
 
@@ -102,6 +112,54 @@ def _time_text(model, screen: ScreenedHead, rows: np.ndarray, r: int, calls: int
     }
 
 
+class _Always:
+    """A head choice that takes one path whatever it costs (the decode comparison's)."""
+
+    def __init__(self, screened: bool) -> None:
+        self.screened = screened
+
+    def screen(self, rows: int) -> bool:
+        return self.screened
+
+    def record(self, rows: int, screened: bool, seconds: float) -> None:
+        pass
+
+
+def _decode(model, tokenizer, path: Path, args) -> None:
+    lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
+    requests = []
+    for n, line in lines[: args.batch]:
+        spec = parse_line(json.loads(line), n, str(path))
+        if spec.messages is not None:
+            last = {**spec.messages[-1], "content": spec.messages[-1]["content"] + args.suffix}
+            spec = replace(spec, messages=(*spec.messages[:-1], last))
+        else:
+            spec = replace(spec, prompt=spec.prompt + args.suffix)
+        requests.append(to_request(spec, tokenizer, GenerationDefaults(max_tokens=args.max_tokens)))
+    engine = Engine(model, tokenizer, make_proposer("none", model, tokenizer))
+    engine.warm_up()
+    heads = {"choice": HeadChoice, "screen": lambda: _Always(True), "whole": lambda: _Always(False)}
+    seconds: dict[str, list[float]] = {name: [] for name in heads}
+    outputs: dict[str, list] = {}
+    for run in range(args.runs):
+        for name in list(heads) if run % 2 == 0 else list(heads)[::-1]:
+            model.head_choice = heads[name]()
+            t0 = time.perf_counter()
+            states = engine.run_many(requests, group_size=len(requests))
+            seconds[name].append(time.perf_counter() - t0)
+            outputs.setdefault(name, [s.output_ids for s in states])
+            if [s.output_ids for s in states] != outputs[name] or outputs[name] != outputs["choice"]:
+                raise SpecqError(f"{name}'s outputs differ from another run's")
+    tokens = sum(len(o) for o in outputs["choice"])
+    for name, times in seconds.items():
+        runs = ", ".join(f"{t:.3f}" for t in times)
+        print(
+            f"{path.name[:16]:<16}{name:>8}  {len(requests)} requests, {tokens} tokens: {runs} s;"
+            f" best {tokens / min(times):.1f} tokens/s",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None)
@@ -115,7 +173,14 @@ def main() -> None:
     parser.add_argument(
         "--between", type=int, default=16, help="MB read between two calls, as a forward's layers read theirs"
     )
+    parser.add_argument("--decode", action="store_true", help="time greedy decoding of .jsonl prompts instead")
+    parser.add_argument("--suffix", default="", help="--decode: appended to each prompt's last message")
+    parser.add_argument("--batch", type=int, default=32, help="--decode: prompts decoded together")
+    parser.add_argument("--max-tokens", type=int, default=128, help="--decode: tokens a request")
+    parser.add_argument("--runs", type=int, default=3, help="--decode: runs of each head")
     args = parser.parse_args()
+    if args.decode and (args.batch < 1 or args.max_tokens < 1 or args.runs < 1):
+        parser.error("--batch, --max-tokens and --runs must be at least 1")
     try:
         sizes = [int(x) for x in args.rows.split(",")]
     except ValueError:
@@ -131,6 +196,8 @@ def main() -> None:
     for path in paths:
         if not path.is_file():
             parser.error(f"--texts: {path} is not a file")
+        if args.decode and path.suffix != ".jsonl":
+            parser.error(f"--texts: --decode takes .jsonl inputs, not {path}")
     try:
         model, tokenizer = load_model_and_tokenizer(args.model or default_model_path(), "int16")
         if model.precision not in INTEGER:
@@ -138,6 +205,10 @@ def main() -> None:
         screen = ScreenedHead.of(model.weights.w_output)
         if screen is None:
             raise SpecqError("this model's output head is not Q8_0: it has no screen")
+        if args.decode:
+            for path in paths:
+                _decode(model, tokenizer, path, args)
+            return
         print("text             rows  screen ms  whole ms  choice ms  whole/screen  whole/choice  unsure  screened")
         for path in paths:
             rows = _rows(model, _prompts(path, tokenizer, model.config.context_length), max(sizes) * args.calls)

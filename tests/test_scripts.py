@@ -417,7 +417,7 @@ def test_bench_attention_times_every_sequence_reading_one_cache(q4_model):
 
 
 @needs_int8
-def test_bench_head_screen_times_the_screen_the_whole_head_and_the_choice(q4_model, tmp_path):
+def test_bench_head_screen_times_the_screen_the_whole_head_and_the_choice(q4_model, toy_model_file, tmp_path):
     """Both kinds of text (an input .jsonl, a plain text), every row count, the three
     paths' times; the script itself stops if their argmax ever differ."""
     text = tmp_path / "notes.md"
@@ -435,7 +435,20 @@ def test_bench_head_screen_times_the_screen_the_whole_head_and_the_choice(q4_mod
     ], out
     for _, _, *ms, unsure, screened in found:
         assert all(float(x) > 0 for x in ms) and 0 <= float(unsure) <= 100 and 0 <= int(screened) <= 100, out
+    # Decoding: the three heads' runs, each line's figures, the same outputs (checked by the script).
+    prompts = write_prompts(tmp_path / "decode.jsonl", 14)
+    # quiet_end: answers run to --max-tokens, so rounds of 12 rows reach the head's choice.
+    talker = toy_model_file(quiet_end=True, tensor_type="Q4_1", embedding_type="Q8_0")
+    args = ("--model", talker, "--texts", prompts, "--batch", "12", "--max-tokens", "3", "--runs", "1")
+    out = ok(run_script("bench_head_screen.py", "--decode", "--suffix", " In a table.", *args, timeout=900))
+    runs = re.findall(
+        r"^decode.jsonl +(\w+) +12 requests, (\d+) tokens: ([\d.]+) s; best ([\d.]+) tokens/s$", out, re.M
+    )
+    assert [name for name, *_ in runs] == ["choice", "screen", "whole"], out
+    assert all(int(n) == 36 and float(t) > 0 and float(r) > 0 for _, n, t, r in runs), out
     for bad, named in (
+        (("--decode", "--texts", text), "--decode takes .jsonl"),
+        (("--decode", "--runs", "0"), "--runs"),
         (("--rows", "8"), "--rows"),
         (("--rows", "a"), "--rows"),
         (("--texts", tmp_path / "missing.md"), "not a file"),
