@@ -8,6 +8,10 @@ blocks at other offsets, and the bits check stops it); with --against, another c
 of block_ops (an earlier commit's) interleaved in the same process, its outputs
 checked bit for bit against this one's.
 
+A case SxC:L puts the first half of the sequences at context C and the second half
+at L: a round whose long sequences all come last, which attention's two threads
+must still share evenly.
+
 With --one-cache, every sequence at exactly the context (not spread), timed as it is
 beside the same rows all reading the first sequence's cache: the same instructions
 and, the caches holding the same tokens, the same bits (checked), but one cache's
@@ -19,6 +23,7 @@ memory (32 x 500 on the Intel Xeon with AMX, 2026-12-07: 17.8 ms against 11.9).
     python scripts/bench_attention.py --against /tmp/block_ops_before.py
     python scripts/bench_attention.py --rows 5 --cases 1x200,1x500   # a 5-row verification
     python scripts/bench_attention.py --cases 8x500,32x200,32x500 --one-cache
+    python scripts/bench_attention.py --cases 32x150:850 --against /tmp/block_ops_before.py   # short ones first
     python scripts/bench_attention.py --model toy.gguf --cases 2x8 --trials 1   # a smoke run
 """
 
@@ -50,13 +55,17 @@ def _module(path: str):
     return module
 
 
-def _cases(text: str) -> list[tuple[int, int]]:
+def _cases(text: str) -> list[tuple[int, int, int]]:
+    """(sequences, context, long context): SxC, or SxC:L for half the sequences at C
+    and then half at L."""
     cases = []
     for part in text.split(","):
-        seqs, _, context = part.partition("x")
-        if not (seqs.isdigit() and context.isdigit() and int(seqs) > 0):
+        seqs, _, contexts = part.partition("x")
+        context, _, long = contexts.partition(":")
+        long = long or context
+        if not (seqs.isdigit() and context.isdigit() and long.isdigit() and int(seqs) > 0):
             raise ValueError(part)
-        cases.append((int(seqs), int(context)))
+        cases.append((int(seqs), int(context), int(long)))
     return cases
 
 
@@ -64,7 +73,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None)
     parser.add_argument(
-        "--cases", default="1x200,32x50,32x100,32x200,32x500", help="SEQUENCESxCONTEXT, comma-separated"
+        "--cases",
+        default="1x200,32x50,32x100,32x200,32x500",
+        help="SEQUENCESxCONTEXT (or SEQUENCESxCONTEXT:LONG, half the sequences at each), comma-separated",
     )
     parser.add_argument("--trials", type=int, default=21)
     parser.add_argument("--rows", type=int, default=1, help="rows of each sequence's segment (causal)")
@@ -76,7 +87,9 @@ def main() -> None:
     try:
         cases = _cases(args.cases)
     except ValueError as e:
-        parser.error(f"--cases: {e} is not SEQUENCESxCONTEXT (e.g. 32x200)")
+        parser.error(f"--cases: {e} is not SEQUENCESxCONTEXT (e.g. 32x200, or 32x150:850)")
+    if args.one_cache and any(context != long for _, context, long in cases):
+        parser.error("--one-cache: every sequence reads the first one's cache, so a case takes one context (SxC)")
     if args.rows < 1:
         parser.error(f"--rows: {args.rows} is not a number of rows (1 or more)")
     modules = {"now": block_ops}
@@ -97,8 +110,9 @@ def main() -> None:
     scale = np.float32(cfg.attention_scale)
     rng = np.random.default_rng(0)
     rows = args.rows
-    for n, context in cases:
+    for n, context, long in cases:
         lengths = [context if args.one_cache else context + j % 8 for j in range(n)]
+        lengths = [length - context + long if j >= n // 2 else length for j, length in enumerate(lengths)]
         caches = [model.new_cache(length + rows + 8) for length in lengths]
         for cache, length in zip(caches, lengths):  # the segments' own rows are in the cache too
             model.forward([Segment(cache, [5 + i % 7 for i in range(length + rows)], 0, all_logits=False)])
@@ -129,6 +143,8 @@ def main() -> None:
             parts.append(f"now / one cache {ratio:.3f} (median of pairs)")
         each = f"{rows} rows each, " if rows > 1 else ""
         spread = f"context {context}" if args.one_cache else f"context {context} to {context + 7}"
+        if long != context:
+            spread += f", then half at {long}" if args.one_cache else f", then half at {long} to {long + 7}"
         print(f"{n} sequence(s), {spread}, {each}{cfg.n_layers} layers: " + ", ".join(parts))
 
 

@@ -3,7 +3,9 @@ screen alone (head_screen.ScreenedHead.argmax_logits), the whole head alone, and
 what a model's forwards do, a HeadChoice picking one of the two call by call from
 their timings (LlamaModel._greedy_logits). Calls take turns in a rotating order; each
 call's rows are the next R rows of the text; every call's three answers must have
-the same argmax (the script stops otherwise). Between two calls the script reads
+the same argmax (the script stops otherwise). The "screened" column counts the
+choice's calls that left some logit out (-inf): a screened call whose every row was
+unsure counts as whole. Between two calls the script reads
 --between MB, as a decode's layers do between two heads: without it, the path
 called last keeps its arrays in the core's caches, and looks cheaper than it is
 in a forward.
@@ -19,8 +21,10 @@ markdown, where many rows have near ties everywhere and the screen alone loses
 
 With --decode, greedy decoding instead: the first --batch prompts of each .jsonl
 text, --suffix appended to each one's last message, decoded together (a batch,
-no drafts) with the choice, with the screen always and with the whole head always,
---runs times each in alternating orders; the outputs must be identical.
+no drafts, greedy and --max-tokens whatever a line asks) with the choice, with the
+screen always and with the whole head always, --runs times each in alternating
+orders; the outputs must be identical. Rounds shrink below 12 rows as requests end,
+and those take the whole head every way.
 
     python scripts/bench_head_screen.py --decode --texts examples/bench_prompts.jsonl \\
         --suffix " Answer with a markdown table and a bulleted list."
@@ -45,10 +49,13 @@ from specq.specdec.head_screen import SCREEN_ROWS, HeadChoice, ScreenedHead
 from specq.specdec.loader import default_model_path, load_model_and_tokenizer, make_proposer
 from specq.specdec.model import Segment
 from specq.specdec.precision import INTEGER
+from specq.specdec.sampling import SamplingParams
 
 ROOT = Path(__file__).resolve().parent.parent
 PIECE = 64  # tokens a forward when the text's rows are made (a prompt's piece)
 TEXT_CONTEXT = 1024  # a plain text's tokens a context (within any model's)
+# Untimed first calls: the choice's first four take each path twice, whatever they cost.
+WARM_CALLS = 4
 
 
 def _prompts(path: Path, tokenizer, context: int) -> list[list[int]]:
@@ -64,6 +71,8 @@ def _prompts(path: Path, tokenizer, context: int) -> list[list[int]]:
 
 def _rows(model, prompts: list[list[int]], most: int) -> np.ndarray:
     """Up to `most` final-normed rows: each prompt's, prefilled a piece at a time."""
+    if not any(prompts):
+        raise SpecqError("a text has no tokens")
     rows = []
     for ids in prompts:
         cache = model.new_cache()
@@ -84,7 +93,7 @@ def _time_text(model, screen: ScreenedHead, rows: np.ndarray, r: int, calls: int
     }
     times: dict[str, list[float]] = {name: [] for name in paths}
     unsure = screened = 0
-    for call in range(calls + 2):  # the first two calls untimed
+    for call in range(calls + WARM_CALLS):
         start = (call * r) % (len(rows) - r + 1)
         h = rows[start : start + r]
         names = list(paths)
@@ -95,12 +104,12 @@ def _time_text(model, screen: ScreenedHead, rows: np.ndarray, r: int, calls: int
             t0 = time.perf_counter()
             out[name] = paths[name](h)
             took = time.perf_counter() - t0
-            if call >= 2:
+            if call >= WARM_CALLS:
                 times[name].append(took)
         argmaxes = {name: tuple(o.argmax(axis=1)) for name, o in out.items()}
         if len(set(argmaxes.values())) != 1:
             raise SpecqError(f"the three heads' argmax differ at rows {start} to {start + r}")
-        if call >= 2:
+        if call >= WARM_CALLS:
             unsure += int(np.isfinite(out["screen"]).all(axis=1).sum())
             screened += not np.isfinite(out["choice"]).all()  # the screen leaves out some -inf
     return {
@@ -135,7 +144,11 @@ def _decode(model, tokenizer, path: Path, args) -> None:
             spec = replace(spec, messages=(*spec.messages[:-1], last))
         else:
             spec = replace(spec, prompt=spec.prompt + args.suffix)
-        requests.append(to_request(spec, tokenizer, GenerationDefaults(max_tokens=args.max_tokens)))
+        request = to_request(spec, tokenizer, GenerationDefaults())
+        # Greedy and --max-tokens whatever the line asks: only greedy rows reach the choice.
+        requests.append(replace(request, max_tokens=args.max_tokens, sampling=SamplingParams()))
+    if len(requests) < SCREEN_ROWS:
+        raise SpecqError(f"{path.name} has {len(requests)} prompts: the screen takes rounds of {SCREEN_ROWS} or more")
     engine = Engine(model, tokenizer, make_proposer("none", model, tokenizer))
     engine.warm_up()
     heads = {"choice": HeadChoice, "screen": lambda: _Always(True), "whole": lambda: _Always(False)}
@@ -175,12 +188,16 @@ def main() -> None:
     )
     parser.add_argument("--decode", action="store_true", help="time greedy decoding of .jsonl prompts instead")
     parser.add_argument("--suffix", default="", help="--decode: appended to each prompt's last message")
-    parser.add_argument("--batch", type=int, default=32, help="--decode: prompts decoded together")
+    parser.add_argument(
+        "--batch", type=int, default=32, help=f"--decode: prompts decoded together (at least {SCREEN_ROWS})"
+    )
     parser.add_argument("--max-tokens", type=int, default=128, help="--decode: tokens a request")
     parser.add_argument("--runs", type=int, default=3, help="--decode: runs of each head")
     args = parser.parse_args()
-    if args.decode and (args.batch < 1 or args.max_tokens < 1 or args.runs < 1):
-        parser.error("--batch, --max-tokens and --runs must be at least 1")
+    if args.decode and (args.max_tokens < 1 or args.runs < 1):
+        parser.error("--max-tokens and --runs must be at least 1")
+    if args.decode and args.batch < SCREEN_ROWS:
+        parser.error(f"--batch: the screen takes rounds of {SCREEN_ROWS} rows or more")
     try:
         sizes = [int(x) for x in args.rows.split(",")]
     except ValueError:

@@ -407,7 +407,8 @@ def measure_batch_cost(
 
 # The bench decodes greedily, so its forwards are timed as the engine runs a greedy
 # request's: wanting only each row's largest logit (from head_screen.SCREEN_ROWS rows,
-# the screened output head).
+# the screened output head or the whole head, whichever the model's HeadChoice has
+# found cheaper; one call in 16 takes the other, as in decoding).
 def _time_round(model: LlamaModel, caches: list, start: int, rows: int = 1) -> float:
     return _settled(lambda: model.forward([Segment(c, [7] * rows, start, argmax_only=True) for c in caches]))
 

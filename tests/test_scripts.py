@@ -402,6 +402,17 @@ def test_bench_attention_against_an_earlier_copy(q4_model, tmp_path):
 
 
 @needs_int8
+def test_bench_attention_times_a_round_whose_long_sequences_come_last(q4_model):
+    out = ok(run_script("bench_attention.py", "--model", q4_model, "--cases", "4x8:20", "--trials", "1", timeout=600))
+    line = r"^4 sequence\(s\), context 8 to 15, then half at 20 to 27, \d+ layers: now ([\d.]+) ms$"
+    found = re.findall(line, out, re.M)
+    assert len(found) == 1 and float(found[0]) > 0, out
+    for bad, named in ((("--cases", "4x8:20", "--one-cache"), "one context"), (("--cases", "4x8:a"), "--cases")):
+        result = run_script("bench_attention.py", *bad)
+        assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr
+
+
+@needs_int8
 def test_bench_attention_times_every_sequence_reading_one_cache(q4_model):
     """--one-cache: the same rows over their own caches and over the first one's,
     which hold the same tokens, so the script's bits check passes only if both read

@@ -539,10 +539,45 @@ def _scratch(group, longest, hd):  # pragma: no cover - compiled
 
 @njit(inline="always")
 def _chunks(n_tasks):  # pragma: no cover - compiled
-    """Chunks of tasks for a parallel loop: several per thread, to even out their
-    lengths. A constant, not numba's thread count, which a cached function cannot
-    read; which chunk a task falls in never changes its bits."""
+    """Chunks of tasks for a parallel loop. A constant, not numba's thread count,
+    which a cached function cannot read; which chunk a task falls in never changes
+    its bits. numba's OpenMP loop hands each thread an equal run of chunks, in order
+    (a static schedule), so chunks of unequal work leave a thread idle: attend_many
+    makes its chunks' work equal (_task_edges)."""
     return max(1, min(n_tasks, 32))
+
+
+# A task's own cost (its set-up, its scratch, its normalization) in positions of
+# context: 0.3 to 1.5 us a task against about 0.02 us a position (docs/performance.md).
+TASK_OVERHEAD = 32
+
+
+@njit(inline="always")
+def _task_edges(starts, bounds, n_kv, n_chunks):  # pragma: no cover - compiled
+    """attend_many's chunk c takes tasks edges[c] to edges[c + 1] (task = row * n_kv +
+    kv head): runs of tasks whose work, the positions each row attends over plus
+    TASK_OVERHEAD, comes as near n_chunks equal shares as whole tasks allow. Chunks
+    of equal task counts gave one thread the long sequences of a round and the other
+    the short ones: 16 sequences of 150 positions then 16 of 850 took 1.48x as long
+    as the same sequences alternated (docs/performance.md)."""
+    rows = bounds[bounds.shape[0] - 1]
+    done = np.empty(rows * n_kv + 1, dtype=np.int64)  # work of the tasks before each
+    done[0] = 0
+    for s in range(starts.shape[0]):
+        for row in range(bounds[s], bounds[s + 1]):
+            work = starts[s] + row - bounds[s] + 1 + TASK_OVERHEAD
+            for kv in range(n_kv):
+                task = row * n_kv + kv
+                done[task + 1] = done[task] + work
+    edges = np.empty(n_chunks + 1, dtype=np.int64)
+    task = 0
+    for c in range(n_chunks):
+        share = done[rows * n_kv] * c // n_chunks
+        while done[task] < share:
+            task += 1
+        edges[c] = task
+    edges[n_chunks] = rows * n_kv
+    return edges
 
 
 # Keys are stored in blocks of KEY_BLOCK positions, dimension-major (model.KVCache):
@@ -1262,10 +1297,11 @@ def attend_many(q, starts, bounds, visible, keys, values, layer, scale):  # prag
         longest = max(longest, starts[s] + bounds[s + 1] - bounds[s])
     n_tasks = n_kv * rows
     n_chunks = _chunks(n_tasks)
+    edges = _task_edges(starts, bounds, n_kv, n_chunks)
     for c in prange(n_chunks):
         scratch = _scratch(n_q // n_kv, longest, hd)
-        begin = c * n_tasks // n_chunks
-        for task in range(begin, (c + 1) * n_tasks // n_chunks):
+        begin = edges[c]
+        for task in range(begin, edges[c + 1]):
             # A row's kv heads one after the other: their caches lie end to end, where
             # each kv head's rows in turn jumped from sequence to sequence (attention
             # over 32 sequences 1.03x to 1.07x faster).

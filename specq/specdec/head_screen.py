@@ -231,9 +231,10 @@ class HeadChoice:
     Which is cheaper depends on the text and the CPU's moment (docs/performance.md).
     On the bench mix's rows, where 1.4% of rows are unsure (too many candidates, so
     a pass of the whole head of their own), the screen ran at 1.08x to 1.14x the
-    whole head's speed at 8 to 32 rows on the Xeon one morning and at 0.96x to 1.09x
+    whole head's speed at 8 to 32 rows on the Xeon one morning and at 0.94x to 1.08x
     the same evening. On markdown 12% of rows were unsure, and the screen ran at
-    0.71x to 0.85x. So the two are measured here as they run, not assumed."""
+    0.71x to 0.83x. So the two are measured here as they run, not assumed. A
+    worker's model keeps its choice's timings from batch to batch."""
 
     def __init__(self) -> None:
         # (row bucket, screened) -> the last TIMINGS timings, seconds a row

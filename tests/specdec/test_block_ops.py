@@ -620,6 +620,39 @@ def test_a_step_and_a_verification_row_have_the_same_bits(toy):
     np.testing.assert_array_equal(np.stack(steps), verified)
 
 
+def test_attention_chunks_split_a_rounds_work_evenly_not_its_tasks():
+    """numba's parallel loop gives each thread an equal run of chunks, so each run of
+    chunks must hold an equal share of the round's work (its rows' positions), not of
+    its tasks: 16 short sequences then 16 long ones split by work, not at the 16th."""
+    n_kv = 3
+
+    def work(starts, bounds):  # per task: the positions its row attends over, plus the overhead
+        rows = [starts[s] + r - bounds[s] + 1 for s in range(len(starts)) for r in range(bounds[s], bounds[s + 1])]
+        return np.repeat(np.array(rows) + block_ops.TASK_OVERHEAD, n_kv)
+
+    rounds = [
+        (np.array([150] * 16 + [850] * 16), np.arange(33)),  # a decode round, short ones first
+        (np.array([40, 900, 7]), np.array([0, 5, 6, 11])),  # verification chains beside a decode row
+        (np.array([300]), np.array([0, 1])),  # a lone step: three tasks, three chunks
+    ]
+    for starts, bounds in rounds:
+        starts, bounds = starts.astype(np.int64), bounds.astype(np.int64)
+        n_tasks = n_kv * int(bounds[-1])
+        n_chunks = min(n_tasks, 32)
+        edges = block_ops._task_edges(starts, bounds, n_kv, n_chunks)
+        assert edges[0] == 0 and edges[-1] == n_tasks and (np.diff(edges) >= 0).all()
+        done = np.concatenate([[0], np.cumsum(work(starts, bounds))])
+        for c in range(1, n_chunks):  # each edge: the first task at or past its share
+            share = done[-1] * c // n_chunks
+            assert done[edges[c]] >= share and done[edges[c] - 1] < share
+    # The first round's two halves (one thread's chunks each) within one task of equal.
+    starts, bounds = np.array([150] * 16 + [850] * 16, np.int64), np.arange(33, dtype=np.int64)
+    edges = block_ops._task_edges(starts, bounds, n_kv, 32)
+    done = np.cumsum(work(starts, bounds))
+    assert abs(2 * done[edges[16] - 1] - done[-1]) <= 2 * (850 + 1 + block_ops.TASK_OVERHEAD)
+    assert edges[16] > 22 * n_kv  # the first thread: all 16 short sequences and 20 of the long ones' tasks
+
+
 @pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
 def test_attention_of_many_segments_in_one_loop_has_each_segments_bits(cache_dtype):
     """attend_many (one parallel loop over every segment's rows) gives every row the
