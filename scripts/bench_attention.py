@@ -61,10 +61,12 @@ def _cases(text: str) -> list[tuple[int, int, int]]:
     cases = []
     for part in text.split(","):
         seqs, _, contexts = part.partition("x")
-        context, _, long = contexts.partition(":")
+        context, colon, long = contexts.partition(":")
+        if not (seqs.isdigit() and context.isdigit() and int(seqs) > 0) or (colon and not long.isdigit()):
+            raise ValueError(f"{part} is not SEQUENCESxCONTEXT (e.g. 32x200, or 32x150:850)")
+        if long and int(seqs) % 2:
+            raise ValueError(f"{part}: a case of two contexts takes an even number of sequences")
         long = long or context
-        if not (seqs.isdigit() and context.isdigit() and long.isdigit() and int(seqs) > 0):
-            raise ValueError(part)
         cases.append((int(seqs), int(context), int(long)))
     return cases
 
@@ -87,7 +89,7 @@ def main() -> None:
     try:
         cases = _cases(args.cases)
     except ValueError as e:
-        parser.error(f"--cases: {e} is not SEQUENCESxCONTEXT (e.g. 32x200, or 32x150:850)")
+        parser.error(f"--cases: {e}")
     if args.one_cache and any(context != long for _, context, long in cases):
         parser.error("--one-cache: every sequence reads the first one's cache, so a case takes one context (SxC)")
     if args.rows < 1:
@@ -143,8 +145,8 @@ def main() -> None:
             parts.append(f"now / one cache {ratio:.3f} (median of pairs)")
         each = f"{rows} rows each, " if rows > 1 else ""
         spread = f"context {context}" if args.one_cache else f"context {context} to {context + 7}"
-        if long != context:
-            spread += f", then half at {long}" if args.one_cache else f", then half at {long} to {long + 7}"
+        if long != context:  # never with --one-cache
+            spread += f", then half at {long} to {long + 7}"
         print(f"{n} sequence(s), {spread}, {each}{cfg.n_layers} layers: " + ", ".join(parts))
 
 

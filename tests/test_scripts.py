@@ -407,7 +407,11 @@ def test_bench_attention_times_a_round_whose_long_sequences_come_last(q4_model):
     line = r"^4 sequence\(s\), context 8 to 15, then half at 20 to 27, \d+ layers: now ([\d.]+) ms$"
     found = re.findall(line, out, re.M)
     assert len(found) == 1 and float(found[0]) > 0, out
-    for bad, named in ((("--cases", "4x8:20", "--one-cache"), "one context"), (("--cases", "4x8:a"), "--cases")):
+    for bad, named in (
+        (("--cases", "4x8:20", "--one-cache"), "one context"),
+        (("--cases", "4x8:a"), "--cases"),
+        (("--cases", "3x8:20"), "even number"),
+    ):
         result = run_script("bench_attention.py", *bad)
         assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr
 

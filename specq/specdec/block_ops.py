@@ -541,14 +541,15 @@ def _scratch(group, longest, hd):  # pragma: no cover - compiled
 def _chunks(n_tasks):  # pragma: no cover - compiled
     """Chunks of tasks for a parallel loop. A constant, not numba's thread count,
     which a cached function cannot read; which chunk a task falls in never changes
-    its bits. numba's OpenMP loop hands each thread an equal run of chunks, in order
-    (a static schedule), so chunks of unequal work leave a thread idle: attend_many
-    makes its chunks' work equal (_task_edges)."""
+    its bits. numba's parallel loops hand each thread one evenly sized, contiguous run
+    of iterations (its scheduler's default), so chunks of unequal work leave a thread
+    idle: attend_many makes its chunks' work equal (_task_edges)."""
     return max(1, min(n_tasks, 32))
 
 
 # A task's own cost (its set-up, its scratch, its normalization) in positions of
-# context: 0.3 to 1.5 us a task against about 0.02 us a position (docs/performance.md).
+# context: its set-up took 0.3 to 1.5 us, where 32 x 500 spent about 0.025 us a
+# position (18 ms on two threads for 1.44 M; docs/performance.md, 2026-12-07).
 TASK_OVERHEAD = 32
 
 
@@ -556,10 +557,12 @@ TASK_OVERHEAD = 32
 def _task_edges(starts, bounds, n_kv, n_chunks):  # pragma: no cover - compiled
     """attend_many's chunk c takes tasks edges[c] to edges[c + 1] (task = row * n_kv +
     kv head): runs of tasks whose work, the positions each row attends over plus
-    TASK_OVERHEAD, comes as near n_chunks equal shares as whole tasks allow. Chunks
-    of equal task counts gave one thread the long sequences of a round and the other
-    the short ones: 16 sequences of 150 positions then 16 of 850 took 1.48x as long
-    as the same sequences alternated (docs/performance.md)."""
+    TASK_OVERHEAD, comes as near n_chunks equal shares as whole tasks allow (each edge
+    the nearer of the two tasks around its share). Chunks of equal task counts gave
+    one thread the long sequences of a round and the other the short ones: 16
+    sequences of 150 positions then 16 of 850 took 1.48x as long as the same
+    sequences alternated (docs/performance.md). bounds runs from 0 to q's rows, as
+    attend_many's callers give it."""
     rows = bounds[bounds.shape[0] - 1]
     done = np.empty(rows * n_kv + 1, dtype=np.int64)  # work of the tasks before each
     done[0] = 0
@@ -575,7 +578,8 @@ def _task_edges(starts, bounds, n_kv, n_chunks):  # pragma: no cover - compiled
         share = done[rows * n_kv] * c // n_chunks
         while done[task] < share:
             task += 1
-        edges[c] = task
+        nearer = task > 0 and share - done[task - 1] < done[task] - share
+        edges[c] = task - 1 if nearer and (c == 0 or task - 1 >= edges[c - 1]) else task
     edges[n_chunks] = rows * n_kv
     return edges
 

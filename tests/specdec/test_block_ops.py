@@ -626,14 +626,14 @@ def test_attention_chunks_split_a_rounds_work_evenly_not_its_tasks():
     its tasks: 16 short sequences then 16 long ones split by work, not at the 16th."""
     n_kv = 3
 
-    def work(starts, bounds):  # per task: the positions its row attends over, plus the overhead
+    def done_before(starts, bounds):  # per task: the work of the tasks before it (positions plus overhead)
         rows = [starts[s] + r - bounds[s] + 1 for s in range(len(starts)) for r in range(bounds[s], bounds[s + 1])]
-        return np.repeat(np.array(rows) + block_ops.TASK_OVERHEAD, n_kv)
+        return np.concatenate([[0], np.cumsum(np.repeat(np.array(rows) + block_ops.TASK_OVERHEAD, n_kv))])
 
     rounds = [
         (np.array([150] * 16 + [850] * 16), np.arange(33)),  # a decode round, short ones first
         (np.array([40, 900, 7]), np.array([0, 5, 6, 11])),  # verification chains beside a decode row
-        (np.array([300]), np.array([0, 1])),  # a lone step: three tasks, three chunks
+        (np.array([300]), np.array([0, 1])),  # a lone step: three tasks, three chunks, one each
     ]
     for starts, bounds in rounds:
         starts, bounds = starts.astype(np.int64), bounds.astype(np.int64)
@@ -641,16 +641,18 @@ def test_attention_chunks_split_a_rounds_work_evenly_not_its_tasks():
         n_chunks = min(n_tasks, 32)
         edges = block_ops._task_edges(starts, bounds, n_kv, n_chunks)
         assert edges[0] == 0 and edges[-1] == n_tasks and (np.diff(edges) >= 0).all()
-        done = np.concatenate([[0], np.cumsum(work(starts, bounds))])
-        for c in range(1, n_chunks):  # each edge: the first task at or past its share
+        done = done_before(starts, bounds)
+        for c in range(1, n_chunks):  # each edge: the task nearer its share, never before the last edge
             share = done[-1] * c // n_chunks
-            assert done[edges[c]] >= share and done[edges[c] - 1] < share
-    # The first round's two halves (one thread's chunks each) within one task of equal.
+            after = int(np.searchsorted(done, share))  # the first task at or past the share
+            nearer = after - 1 if share - done[after - 1] < done[after] - share else after
+            assert edges[c] == max(nearer, edges[c - 1]), (c, edges)
+    # The first round's two halves (one thread's chunks each): within half a long task of equal.
     starts, bounds = np.array([150] * 16 + [850] * 16, np.int64), np.arange(33, dtype=np.int64)
     edges = block_ops._task_edges(starts, bounds, n_kv, 32)
-    done = np.cumsum(work(starts, bounds))
-    assert abs(2 * done[edges[16] - 1] - done[-1]) <= 2 * (850 + 1 + block_ops.TASK_OVERHEAD)
-    assert edges[16] > 22 * n_kv  # the first thread: all 16 short sequences and 20 of the long ones' tasks
+    done = done_before(starts, bounds)
+    assert abs(2 * done[edges[16]] - done[-1]) <= 850 + 1 + block_ops.TASK_OVERHEAD
+    assert edges[16] > 22 * n_kv  # the first thread: all 16 short sequences and 19 of the long ones' tasks
 
 
 @pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
