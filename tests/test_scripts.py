@@ -42,6 +42,14 @@ def ok(result: subprocess.CompletedProcess) -> str:
     return result.stdout
 
 
+def refuses(name: str, cases, *common: str) -> None:
+    """Each (arguments, words) case: the script exits non-zero with an error naming
+    those words, never a traceback."""
+    for bad, named in cases:
+        result = run_script(name, *common, *bad)
+        assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
 @pytest.fixture(scope="module")
 def q4_model(toy_model_file) -> str:
     """A toy model with the default model's types: Q4_1 blocks, a Q8_0 embedding and
@@ -300,9 +308,12 @@ def test_bench_forward_parts_splits_each_shape_and_checks_its_copy_of_the_loop(q
             # forward that print as these (forwards of a toy model take about 0.1 ms).
             ratios = [(float(ms) + a) / (float(forward) + b) for a in (-0.005, 0.005) for b in (-0.005, 0.005)]
             assert 100 * min(ratios) - 0.5 <= int(share) <= 100 * max(ratios) + 0.5, out
-    for bad, named in ((("--rows", "0"), "--rows"), (("--rows", "x"), "--rows"), (("--context", "0"), "--context")):
-        result = run_script("bench_forward_parts.py", "--model", q4_model, *bad)
-        assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr, result.stderr
+    refuses(
+        "bench_forward_parts.py",
+        ((("--rows", "0"), "--rows"), (("--rows", "x"), "--rows"), (("--context", "0"), "--context")),
+        "--model",
+        q4_model,
+    )
     missing = run_script("bench_forward_parts.py", "--model", "/nonexistent.gguf")
     assert missing.returncode != 0 and "not found" in missing.stderr and "Traceback" not in missing.stderr
 
@@ -389,16 +400,17 @@ def test_bench_attention_against_an_earlier_copy(q4_model, tmp_path):
     assert [(int(n), int(c)) for n, c in chains] == [(2, 8), (3, 20)], out
     other = tmp_path / "other.py"
     other.write_text("x = 1\n")
-    for bad, named in (
-        (("--cases", "32"), "--cases"),
-        (("--one-cache", "--against", copy), "one comparison at a time"),
-        (("--rows", "0"), "--rows"),
-        (("--against", tmp_path / "missing.py"), "no file"),
-        (("--against", other), "no attend_many"),
-        (("--model", "/nonexistent.gguf"), "not found"),
-    ):
-        result = run_script("bench_attention.py", *bad)
-        assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr
+    refuses(
+        "bench_attention.py",
+        (
+            (("--cases", "32"), "--cases"),
+            (("--one-cache", "--against", copy), "one comparison at a time"),
+            (("--rows", "0"), "--rows"),
+            (("--against", tmp_path / "missing.py"), "no file"),
+            (("--against", other), "no attend_many"),
+            (("--model", "/nonexistent.gguf"), "not found"),
+        ),
+    )
 
 
 @needs_int8
@@ -407,13 +419,14 @@ def test_bench_attention_times_a_round_whose_long_sequences_come_last(q4_model):
     line = r"^4 sequence\(s\), context 8 to 15, then half at 20 to 27, \d+ layers: now ([\d.]+) ms$"
     found = re.findall(line, out, re.M)
     assert len(found) == 1 and float(found[0]) > 0, out
-    for bad, named in (
-        (("--cases", "4x8:20", "--one-cache"), "one context"),
-        (("--cases", "4x8:a"), "--cases"),
-        (("--cases", "3x8:20"), "even number"),
-    ):
-        result = run_script("bench_attention.py", *bad)
-        assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr
+    refuses(
+        "bench_attention.py",
+        (
+            (("--cases", "4x8:20", "--one-cache"), "one context"),
+            (("--cases", "4x8:a"), "--cases"),
+            (("--cases", "3x8:20"), "even number"),
+        ),
+    )
 
 
 @needs_int8
@@ -461,17 +474,18 @@ def test_bench_head_screen_times_the_screen_the_whole_head_and_the_choice(q4_mod
     )
     assert [name for name, *_ in runs] == ["choice", "screen", "whole"], out
     assert all(int(n) == 36 and float(t) > 0 and float(r) > 0 for _, n, t, r in runs), out
-    for bad, named in (
-        (("--decode", "--texts", text), "--decode takes .jsonl"),
-        (("--decode", "--runs", "0"), "--runs"),
-        (("--rows", "8"), "--rows"),
-        (("--rows", "a"), "--rows"),
-        (("--texts", tmp_path / "missing.md"), "not a file"),
-        (("--calls", "0"), "--calls"),
-        (("--model", "/nonexistent.gguf"), "not found"),
-    ):
-        result = run_script("bench_head_screen.py", *bad)
-        assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr
+    refuses(
+        "bench_head_screen.py",
+        (
+            (("--decode", "--texts", text), "--decode takes .jsonl"),
+            (("--decode", "--runs", "0"), "--runs"),
+            (("--rows", "8"), "--rows"),
+            (("--rows", "a"), "--rows"),
+            (("--texts", tmp_path / "missing.md"), "not a file"),
+            (("--calls", "0"), "--calls"),
+            (("--model", "/nonexistent.gguf"), "not found"),
+        ),
+    )
 
 
 # --- bench_forwards.py -----------------------------------------------------------------
@@ -500,16 +514,17 @@ def test_bench_forwards_on_a_toy(q4_model):
     assert all(int(n) == int(r) * int(s) and int(a) <= int(n) for r, s, a, n in agree), out
     paired = r"int16 [\d.]+ ms \([\d.]+x its 1 row\), int8 [\d.]+ ms \([\d.]+x its 1 row\), int16 / int8 [\d.]+ "
     assert len(re.findall(r"^context 8, .*: " + paired + r"\(median of pairs\)$", out, re.M)) == len(cases), out
-    for bad, named in (
-        (("--precisions", "int16"), "--precisions"),
-        (("--precisions", "int16,int16"), "--precisions"),
-        (("--precisions", "int16,int8", "--greedy"), "--precisions"),
-        (("--against", "no-such-commit"), "not a commit"),
-        (("--context", "0"), "--context"),
-        (("--model", "/nonexistent.gguf"), "not found"),
-    ):
-        result = run_script("bench_forwards.py", *bad)
-        assert result.returncode != 0 and named in result.stderr and "Traceback" not in result.stderr
+    refuses(
+        "bench_forwards.py",
+        (
+            (("--precisions", "int16"), "--precisions"),
+            (("--precisions", "int16,int16"), "--precisions"),
+            (("--precisions", "int16,int8", "--greedy"), "--precisions"),
+            (("--against", "no-such-commit"), "not a commit"),
+            (("--context", "0"), "--context"),
+            (("--model", "/nonexistent.gguf"), "not found"),
+        ),
+    )
 
 
 def test_bench_forwards_exports_a_commit_as_a_package_of_another_name():
