@@ -242,6 +242,12 @@ class HeadChoice:
         self._timed: set[tuple[int, bool]] = set()  # paths whose first call has passed
         self._calls: dict[int, int] = {}
 
+    def __reduce__(self) -> tuple:
+        """Pickled (model_cache) without its timings: they are one process's moments on
+        one machine, not the model's, and a deque is not among the classes the cache's
+        unpickler allows. A model read back times both paths afresh."""
+        return (HeadChoice, ())
+
     @staticmethod
     def _bucket(rows: int) -> int:
         # 12 to 15 rows, 16 to 31, 32 to 63, ...: a head's cost a row falls with its

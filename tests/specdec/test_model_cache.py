@@ -14,6 +14,7 @@ import pytest
 
 from specq.specdec import int8, model_cache
 from specq.specdec.gguf_file import GGUFFile
+from specq.specdec.head_screen import SCREEN_ROWS
 from specq.specdec.loader import load_model_and_tokenizer
 from specq.specdec.model import LlamaModel, Segment
 
@@ -41,6 +42,24 @@ def test_a_cached_load_computes_what_a_fresh_build_does(toy_model_file, tmp_path
     assert np.array_equal(logits(mapped), logits(fresh))
     assert mapped.precision == precision and mapped.fingerprint == fresh.fingerprint
     assert fresh._stack is not None and mapped._stack is not None  # the compiled stacks' path, named not pickled
+
+
+def test_a_used_model_is_written_without_its_timings_and_reads_back(toy_model_file, tmp_path):
+    """A model that has decoded holds its head choice's timings (head_screen.HeadChoice):
+    they are this process's moments, not the model's, so a cache file written from it
+    keeps none, and the restricted unpickler reads it back."""
+    toy_model_path = toy_model_file(tensor_type="Q4_1", embedding_type="Q8_0")
+    model = LlamaModel.load(toy_model_path, PRECISIONS[-1])
+    for _ in range(3):  # the first call of each path is not counted
+        for screened in (True, False):
+            model.head_choice.record(SCREEN_ROWS, screened, 0.001 if screened else 0.002)
+    assert model.head_choice.cost(SCREEN_ROWS, True) is not None
+    path = model_cache.cache_path(tmp_path, GGUFFile(toy_model_path).sha256(), model.precision)
+    model_cache.write(path, model)
+    mapped = model_cache.read(path)
+    assert mapped.head_choice.cost(SCREEN_ROWS, True) is None and mapped.head_choice.screen(SCREEN_ROWS)
+    assert model.head_choice.cost(SCREEN_ROWS, True) == 0.001 / SCREEN_ROWS  # the writer's own are kept
+    assert np.array_equal(logits(mapped), logits(model))
 
 
 def test_a_damaged_file_is_rebuilt(toy_model_path, tmp_path, caplog):
