@@ -74,6 +74,11 @@ class BenchReport:
     # The row-cost curve: "verify" -> rows of one sequence, "decode" -> sequences of one
     # row each (a decode round); each -> R -> forward time relative to a 1-row forward
     row_curve: dict[str, dict[int, float]] = field(default_factory=dict)
+    # requests -> a decode round of that many requests, each at its own prompt's length
+    # plus half its answer (mixed_contexts), against the same requests' lone steps:
+    # what batching multiplies decoding throughput by where contexts differ
+    mixed_batch_gain: dict[int, float] = field(default_factory=dict)
+    mixed_contexts: list[int] = field(default_factory=list)  # the contexts those rounds drew from
 
     def to_dict(self) -> dict:
         return {
@@ -83,6 +88,8 @@ class BenchReport:
             "batch_cost": {str(k): v for k, v in self.batch_cost.items()},
             "batch_draft_cost": {str(k): v for k, v in self.batch_draft_cost.items()},
             "row_curve": {kind: {str(k): v for k, v in curve.items()} for kind, curve in self.row_curve.items()},
+            "mixed_batch_gain": {str(k): v for k, v in self.mixed_batch_gain.items()},
+            "mixed_contexts": self.mixed_contexts,
             "results": [asdict(r) for r in self.results],
         }
 
@@ -193,6 +200,10 @@ def run_bench(
         else:
             results += [_summarize(label, cat, reps, runs[BASELINE], runs[BASELINE]) for cat in categories]
     batch_cost, batch_draft_cost = measure_batch_cost(model, list(batch_sizes)) if batch_sizes else ({}, {})
+    # Where each request would be halfway through its answer: a batch's rounds mix
+    # contexts, which the rounds above, every request at CURVE_CONTEXT, never do.
+    mixed_contexts = [len(r.prompt_ids) + r.max_tokens // 2 for _, r in plain_requests]
+    mixed = measure_mixed_rounds(model, list(batch_sizes), mixed_contexts) if batch_sizes else {}
     curve = {}
     if row_curve:
         progress(f"row-cost curve: {', '.join(map(str, row_curve))} rows")
@@ -207,6 +218,8 @@ def run_bench(
         batch_cost=batch_cost,
         batch_draft_cost=batch_draft_cost,
         row_curve=curve,
+        mixed_batch_gain=mixed,
+        mixed_contexts=mixed_contexts if batch_sizes else [],
         settings={
             "repeat": repeat,
             "adaptive": defaults.adaptive,
@@ -405,6 +418,34 @@ def measure_batch_cost(
     )
 
 
+def measure_mixed_rounds(
+    model: LlamaModel, sizes: Sequence[int], contexts: Sequence[int], *, trials: int = 7
+) -> dict[int, float]:
+    """For each n of `sizes`: a decode round of n requests, request i at contexts[i]
+    (taken in turn, as many times as n needs), against the same requests decoded one
+    at a time: the sum of their lone steps' times (each at its own context) over the
+    round's time, the median over `trials` interleaved trials. Contexts that differ
+    are what attention's threads must share (block_ops._task_edges), which rounds of
+    equal contexts (measure_batch_cost) cannot show."""
+    if not contexts:
+        return {}
+    largest = max(sizes, default=1)
+    chosen = [contexts[i % len(contexts)] for i in range(largest)]
+    caches = [model.new_cache(c + 2) for c in chosen]
+    for cache, context in zip(caches, chosen):
+        model.forward([Segment(cache, [5] * context, 0, all_logits=False)])
+    first_cache = {c: caches[chosen.index(c)] for c in chosen}
+    gains: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(trials):
+        lone = {c: _time_round(model, [cache], c) for c, cache in first_cache.items()}
+        for n in sizes:
+            round_time = _settled(
+                lambda n=n: model.forward([Segment(c, [7], s, argmax_only=True) for c, s in zip(caches[:n], chosen)])
+            )
+            gains[n].append(sum(lone[c] for c in chosen[:n]) / round_time)
+    return {n: round(statistics.median(g), 3) for n, g in gains.items()}
+
+
 # The bench decodes greedily, so its forwards are timed as the engine runs a greedy
 # request's: wanting only each row's largest logit (from head_screen.SCREEN_ROWS rows,
 # the screened output head or the whole head, whichever the model's HeadChoice has
@@ -475,6 +516,12 @@ def format_table(report: BenchReport) -> str:
         if n in report.batch_draft_cost:
             line += f"; a draft each adds {report.batch_draft_cost[n]:.2f} of a lone step per request"
         lines.append(line)
+    if report.mixed_batch_gain:
+        low, high = min(report.mixed_contexts), max(report.mixed_contexts)
+        lines.append(
+            f"decode rounds at the requests' own contexts ({low} to {high} positions), against the same requests "
+            "one at a time: " + ", ".join(f"{n} requests {g:.2f}x" for n, g in report.mixed_batch_gain.items())
+        )
     for kind, what in (("verify", "rows of one sequence"), ("decode", "sequences of one row (a decode round)")):
         curve = report.row_curve.get(kind)
         if curve:

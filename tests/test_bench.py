@@ -71,6 +71,10 @@ def test_bench_reports_every_config_and_category(toy_model_path, tmp_path):
     # negative; only its presence and form are checked here, never a timing.
     assert set(report["batch_draft_cost"]) == {"3"} and math.isfinite(report["batch_draft_cost"]["3"])
     assert "decode round of 3 requests" in result.stderr and "a draft each adds" in result.stderr
+    # Rounds at the requests' own contexts: each prompt's length plus half its answer.
+    assert set(report["mixed_batch_gain"]) == {"3"} and report["mixed_batch_gain"]["3"] > 0
+    assert len(report["mixed_contexts"]) == 4 and min(report["mixed_contexts"]) > 0
+    assert "decode rounds at the requests' own contexts" in result.stderr
     assert "tok/s" in result.stderr and "verify cost" in result.stderr
     charts = sorted(p.name for p in (tmp_path / "charts").iterdir())
     assert charts == [
@@ -159,6 +163,32 @@ def test_row_costs_time_each_forward_once_its_own_shape_has_settled(toy_model_pa
         ((2, 2, 2), per_timing),
     ] * 2
     assert timed == expected
+
+
+def test_mixed_rounds_put_each_request_at_its_own_context_against_its_own_lone_steps(toy_model_path):
+    """measure_mixed_rounds: request i at contexts[i] (in turn), every round settled;
+    a lone step timed at each distinct context, then each size's round of those
+    requests, whose gain sums the lone steps of the contexts it holds."""
+    from specq import bench
+    from specq.specdec.model import LlamaModel
+
+    model = LlamaModel.load(toy_model_path, "f32")
+    calls: list[tuple[tuple[int, int], ...]] = []  # per forward: (start, rows) of each segment
+    forward = model.forward
+
+    def spy(segments):
+        calls.append(tuple((s.start, len(s.token_ids)) for s in segments))
+        return forward(segments)
+
+    model.forward = spy
+    gains = bench.measure_mixed_rounds(model, [2, 3], [8, 20], trials=2)
+    assert set(gains) == {2, 3} and all(g > 0 and math.isfinite(g) for g in gains.values())
+    assert calls[:3] == [((0, 8),), ((0, 20),), ((0, 8),)]  # three requests' prompts, the third at 8 again
+    per_timing = bench.SETTLE_RUNS + bench.TIMED_RUNS
+    trial = [((8, 1),)] * per_timing + [((20, 1),)] * per_timing
+    trial += [((8, 1), (20, 1))] * per_timing + [((8, 1), (20, 1), (8, 1))] * per_timing
+    assert calls[3:] == trial * 2
+    assert bench.measure_mixed_rounds(model, [2], []) == {}
 
 
 @pytest.mark.slow
