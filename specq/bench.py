@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from specq.bench_external import TimedBaseline
 from specq.requests.inputs import GenerationDefaults, PromptSpec, to_request
 from specq.specdec.acceptance import drafts_free, resolve_rule
@@ -74,11 +76,12 @@ class BenchReport:
     # The row-cost curve: "verify" -> rows of one sequence, "decode" -> sequences of one
     # row each (a decode round); each -> R -> forward time relative to a 1-row forward
     row_curve: dict[str, dict[int, float]] = field(default_factory=dict)
-    # requests -> a decode round of that many requests, each at its own prompt's length
-    # plus half its answer (mixed_contexts), against the same requests' lone steps:
-    # what batching multiplies decoding throughput by where contexts differ
+    # requests -> a decode round of that many requests, each at its own context
+    # (mixed_contexts: a request's prompt and half its plain answer, taken in turn from
+    # the first), against the same requests' lone steps: what batching multiplies
+    # decoding throughput by where contexts differ
     mixed_batch_gain: dict[int, float] = field(default_factory=dict)
-    mixed_contexts: list[int] = field(default_factory=list)  # the contexts those rounds drew from
+    mixed_contexts: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -199,11 +202,14 @@ def run_bench(
             results.append(_summarize(label, "all", reps, runs[BASELINE], runs[batched[0]], int(batched[1])))
         else:
             results += [_summarize(label, cat, reps, runs[BASELINE], runs[BASELINE]) for cat in categories]
-    batch_cost, batch_draft_cost = measure_batch_cost(model, list(batch_sizes)) if batch_sizes else ({}, {})
-    # Where each request would be halfway through its answer: a batch's rounds mix
-    # contexts, which the rounds above, every request at CURVE_CONTEXT, never do.
-    mixed_contexts = [len(r.prompt_ids) + r.max_tokens // 2 for _, r in plain_requests]
-    mixed = measure_mixed_rounds(model, list(batch_sizes), mixed_contexts) if batch_sizes else {}
+    batch_cost, batch_draft_cost, mixed, mixed_contexts = {}, {}, {}, []
+    if batch_sizes:
+        progress("decode rounds at a common context, then at the requests' own")
+        batch_cost, batch_draft_cost = measure_batch_cost(model, list(batch_sizes))
+        # A batch's rounds mix contexts, which the rounds above, every request at
+        # CURVE_CONTEXT, never do.
+        mixed_contexts = halfway_contexts(plain_requests, runs[BASELINE][0], model.config.context_length)
+        mixed = measure_mixed_rounds(model, list(batch_sizes), mixed_contexts)
     curve = {}
     if row_curve:
         progress(f"row-cost curve: {', '.join(map(str, row_curve))} rows")
@@ -219,7 +225,7 @@ def run_bench(
         batch_draft_cost=batch_draft_cost,
         row_curve=curve,
         mixed_batch_gain=mixed,
-        mixed_contexts=mixed_contexts if batch_sizes else [],
+        mixed_contexts=mixed_contexts,
         settings={
             "repeat": repeat,
             "adaptive": defaults.adaptive,
@@ -418,6 +424,20 @@ def measure_batch_cost(
     )
 
 
+def halfway_contexts(requests: list, plain_runs: list[Run], context_length: int) -> list[int]:
+    """Where each request stood halfway through its plain answer (its prompt and half
+    its output), in an order shuffled with a fixed seed: the prompt file groups its
+    requests by category, so its first few are alike, where a round smaller than the
+    file should hold short and long ones as a batch does. Below the model's context,
+    as the engine's caches are."""
+    contexts = [
+        min(len(request.prompt_ids) + len(run.output_ids) // 2, context_length - 1)
+        for (_, request), run in zip(requests, plain_runs)
+    ]
+    order = np.random.default_rng(0).permutation(len(contexts))
+    return [contexts[i] for i in order]
+
+
 def measure_mixed_rounds(
     model: LlamaModel, sizes: Sequence[int], contexts: Sequence[int], *, trials: int = 7
 ) -> dict[int, float]:
@@ -517,10 +537,13 @@ def format_table(report: BenchReport) -> str:
             line += f"; a draft each adds {report.batch_draft_cost[n]:.2f} of a lone step per request"
         lines.append(line)
     if report.mixed_batch_gain:
-        low, high = min(report.mixed_contexts), max(report.mixed_contexts)
+        contexts = report.mixed_contexts
+        parts = []
+        for n, gain in report.mixed_batch_gain.items():
+            held = [contexts[i % len(contexts)] for i in range(n)]
+            parts.append(f"{n} requests (contexts {min(held)} to {max(held)}, mean {sum(held) / n:.0f}) {gain:.2f}x")
         lines.append(
-            f"decode rounds at the requests' own contexts ({low} to {high} positions), against the same requests "
-            "one at a time: " + ", ".join(f"{n} requests {g:.2f}x" for n, g in report.mixed_batch_gain.items())
+            "decode rounds at the requests' own contexts, against the same requests one at a time: " + ", ".join(parts)
         )
     for kind, what in (("verify", "rows of one sequence"), ("decode", "sequences of one row (a decode round)")):
         curve = report.row_curve.get(kind)

@@ -71,10 +71,10 @@ def test_bench_reports_every_config_and_category(toy_model_path, tmp_path):
     # negative; only its presence and form are checked here, never a timing.
     assert set(report["batch_draft_cost"]) == {"3"} and math.isfinite(report["batch_draft_cost"]["3"])
     assert "decode round of 3 requests" in result.stderr and "a draft each adds" in result.stderr
-    # Rounds at the requests' own contexts: each prompt's length plus half its answer.
-    assert set(report["mixed_batch_gain"]) == {"3"} and report["mixed_batch_gain"]["3"] > 0
-    assert len(report["mixed_contexts"]) == 4 and min(report["mixed_contexts"]) > 0
-    assert "decode rounds at the requests' own contexts" in result.stderr
+    # Rounds at the requests' own contexts (bench.halfway_contexts, tested apart).
+    assert set(report["mixed_batch_gain"]) == {"3"} and math.isfinite(report["mixed_batch_gain"]["3"])
+    assert len(report["mixed_contexts"]) == 4
+    assert "decode rounds at the requests' own contexts" in result.stderr and "3 requests (contexts" in result.stderr
     assert "tok/s" in result.stderr and "verify cost" in result.stderr
     charts = sorted(p.name for p in (tmp_path / "charts").iterdir())
     assert charts == [
@@ -119,6 +119,7 @@ def test_bench_sweeps_batch_sizes_and_measures_the_row_cost_curve(toy_model_path
     assert set(batched) == {"none batch=2", "none batch=4"}  # a repeated size is measured once
     assert all(r["exact"] is True and r["requests"] == 5 for r in batched.values())
     assert report["settings"]["batch_sizes"] == [2, 4] and set(report["batch_cost"]) == {"2", "4"}
+    assert set(report["mixed_batch_gain"]) == {"2", "4"} and len(report["mixed_contexts"]) == 5
     for kind in ("verify", "decode"):
         curve = report["row_curve"][kind]
         assert set(curve) == {"1", "2", "8"} and curve["1"] > 0 and all(math.isfinite(v) for v in curve.values())
@@ -174,21 +175,43 @@ def test_mixed_rounds_put_each_request_at_its_own_context_against_its_own_lone_s
 
     model = LlamaModel.load(toy_model_path, "f32")
     calls: list[tuple[tuple[int, int], ...]] = []  # per forward: (start, rows) of each segment
+    caches: list[tuple[int, ...]] = []  # and which cache each segment wrote
     forward = model.forward
 
     def spy(segments):
         calls.append(tuple((s.start, len(s.token_ids)) for s in segments))
+        caches.append(tuple(id(s.cache) for s in segments))
         return forward(segments)
 
     model.forward = spy
-    gains = bench.measure_mixed_rounds(model, [2, 3], [8, 20], trials=2)
+    last = model.config.context_length - 1  # a request at the end of the model's context still steps
+    gains = bench.measure_mixed_rounds(model, [2, 3], [8, last], trials=2)
     assert set(gains) == {2, 3} and all(g > 0 and math.isfinite(g) for g in gains.values())
-    assert calls[:3] == [((0, 8),), ((0, 20),), ((0, 8),)]  # three requests' prompts, the third at 8 again
+    assert calls[:3] == [((0, 8),), ((0, last),), ((0, 8),)]  # three requests' prompts, the third at 8 again
     per_timing = bench.SETTLE_RUNS + bench.TIMED_RUNS
-    trial = [((8, 1),)] * per_timing + [((20, 1),)] * per_timing
-    trial += [((8, 1), (20, 1))] * per_timing + [((8, 1), (20, 1), (8, 1))] * per_timing
+    trial = [((8, 1),)] * per_timing + [((last, 1),)] * per_timing
+    trial += [((8, 1), (last, 1))] * per_timing + [((8, 1), (last, 1), (8, 1))] * per_timing
     assert calls[3:] == trial * 2
+    # Every request on a cache of its own (one cache read by several rows stays in
+    # the CPU's caches, and makes a round look cheaper), each lone step on one of them.
+    requests = caches[:3]
+    assert len(set(requests)) == 3 and caches[-1] == tuple(c for (c,) in requests)
+    assert caches[3] == requests[0] and caches[3 + per_timing] == requests[1]
     assert bench.measure_mixed_rounds(model, [2], []) == {}
+
+
+def test_halfway_contexts_are_each_requests_prompt_and_half_its_answer_shuffled_below_the_context():
+    from types import SimpleNamespace
+
+    from specq import bench
+
+    prompts, outputs = [5, 9, 30, 12, 7], [10, 3, 40, 0, 1]
+    requests = [(None, SimpleNamespace(prompt_ids=(1,) * p)) for p in prompts]
+    runs = [SimpleNamespace(output_ids=[2] * o) for o in outputs]
+    contexts = bench.halfway_contexts(requests, runs, 40)
+    assert sorted(contexts) == sorted([10, 10, 39, 12, 7])  # 30 + 20 is past the context: 39
+    assert contexts == bench.halfway_contexts(requests, runs, 40)  # the same order every run
+    assert contexts != [10, 10, 39, 12, 7]  # shuffled: the file's order groups its categories
 
 
 @pytest.mark.slow
