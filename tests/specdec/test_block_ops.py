@@ -127,7 +127,7 @@ def test_a_sliding_window_hides_the_cache_before_each_rows_first_position():
 
 @njit(fastmath={"nnan", "ninf", "contract"})  # not cached: it reads block_ops (kernel_cache)
 def _plain_loop_attention(
-    q, keys_t, values, start, visible, scale, key_scales, value_scales, frozen_ends, lows, steps, units
+    q, keys_t, values, start, visible, scale, key_scales, value_scales, frozen_ends, lows, steps, units, firsts
 ):  # pragma: no cover - compiled
     """The plain loops attention ran as before its register-blocked form: every score
     and weighted sum one fused multiply-add at a time in the same order, with sums
@@ -138,7 +138,8 @@ def _plain_loop_attention(
     = q_i step_i as integers q'_i = rint(f_i FOLD_LEVELS / max|f|), and a score
     there is max|f| / FOLD_LEVELS times the integer sum_i q'_i u_i, plus the
     constant sum_i q_i low_i (eight lanes, lane l summing i = l mod 8 in i order,
-    then the lanes in order), one fused multiply-add."""
+    then the lanes in order), one fused multiply-add. Row r sees the cache from
+    position firsts[r] (a sliding window's start; 0 for none)."""
     n, n_q, hd = q.shape
     n_kv = keys_t.shape[0]
     group = n_q // n_kv
@@ -151,8 +152,8 @@ def _plain_loop_attention(
             kept = np.empty((group, end), dtype=np.float32)
             acc = np.zeros((group, hd), dtype=np.float32)
             slots = np.empty(end, dtype=np.int64)
-            for t in range(start):
-                slots[t] = t
+            for t in range(start - firsts[r]):
+                slots[t] = firsts[r] + t
             for i in range(hd):
                 for g in range(group):
                     qi = q[r, kv * group + g, i]
@@ -181,7 +182,7 @@ def _plain_loop_attention(
             for g in range(group):
                 for t in range(end):
                     raw[g, t] *= key_scales[kv, t]
-            m = start
+            m = start - firsts[r]
             for j in range(n):
                 if visible[r, j]:
                     slots[m] = start + j
@@ -291,7 +292,7 @@ def test_register_blocked_attention_has_the_plain_loops_bits(hd, start, n, cache
     none = np.zeros((n_kv, hd, 0), np.float32)  # no frozen keys: values without their rows
     scale = np.float32(0.125)
     want = _plain_loop_attention(
-        q, keys_f32, values_f32, start, visible, scale, key_scales, value_scales, no_window, none, none, none
+        q, keys_f32, values_f32, start, visible, scale, key_scales, value_scales, no_window, none, none, none, no_window
     )
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
@@ -390,14 +391,112 @@ def test_rows_read_frozen_keys_below_their_own_bound(start, parents, n_q):
     value_scales = np.ascontiguousarray(scales[:, :, 1].reshape(n_kv, -1))
     ones = np.ones_like(value_scales)
     want = _plain_loop_attention(
-        q, keys_f32, values_f32, start, visible, np.float32(0.125), ones, value_scales, ends, lows, steps, units
+        q,
+        keys_f32,
+        values_f32,
+        start,
+        visible,
+        np.float32(0.125),
+        ones,
+        value_scales,
+        ends,
+        lows,
+        steps,
+        units,
+        no_window,
     )
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     if ends.any():  # the frozen form did change the scores
         plain = _plain_loop_attention(
-            q, keys_f32, values_f32, start, visible, np.float32(0.125), ones, value_scales, 0 * ends, lows, steps, units
+            q,
+            keys_f32,
+            values_f32,
+            start,
+            visible,
+            np.float32(0.125),
+            ones,
+            value_scales,
+            0 * ends,
+            lows,
+            steps,
+            units,
+            no_window,
         )
         assert not np.array_equal(got, plain)
+
+
+def _frozen_reference_parts(k: np.ndarray, v: np.ndarray, hd: int) -> tuple[np.ndarray, ...]:
+    """What the plain loops read of a cache with frozen keys (_frozen_cache): the
+    float16 keys as float32 [n_kv, hd, capacity], the values as float32, the value
+    scales [n_kv, capacity], and the frozen blocks' lows, steps and units."""
+    n_kv = k.shape[0]
+    units, lows, steps = frozen_parts(frozen_shares(v, k.shape[1] * block_ops.KEY_BLOCK), hd)
+    blocks = k.reshape(n_kv, k.shape[1], -1, block_ops.KEY_BLOCK)[:, :, :hd]
+    keys_f32 = blocks.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1).view(np.float16).astype(np.float32)
+    at = hd * block_ops.KEY_BLOCK
+    scales = k[:, :, at : at + block_ops.SCALE_BYTES // 2].copy().view(np.float32)
+    scales = scales.reshape(n_kv, -1, 2, block_ops.KEY_BLOCK)
+    value_scales = np.ascontiguousarray(scales[:, :, 1].reshape(n_kv, -1))
+    return keys_f32, v.astype(np.float32), value_scales, lows, steps, units
+
+
+@pytest.mark.parametrize(
+    "start,parents,window",
+    [
+        (200, (-1,), 100),  # from position 101, inside the frozen block 64..127
+        (200, (-1,), 137),  # from 64, that block's first position
+        (200, (-1,), 138),  # from 63, the block before's last
+        (200, (-1,), 73),  # from 128, where the row's frozen keys end
+        (200, (-1,), 40),  # from 161, past them
+        (93, (-1, 0, 1, 2, 3), 60),  # a chain across a bound, each row its own window start
+        (300, (-1, 0, 0, 1, 2, 3), 150),  # a tree
+    ],
+    ids=["inside_a_block", "at_a_block", "before_a_block", "at_the_frozen_end", "past_the_frozen", "chain", "tree"],
+)
+def test_a_sliding_window_over_frozen_keys_reads_only_its_positions(start, parents, window):
+    """gemma2's and gemma3's local layers at int16: a row at position p sees p -
+    window + 1 .. p, and the frozen blocks below its bound give their frozen scores
+    there. The plain loops' bits with the same window starts, for windows that start
+    inside a frozen block, at one's start, just before it, where the frozen keys end
+    and after them; three query heads of a kv head together (_frozen_scores3) and one alone."""
+    rng = np.random.default_rng(start + window)
+    n_kv, hd, n, n_q = 2, 64, len(parents), 8
+    capacity = start + n + 7
+    keys = rng.standard_normal((capacity, n_kv, hd)).astype(np.float32)
+    values = rng.standard_normal((capacity, n_kv, hd)).astype(np.float32)
+    k, v = _frozen_cache(keys, values)
+    visible = Segment(None, [0] * n, start, parents=parents).visible()
+    q = rng.standard_normal((n, n_q, hd)).astype(np.float32)
+    positions = start + _depths(visible)
+    firsts = np.maximum(positions - (window - 1), 0).astype(np.int64)
+    scale = np.float32(0.125)
+    got = block_ops.attend(q, k, v, start, visible, scale, firsts, np.float32(0))
+    ends = np.maximum(0, (positions + 1 - block_ops.FROZEN_DELAY) // block_ops.FROZEN_BLOCK) * block_ops.FROZEN_BLOCK
+    keys_f32, values_f32, value_scales, lows, steps, units = _frozen_reference_parts(k, v, hd)
+    ones = np.ones_like(value_scales)
+
+    def plain(frozen_ends, row_firsts):
+        return _plain_loop_attention(
+            q,
+            keys_f32,
+            values_f32,
+            start,
+            visible,
+            scale,
+            ones,
+            value_scales,
+            frozen_ends,
+            lows,
+            steps,
+            units,
+            row_firsts,
+        )
+
+    np.testing.assert_array_equal(got.view(np.uint32), plain(ends, firsts).view(np.uint32))
+    assert not np.array_equal(got, plain(ends, 0 * firsts))  # the window hid positions
+    assert not np.array_equal(got, plain(ends, firsts + 1))  # and exactly those
+    if (ends > firsts).any():  # rows that see frozen positions read their frozen scores
+        assert not np.array_equal(got, plain(0 * ends, firsts))
 
 
 @pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
