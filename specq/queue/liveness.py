@@ -68,6 +68,7 @@ class JobView:
     status: str | None  # None: the job's hash is gone (expired, deleted)
     live: bool
     ended: bool  # finished, failed or gone: it will never run the batch again
+    dequeued: bool = False  # queued, but out of its queue's list: mid-dequeue, or its worker died there
 
 
 def batch_jobs(client: redis.Redis, batch_id: str, fresh: set[str] | None = None) -> list[JobView]:
@@ -94,9 +95,10 @@ def batch_jobs(client: redis.Redis, batch_id: str, fresh: set[str] | None = None
             views.append(JobView(job_id, status, live=False, ended=True))
         elif status == "queued":
             # Out of the queue's list but not yet started: being dequeued right now, or
-            # dequeued by a worker that died at that moment. Not live either way; a
-            # spare job costs a worker one look at an empty pending list.
-            views.append(JobView(job_id, status, live=positions.get(job_id) is not None, ended=False))
+            # dequeued by a worker that died at that moment. Not live either way (the
+            # reaper gives such a job DEQUEUE_GRACE_MS before it enqueues another).
+            waiting = positions.get(job_id) is not None
+            views.append(JobView(job_id, status, live=waiting, ended=False, dequeued=not waiting))
         elif status in LIVE_STATUSES_IF_QUEUED:
             views.append(JobView(job_id, status, live=True, ended=False))
         else:  # started: live while the worker that took it is

@@ -17,7 +17,9 @@ import redis
 from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
 from rq.job import Job
 
+from specq.queue import control, keys
 from specq.queue.connection import EmbeddedRedis
+from specq.queue.control import ensure_job
 from specq.queue.liveness import is_stalled
 from specq.queue.rq_glue import make_queue
 from specq.queue.store import BatchStore
@@ -202,10 +204,10 @@ def test_a_burst_worker_finishes_work_reaped_from_a_killed_worker(client, queue_
         first.send_signal(signal.SIGKILL)
         first.wait()
     assert store.counts()["completed"] < 2
-    # The killed worker's own first reaper pass may have restored a spare job: it can
-    # find the first job out of the queue's list but not yet started, which counts as
-    # not live (liveness.batch_jobs; a spare costs a worker one look). One run in four
-    # did here. This test is about a queue with no job left, so any spare goes.
+    # Before the reaper gave a dequeued job its grace (timing.DEQUEUE_GRACE_MS), the
+    # killed worker's own first reaper pass restored a spare job one run in four: it
+    # found the first job out of the queue's list and not yet started. This test is
+    # about a queue with no job left, so any spare goes.
     queue = make_queue(client, "specq")
     queue.empty()
     assert queue.count == 0
@@ -215,6 +217,75 @@ def test_a_burst_worker_finishes_work_reaped_from_a_killed_worker(client, queue_
     burst = start_worker(queue_env, "--burst")
     assert burst.wait(180) == 0, burst.stdout.read()
     assert store.counts()["completed"] == 2
+
+
+def dequeue_only(client: redis.Redis, queue: str, name: str) -> tuple[SpecqWorker, Job]:
+    """RQ's own dequeue by a worker named `name`, stopped before it marks the job
+    started: the moment a reaper pass can catch any worker in."""
+    worker = SpecqWorker(
+        [make_queue(client, queue)],
+        connection=client,
+        name=name,
+        runtime=WorkerContext(),
+        serializer=make_queue(client, queue).serializer,
+    )
+    worker.register_birth()
+    job, _ = worker.dequeue_job_and_maintain_ttl(timeout=1)
+    assert job.get_status(refresh=True) == "queued" and make_queue(client, queue).count == 0
+    return worker, job
+
+
+def restored(store: BatchStore) -> float:
+    return store.stats().get("jobs_restored", 0.0)
+
+
+def test_a_job_caught_mid_dequeue_gets_no_spare_job(client, queue_env, tmp_path, long_model_path, monkeypatch):
+    """A reaper pass between a live worker's dequeue and its marking the job started
+    (a few milliseconds, but every worker's heartbeat runs a pass) enqueued a spare
+    job and counted a restore that nothing needed. Now the first sighting starts a
+    grace that all reapers share; the worker marks the job started within it."""
+    import socket
+
+    monkeypatch.setattr(control, "DEQUEUE_GRACE_MS", 400)
+    path = write_prompts(tmp_path / "p.jsonl", 3)
+    specq(["submit", str(path), "--batch-id", "dq", "--model", long_model_path, *CHUNK], queue_env)
+    store = BatchStore(client, "dq")
+    owner = f"{socket.gethostname()}.{os.getpid()}.live"  # this process: alive
+    client.zadd(keys.WORKERS, {owner: time.time()})
+    worker, job = dequeue_only(client, "specq", f"{owner}.0")
+    assert ensure_job(store) is False
+    time.sleep(0.2)
+    assert ensure_job(store) is False, "a second reaper within the grace counts from the first sighting"
+    worker.prepare_execution(job)
+    worker.prepare_job_execution(job)
+    time.sleep(0.5)  # past the grace: the job is started, by a live worker
+    assert ensure_job(store) is False
+    assert restored(store) == 0 and make_queue(client, "specq").count == 0
+
+
+def test_a_worker_dead_mid_dequeue_gets_its_job_restored_after_the_grace(
+    client, queue_env, tmp_path, long_model_path, monkeypatch
+):
+    """The same moment with the worker dead there: nothing will mark the job started,
+    so once the grace has passed the reaper enqueues one in its place. A first
+    sighting's key written by hand without a time to live, or with more than the
+    reaper ever gives, holds nothing back."""
+    monkeypatch.setattr(control, "DEQUEUE_GRACE_MS", 400)
+    path = write_prompts(tmp_path / "p.jsonl", 3)
+    specq(["submit", str(path), "--batch-id", "dd", "--model", long_model_path, *CHUNK], queue_env)
+    store = BatchStore(client, "dd")
+    queue = make_queue(client, "specq")
+    _, job = dequeue_only(client, "specq", f"gone-host.{dead_pid()}.x.0")
+    assert ensure_job(store) is False
+    assert queue.count == 0 and restored(store) == 0
+    wait_until(lambda: ensure_job(store), 5, "the job restored after the grace", interval=0.05)
+    assert restored(store) == 1 and queue.count == 1
+    assert ensure_job(store) is False, "the restored job waits in the queue: live"
+    for ttl in (None, 10**9):
+        queue.empty()
+        client.set(keys.dequeued(job.id), 1, px=ttl)
+        assert ensure_job(store) is True, f"a hand-written sighting (time to live {ttl}) held the batch back"
+    assert restored(store) == 3
 
 
 def forge_job(client: redis.Redis, job_id: str, data: str, queue: str = "specq") -> None:
