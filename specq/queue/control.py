@@ -14,11 +14,17 @@ import redis
 
 from specq.errors import InputError, SpecqError
 from specq.queue import keys, lua
-from specq.queue.liveness import batch_jobs, fresh_workers, has_claimable_work, process_is_dead_here
+from specq.queue.liveness import (
+    batch_jobs,
+    dequeued_lately,
+    fresh_workers,
+    has_claimable_work,
+    process_is_dead_here,
+)
 from specq.queue.rq_glue import enqueue_batch_jobs
 from specq.queue.store import BatchStore, _text
 from specq.queue.submit import jobs_for
-from specq.queue.timing import DEQUEUE_GRACE_MS, LEASE_TTL_MS, MAX_ATTEMPTS
+from specq.queue.timing import LEASE_TTL_MS, MAX_ATTEMPTS
 from specq.queue.vocabulary import UNFINISHED, Counter, FailureKind, Flag, RequestState
 from specq.requests.config import BatchConfig
 
@@ -159,15 +165,22 @@ def ensure_job(store: BatchStore, fresh: set[str] | None = None) -> bool:
     """Keep the invariant: a batch with claimable requests has a job that a live
     worker will run. Forgets the batch's ended jobs; enqueues one job when none is
     live (their worker died between taking the job and claiming, say, or the job
-    was lost with a Redis that lost its last writes). Returns whether it enqueued."""
+    was lost with a Redis that lost its last writes), but not while a job out of
+    its queue's list and not yet started is within its grace (liveness.dequeued_lately:
+    its worker may be marking it started). Returns whether it enqueued."""
     client = store.client
     views = batch_jobs(client, store.batch_id, fresh)
     ended = [v.job_id for v in views if v.ended]
     if ended:
         client.srem(store.keys.jobs, *ended)
+    # A job seen started, waiting or ended no longer needs its sighting (and RQ may
+    # enqueue the same id again: `rq requeue`).
+    settled = [keys.dequeued(v.job_id) for v in views if not v.dequeued]
+    if settled:
+        client.delete(*settled)
     if any(v.live for v in views) or not has_claimable_work(client, store.batch_id):
         return False
-    if dequeued_lately(client, [v.job_id for v in views if v.dequeued]):
+    if dequeued_lately(client, [v.job_id for v in views if v.dequeued], note=True):
         return False
     if not client.llen(store.keys.pending):
         # Queued requests that are in no pending list (damaged or hand-edited data):
@@ -176,30 +189,6 @@ def ensure_job(store: BatchStore, fresh: set[str] | None = None) -> bool:
     enqueue_batch_jobs(client, store.meta().get("queue", "specq"), store.batch_id, 1)
     store.count(Counter.JOBS_RESTORED)
     return True
-
-
-# How long a first sighting of a dequeued job is remembered: far beyond the grace, so
-# that passes a heartbeat apart find it; it lapses by itself once the job is gone.
-_SIGHTING_MS = 120 * DEQUEUE_GRACE_MS
-
-
-def dequeued_lately(client: redis.Redis, job_ids: list[str]) -> bool:
-    """Whether any of these jobs (out of their queue's list, not started) was first
-    seen so less than DEQUEUE_GRACE_MS ago, by any reaper: its worker may still be
-    between RQ's dequeue and marking it started. The first sighting is kept in Redis,
-    so that reapers of every process and machine count from the same moment on
-    Redis's own clock (a key's remaining time to live)."""
-    if not job_ids:
-        return False
-    grace = DEQUEUE_GRACE_MS
-    pipe = client.pipeline(transaction=False)
-    for job_id in job_ids:
-        pipe.set(keys.dequeued(job_id), 1, nx=True, px=_SIGHTING_MS)
-        pipe.pttl(keys.dequeued(job_id))
-    left = pipe.execute()[1::2]
-    # A key without a time to live, or with more than a sighting's (hand-written, not
-    # ours), counts as an old sighting: it must not hold a batch's job back.
-    return any(0 <= _SIGHTING_MS - ms < grace for ms in left if ms >= 0)
 
 
 def reap_all(client: redis.Redis, *, lock_ms: int = LEASE_TTL_MS // 6) -> int:

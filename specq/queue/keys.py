@@ -23,7 +23,7 @@ Layout (B = batch id, R = a request's custom_id):
   specq:workers                 zset  worker id -> last heartbeat time
   specq:worker:W                hash  the worker's host, pid, queues, state
   specq:reaper                  str   short lock: one reaper at a time
-  specq:dequeued:J              str   with a TTL: since when RQ job J has been out of its queue's list, not yet started
+  specq:dequeued:J              str   ms on Redis's clock when a reaper first saw RQ job J dequeued, not started (TTL)
   specq:api:batches             zset  B -> creation time, for the batches made through `specq serve`
   specq:api:batch:B             hash  what only the Batch API knows of B: input file, endpoint, metadata, times
   specq:syncq:Q:batches         set   the synchronous batches (`specq serve`'s completions) whose jobs go to Q-sync

@@ -8,7 +8,9 @@ worker whose heartbeat is fresh runs it. A job taken by a worker that then died 
 SIGKILL between RQ's dequeue and the first claim, say) stays "started" in RQ's
 records until RQ's own maintenance, ten minutes later by default; here it is dead as
 soon as its worker's heartbeat is stale, or at once when that worker was a process
-of this machine that no longer exists.
+of this machine that no longer exists. A job out of its queue's list and not yet
+started is dead too, once DEQUEUE_GRACE_MS has passed since a reaper first noticed it
+so (dequeued_lately); within that grace its worker may still be marking it started.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from rq.queue import Queue
 
 from specq.errors import SpecqError
 from specq.queue import keys
-from specq.queue.timing import WORKER_ALIVE_S
+from specq.queue.timing import DEQUEUE_GRACE_MS, WORKER_ALIVE_S
 from specq.queue.vocabulary import Flag, RequestState
 from specq.requests.config import BatchConfig
 
@@ -95,8 +97,8 @@ def batch_jobs(client: redis.Redis, batch_id: str, fresh: set[str] | None = None
             views.append(JobView(job_id, status, live=False, ended=True))
         elif status == "queued":
             # Out of the queue's list but not yet started: being dequeued right now, or
-            # dequeued by a worker that died at that moment. Not live either way (the
-            # reaper gives such a job DEQUEUE_GRACE_MS before it enqueues another).
+            # dequeued by a worker that died at that moment. Not live either way; the
+            # reaper gives it a grace before it enqueues another (dequeued_lately).
             waiting = positions.get(job_id) is not None
             views.append(JobView(job_id, status, live=waiting, ended=False, dequeued=not waiting))
         elif status in LIVE_STATUSES_IF_QUEUED:
@@ -105,10 +107,6 @@ def batch_jobs(client: redis.Redis, batch_id: str, fresh: set[str] | None = None
             owner = (worker_name or "").rsplit(".", 1)[0]  # RQ's worker name is "<worker id>.<attempt>"
             views.append(JobView(job_id, status, live=bool(owner) and worker_is_alive(owner, fresh), ended=False))
     return views
-
-
-def has_live_job(client: redis.Redis, batch_id: str, fresh: set[str] | None = None) -> bool:
-    return any(v.live for v in batch_jobs(client, batch_id, fresh))
 
 
 def has_claimable_work(client: redis.Redis, batch_id: str) -> bool:
@@ -134,6 +132,46 @@ def config_is_readable(raw: bytes | str | None) -> bool:
     return True
 
 
+# How long a reaper's note of a dequeued job is kept: far beyond any grace, so that
+# passes a heartbeat apart find it; a job that never starts (its worker died there)
+# is noted again after it lapses.
+SIGHTING_TTL_MS = 600_000
+
+
+def dequeued_lately(client: redis.Redis, job_ids: list[str], *, note: bool = False) -> bool:
+    """Whether any of these jobs (out of their queue's list, not yet started) was
+    first noticed so by a reaper less than DEQUEUE_GRACE_MS ago, on Redis's clock:
+    its worker may still be between RQ's dequeue and marking it started. With
+    `note` (the reaper), a job not noticed before is noticed now; without, this only
+    reads (`specq status`). A note that is not a time, or is in the future (written
+    by hand), counts as old: it must not hold a batch's job back."""
+    if not job_ids:
+        return False
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        if note:
+            pipe.set(keys.dequeued(job_id), now_ms, nx=True, px=SIGHTING_TTL_MS)
+        pipe.get(keys.dequeued(job_id))
+    noted = pipe.execute()[1::2] if note else pipe.execute()
+    for raw in noted:
+        try:
+            age = now_ms - int(raw)
+        except (TypeError, ValueError):
+            continue
+        if 0 <= age < DEQUEUE_GRACE_MS:
+            return True
+    return False
+
+
 def is_stalled(client: redis.Redis, batch_id: str, fresh: set[str] | None = None) -> bool:
-    """Claimable requests and no live job to take them: the alert condition."""
-    return has_claimable_work(client, batch_id) and not has_live_job(client, batch_id, fresh)
+    """Claimable requests and no live job to take them: the alert condition. A job
+    within its dequeue grace is not yet counted dead, as the reaper does not yet
+    replace it; one no reaper has noticed is (no worker may be running)."""
+    if not has_claimable_work(client, batch_id):
+        return False
+    views = batch_jobs(client, batch_id, fresh)
+    if any(v.live for v in views):
+        return False
+    return not dequeued_lately(client, [v.job_id for v in views if v.dequeued])

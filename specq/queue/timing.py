@@ -19,7 +19,7 @@ JOB_TIMEOUT_S = JOB_SECONDS + 900  # RQ's hard limit: only reached by a job that
 WORKER_ALIVE_S = 3 * HEARTBEAT_S
 # A job out of its queue's list and not yet started is in a worker's hands for the
 # milliseconds between RQ's dequeue and its marking the job started, or its worker
-# died there. The reaper waits this long after first seeing it so before enqueueing a
-# job in its place, so that a dequeue caught mid-way does not get a spare job (and an
-# operator a jobs_restored count) for nothing.
-DEQUEUE_GRACE_MS = int(env_number("SPECQ_DEQUEUE_GRACE_MS", 1000 * HEARTBEAT_S))
+# died there. The reaper waits this long after a reaper first noticed the job in that
+# state before it enqueues a job in its place, so that a dequeue caught mid-way does
+# not get a spare job (and an operator a jobs_restored count) for nothing.
+DEQUEUE_GRACE_MS = max(1, round(env_number("SPECQ_DEQUEUE_GRACE_MS", 1000 * HEARTBEAT_S)))

@@ -17,7 +17,7 @@ import redis
 from queue_helpers import specq, start_worker, stop_process, wait_until, write_prompts
 from rq.job import Job
 
-from specq.queue import control, keys
+from specq.queue import keys, liveness
 from specq.queue.connection import EmbeddedRedis
 from specq.queue.control import ensure_job
 from specq.queue.liveness import is_stalled
@@ -239,14 +239,14 @@ def restored(store: BatchStore) -> float:
     return store.stats().get("jobs_restored", 0.0)
 
 
-def test_a_job_caught_mid_dequeue_gets_no_spare_job(client, queue_env, tmp_path, long_model_path, monkeypatch):
+def test_a_job_caught_mid_dequeue_gets_no_spare_job(client, queue_env, tmp_path, long_model_path):
     """A reaper pass between a live worker's dequeue and its marking the job started
     (a few milliseconds, but every worker's heartbeat runs a pass) enqueued a spare
-    job and counted a restore that nothing needed. Now the first sighting starts a
-    grace that all reapers share; the worker marks the job started within it."""
+    job and counted a restore that nothing needed. Now the reaper notes the job and
+    waits out a grace (a heartbeat by default), within which the worker marks it
+    started."""
     import socket
 
-    monkeypatch.setattr(control, "DEQUEUE_GRACE_MS", 400)
     path = write_prompts(tmp_path / "p.jsonl", 3)
     specq(["submit", str(path), "--batch-id", "dq", "--model", long_model_path, *CHUNK], queue_env)
     store = BatchStore(client, "dq")
@@ -254,37 +254,46 @@ def test_a_job_caught_mid_dequeue_gets_no_spare_job(client, queue_env, tmp_path,
     client.zadd(keys.WORKERS, {owner: time.time()})
     worker, job = dequeue_only(client, "specq", f"{owner}.0")
     assert ensure_job(store) is False
-    time.sleep(0.2)
-    assert ensure_job(store) is False, "a second reaper within the grace counts from the first sighting"
+    assert client.exists(keys.dequeued(job.id)), "the first sighting is noted"
+    assert ensure_job(store) is False, "a second pass within the grace"
     worker.prepare_execution(job)
     worker.prepare_job_execution(job)
-    time.sleep(0.5)  # past the grace: the job is started, by a live worker
-    assert ensure_job(store) is False
+    assert ensure_job(store) is False, "started by a live worker: live"
     assert restored(store) == 0 and make_queue(client, "specq").count == 0
+    assert not client.exists(keys.dequeued(job.id)), "a started job's note is dropped"
 
 
 def test_a_worker_dead_mid_dequeue_gets_its_job_restored_after_the_grace(
     client, queue_env, tmp_path, long_model_path, monkeypatch
 ):
     """The same moment with the worker dead there: nothing will mark the job started,
-    so once the grace has passed the reaper enqueues one in its place. A first
-    sighting's key written by hand without a time to live, or with more than the
-    reaper ever gives, holds nothing back."""
-    monkeypatch.setattr(control, "DEQUEUE_GRACE_MS", 400)
+    so once the grace has passed since the first sighting, and not before, the reaper
+    enqueues one in its place. Meanwhile `specq status` does not call the batch
+    stalled (the reaper is waiting on purpose); before any reaper has seen the job,
+    and after the grace, it does. A note written by hand (not a time, or one in the
+    future) holds nothing back."""
+    monkeypatch.setattr(liveness, "DEQUEUE_GRACE_MS", 400)
     path = write_prompts(tmp_path / "p.jsonl", 3)
     specq(["submit", str(path), "--batch-id", "dd", "--model", long_model_path, *CHUNK], queue_env)
     store = BatchStore(client, "dd")
     queue = make_queue(client, "specq")
-    _, job = dequeue_only(client, "specq", f"gone-host.{dead_pid()}.x.0")
+    name = f"gone-host.{os.getpid()}.x"  # another machine's worker: never marks the job started
+    _, job = dequeue_only(client, "specq", f"{name}.0")
+    assert is_stalled(client, "dd"), "no reaper has seen the job: nothing is waiting on purpose"
+    first_pass = time.monotonic()
     assert ensure_job(store) is False
+    assert not is_stalled(client, "dd"), "within the grace"
     assert queue.count == 0 and restored(store) == 0
     wait_until(lambda: ensure_job(store), 5, "the job restored after the grace", interval=0.05)
+    assert time.monotonic() - first_pass >= 0.35, "restored before the grace had passed"
     assert restored(store) == 1 and queue.count == 1
     assert ensure_job(store) is False, "the restored job waits in the queue: live"
-    for ttl in (None, 10**9):
-        queue.empty()
-        client.set(keys.dequeued(job.id), 1, px=ttl)
-        assert ensure_job(store) is True, f"a hand-written sighting (time to live {ttl}) held the batch back"
+    future = (client.time()[0] + 10**6) * 1000
+    for attempt, hostile in enumerate((b"x", future), start=1):
+        _, job = dequeue_only(client, "specq", f"{name}.{attempt}")  # the restored job, taken the same way
+        client.set(keys.dequeued(job.id), hostile)
+        assert is_stalled(client, "dd"), f"a hand-written note ({hostile!r}) hid a stall"
+        assert ensure_job(store) is True, f"a hand-written note ({hostile!r}) held the batch back"
     assert restored(store) == 3
 
 

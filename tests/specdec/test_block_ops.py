@@ -381,14 +381,7 @@ def test_rows_read_frozen_keys_below_their_own_bound(start, parents, n_q):
     got = block_ops.attend(q, k, v, start, visible, np.float32(0.125), no_window, np.float32(0))
     positions = start + _depths(visible)
     ends = np.maximum(0, (positions + 1 - block_ops.FROZEN_DELAY) // block_ops.FROZEN_BLOCK) * block_ops.FROZEN_BLOCK
-    units, lows, steps = frozen_parts(frozen_shares(v, k.shape[1] * block_ops.KEY_BLOCK), hd)
-    blocks = k.reshape(n_kv, k.shape[1], -1, block_ops.KEY_BLOCK)[:, :, :hd]
-    keys_f32 = blocks.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1).view(np.float16).astype(np.float32)
-    values_f32 = v.astype(np.float32)
-    at = hd * block_ops.KEY_BLOCK
-    scales = k[:, :, at : at + block_ops.SCALE_BYTES // 2].copy().view(np.float32)
-    scales = scales.reshape(n_kv, -1, 2, block_ops.KEY_BLOCK)
-    value_scales = np.ascontiguousarray(scales[:, :, 1].reshape(n_kv, -1))
+    keys_f32, values_f32, value_scales, lows, steps, units = _frozen_reference_parts(k, v, hd)
     ones = np.ones_like(value_scales)
     want = _plain_loop_attention(
         q,
@@ -451,14 +444,15 @@ def _frozen_reference_parts(k: np.ndarray, v: np.ndarray, hd: int) -> tuple[np.n
         (93, (-1, 0, 1, 2, 3), 60),  # a chain across a bound, each row its own window start
         (300, (-1, 0, 0, 1, 2, 3), 150),  # a tree
     ],
-    ids=["inside_a_block", "at_a_block", "before_a_block", "at_the_frozen_end", "past_the_frozen", "chain", "tree"],
+    ids=["inside_a_block", "at_a_block", "before_a_block", "at_the_frozen_end", "past_the_frozen_end", "chain", "tree"],
 )
 def test_a_sliding_window_over_frozen_keys_reads_only_its_positions(start, parents, window):
-    """gemma2's and gemma3's local layers at int16: a row at position p sees p -
-    window + 1 .. p, and the frozen blocks below its bound give their frozen scores
-    there. The plain loops' bits with the same window starts, for windows that start
-    inside a frozen block, at one's start, just before it, where the frozen keys end
-    and after them; three query heads of a kv head together (_frozen_scores3) and one alone."""
+    """Sliding-window layers at int16 (gemma3's local ones; gemma2's also cap their
+    scores, which this reference does not): a row at position p sees p - window + 1
+    .. p, and the frozen blocks below its bound give their frozen scores there. The
+    plain loops' bits with the same window starts, for windows that start inside a
+    frozen block, at one's start, just before it, where the frozen keys end and after
+    them; three query heads of a kv head together (_frozen_scores3) and one alone."""
     rng = np.random.default_rng(start + window)
     n_kv, hd, n, n_q = 2, 64, len(parents), 8
     capacity = start + n + 7
@@ -494,7 +488,8 @@ def test_a_sliding_window_over_frozen_keys_reads_only_its_positions(start, paren
 
     np.testing.assert_array_equal(got.view(np.uint32), plain(ends, firsts).view(np.uint32))
     assert not np.array_equal(got, plain(ends, 0 * firsts))  # the window hid positions
-    assert not np.array_equal(got, plain(ends, firsts + 1))  # and exactly those
+    assert not np.array_equal(got, plain(ends, firsts + 1))  # and exactly those: one more
+    assert not np.array_equal(got, plain(ends, firsts - 1))  # or one fewer would differ
     if (ends > firsts).any():  # rows that see frozen positions read their frozen scores
         assert not np.array_equal(got, plain(0 * ends, firsts))
 
