@@ -55,13 +55,9 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def take_job_and_die(client: redis.Redis, queue: str) -> Job:
-    """What a worker killed between RQ's dequeue and its first claim leaves behind,
-    made by RQ's own code: the job out of the queue, marked started, under the name
-    of a process of this machine that no longer exists."""
-    import socket
-
-    name = f"{socket.gethostname()}.{dead_pid()}.abcdef.0"
+def dequeue_only(client: redis.Redis, queue: str, name: str) -> tuple[SpecqWorker, Job]:
+    """RQ's own dequeue by a worker named `name`, stopped before it marks the job
+    started: the moment a reaper pass can catch any worker in."""
     worker = SpecqWorker(
         [make_queue(client, queue)],
         connection=client,
@@ -70,7 +66,18 @@ def take_job_and_die(client: redis.Redis, queue: str) -> Job:
         serializer=make_queue(client, queue).serializer,
     )
     worker.register_birth()
-    job, q = worker.dequeue_job_and_maintain_ttl(timeout=1)
+    job, _ = worker.dequeue_job_and_maintain_ttl(timeout=1)
+    assert job.get_status(refresh=True) == "queued" and make_queue(client, queue).count == 0
+    return worker, job
+
+
+def take_job_and_die(client: redis.Redis, queue: str) -> Job:
+    """What a worker killed between RQ's dequeue and its first claim leaves behind,
+    made by RQ's own code: the job out of the queue, marked started, under the name
+    of a process of this machine that no longer exists."""
+    import socket
+
+    worker, job = dequeue_only(client, queue, f"{socket.gethostname()}.{dead_pid()}.abcdef.0")
     worker.prepare_execution(job)
     worker.prepare_job_execution(job)
     assert job.get_status(refresh=True) == "started" and make_queue(client, queue).count == 0
@@ -217,22 +224,6 @@ def test_a_burst_worker_finishes_work_reaped_from_a_killed_worker(client, queue_
     burst = start_worker(queue_env, "--burst")
     assert burst.wait(180) == 0, burst.stdout.read()
     assert store.counts()["completed"] == 2
-
-
-def dequeue_only(client: redis.Redis, queue: str, name: str) -> tuple[SpecqWorker, Job]:
-    """RQ's own dequeue by a worker named `name`, stopped before it marks the job
-    started: the moment a reaper pass can catch any worker in."""
-    worker = SpecqWorker(
-        [make_queue(client, queue)],
-        connection=client,
-        name=name,
-        runtime=WorkerContext(),
-        serializer=make_queue(client, queue).serializer,
-    )
-    worker.register_birth()
-    job, _ = worker.dequeue_job_and_maintain_ttl(timeout=1)
-    assert job.get_status(refresh=True) == "queued" and make_queue(client, queue).count == 0
-    return worker, job
 
 
 def restored(store: BatchStore) -> float:

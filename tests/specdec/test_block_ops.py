@@ -357,6 +357,18 @@ def _depths(visible: np.ndarray) -> np.ndarray:
     return visible.sum(axis=1) - 1
 
 
+def _frozen_case(rng: np.random.Generator, start: int, parents: tuple[int, ...], n_q: int) -> tuple[np.ndarray, ...]:
+    """Random queries for a segment of `parents` at `start`, and a cache with frozen
+    keys (two kv heads of 64) filled from position 0 past the segment: q, k, v, visible."""
+    n_kv, hd, n = 2, 64, len(parents)
+    capacity = start + n + 7
+    keys = rng.standard_normal((capacity, n_kv, hd)).astype(np.float32)
+    values = rng.standard_normal((capacity, n_kv, hd)).astype(np.float32)
+    k, v = _frozen_cache(keys, values)
+    visible = Segment(None, [0] * n, start, parents=parents).visible()
+    return rng.standard_normal((n, n_q, hd)).astype(np.float32), k, v, visible
+
+
 @pytest.mark.parametrize("n_q", [6, 8], ids=["groups_of_3", "groups_of_4"])
 @pytest.mark.parametrize(
     "start,parents",
@@ -369,60 +381,23 @@ def test_rows_read_frozen_keys_below_their_own_bound(start, parents, n_q):
     plain loops' bits with each score there computed from the frozen form, for a
     step, a chain whose rows fall on both sides of a bound, and a tree; three query
     heads of a kv head together (_frozen_scores3), a fourth alone."""
-    rng = np.random.default_rng(start)
-    n_kv, hd, n = 2, 64, len(parents)
-    capacity = start + n + 7
-    keys = rng.standard_normal((capacity, n_kv, hd)).astype(np.float32)
-    values = rng.standard_normal((capacity, n_kv, hd)).astype(np.float32)
-    k, v = _frozen_cache(keys, values)
-    visible = Segment(None, [0] * n, start, parents=parents).visible()
-    q = rng.standard_normal((n, n_q, hd)).astype(np.float32)
-    no_window = np.zeros(n, np.int64)
+    q, k, v, visible = _frozen_case(np.random.default_rng(start), start, parents, n_q)
+    no_window = np.zeros(len(parents), np.int64)
     got = block_ops.attend(q, k, v, start, visible, np.float32(0.125), no_window, np.float32(0))
+    ends, plain = _frozen_plain_loops(q, k, v, start, visible, np.float32(0.125))
+    np.testing.assert_array_equal(got.view(np.uint32), plain(ends, no_window).view(np.uint32))
+    if ends.any():  # the frozen form did change the scores
+        assert not np.array_equal(got, plain(0 * ends, no_window))
+
+
+def _frozen_plain_loops(q, k, v, start, visible, scale):
+    """The plain loops over a cache with frozen keys (_frozen_cache), reading what
+    they read of it (the float16 keys as float32, the values, the value scales, the
+    frozen blocks' lows, steps and units): each row's frozen end, and
+    plain(frozen ends, window starts) giving the rows' attention."""
+    n_kv, hd = k.shape[0], q.shape[2]
     positions = start + _depths(visible)
     ends = np.maximum(0, (positions + 1 - block_ops.FROZEN_DELAY) // block_ops.FROZEN_BLOCK) * block_ops.FROZEN_BLOCK
-    keys_f32, values_f32, value_scales, lows, steps, units = _frozen_reference_parts(k, v, hd)
-    ones = np.ones_like(value_scales)
-    want = _plain_loop_attention(
-        q,
-        keys_f32,
-        values_f32,
-        start,
-        visible,
-        np.float32(0.125),
-        ones,
-        value_scales,
-        ends,
-        lows,
-        steps,
-        units,
-        no_window,
-    )
-    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
-    if ends.any():  # the frozen form did change the scores
-        plain = _plain_loop_attention(
-            q,
-            keys_f32,
-            values_f32,
-            start,
-            visible,
-            np.float32(0.125),
-            ones,
-            value_scales,
-            0 * ends,
-            lows,
-            steps,
-            units,
-            no_window,
-        )
-        assert not np.array_equal(got, plain)
-
-
-def _frozen_reference_parts(k: np.ndarray, v: np.ndarray, hd: int) -> tuple[np.ndarray, ...]:
-    """What the plain loops read of a cache with frozen keys (_frozen_cache): the
-    float16 keys as float32 [n_kv, hd, capacity], the values as float32, the value
-    scales [n_kv, capacity], and the frozen blocks' lows, steps and units."""
-    n_kv = k.shape[0]
     units, lows, steps = frozen_parts(frozen_shares(v, k.shape[1] * block_ops.KEY_BLOCK), hd)
     blocks = k.reshape(n_kv, k.shape[1], -1, block_ops.KEY_BLOCK)[:, :, :hd]
     keys_f32 = blocks.transpose(0, 2, 1, 3).reshape(n_kv, hd, -1).view(np.float16).astype(np.float32)
@@ -430,7 +405,14 @@ def _frozen_reference_parts(k: np.ndarray, v: np.ndarray, hd: int) -> tuple[np.n
     scales = k[:, :, at : at + block_ops.SCALE_BYTES // 2].copy().view(np.float32)
     scales = scales.reshape(n_kv, -1, 2, block_ops.KEY_BLOCK)
     value_scales = np.ascontiguousarray(scales[:, :, 1].reshape(n_kv, -1))
-    return keys_f32, v.astype(np.float32), value_scales, lows, steps, units
+    ones, values_f32 = np.ones_like(value_scales), v.astype(np.float32)
+
+    def plain(frozen_ends, firsts):
+        return _plain_loop_attention(
+            q, keys_f32, values_f32, start, visible, scale, ones, value_scales, frozen_ends, lows, steps, units, firsts
+        )
+
+    return ends, plain
 
 
 @pytest.mark.parametrize(
@@ -453,39 +435,12 @@ def test_a_sliding_window_over_frozen_keys_reads_only_its_positions(start, paren
     plain loops' bits with the same window starts, for windows that start inside a
     frozen block, at one's start, just before it, where the frozen keys end and after
     them; three query heads of a kv head together (_frozen_scores3) and one alone."""
-    rng = np.random.default_rng(start + window)
-    n_kv, hd, n, n_q = 2, 64, len(parents), 8
-    capacity = start + n + 7
-    keys = rng.standard_normal((capacity, n_kv, hd)).astype(np.float32)
-    values = rng.standard_normal((capacity, n_kv, hd)).astype(np.float32)
-    k, v = _frozen_cache(keys, values)
-    visible = Segment(None, [0] * n, start, parents=parents).visible()
-    q = rng.standard_normal((n, n_q, hd)).astype(np.float32)
+    q, k, v, visible = _frozen_case(np.random.default_rng(start + window), start, parents, 8)
     positions = start + _depths(visible)
     firsts = np.maximum(positions - (window - 1), 0).astype(np.int64)
     scale = np.float32(0.125)
     got = block_ops.attend(q, k, v, start, visible, scale, firsts, np.float32(0))
-    ends = np.maximum(0, (positions + 1 - block_ops.FROZEN_DELAY) // block_ops.FROZEN_BLOCK) * block_ops.FROZEN_BLOCK
-    keys_f32, values_f32, value_scales, lows, steps, units = _frozen_reference_parts(k, v, hd)
-    ones = np.ones_like(value_scales)
-
-    def plain(frozen_ends, row_firsts):
-        return _plain_loop_attention(
-            q,
-            keys_f32,
-            values_f32,
-            start,
-            visible,
-            scale,
-            ones,
-            value_scales,
-            frozen_ends,
-            lows,
-            steps,
-            units,
-            row_firsts,
-        )
-
+    ends, plain = _frozen_plain_loops(q, k, v, start, visible, scale)
     np.testing.assert_array_equal(got.view(np.uint32), plain(ends, firsts).view(np.uint32))
     assert not np.array_equal(got, plain(ends, 0 * firsts))  # the window hid positions
     assert not np.array_equal(got, plain(ends, firsts + 1))  # and exactly those: one more
