@@ -1,6 +1,7 @@
 """Which workers and which of a batch's RQ jobs are alive, read from Redis without side
 effects (plain reads of the job hashes, never RQ's registry reads, which clean up and
-retry in the caller).
+retry in the caller). The one write is the reaper's: dequeued_lately(note=True) notes
+when it first saw a job mid-dequeue; `specq status` only reads that note.
 
 The invariant the reaper keeps: a batch with pending requests always has a job that a
 live worker will run. A job is live while it waits in its queue's list, or while a
